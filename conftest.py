@@ -1,0 +1,15 @@
+"""Repository-wide pytest setup: keep every ROS test on loopback and on its own domain.
+
+Set before anything imports rclpy, so every test process (and the subprocesses it starts,
+which inherit the environment) talks only to 127.0.0.1 and only to this run.
+"""
+
+import os
+import random
+
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+# A per-run domain (0..101 are valid everywhere); an explicit CROSSSPEC_TEST_DOMAIN_ID wins.
+os.environ["ROS_DOMAIN_ID"] = os.environ.get(
+    "CROSSSPEC_TEST_DOMAIN_ID", str(random.SystemRandom().randint(1, 101))
+)
+os.environ.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "1")

@@ -1,0 +1,1 @@
+"""bags layer of crossspec."""

@@ -1,0 +1,1 @@
+"""bench layer of crossspec."""

@@ -1,0 +1,22 @@
+"""`crossspec bench NAME`: benchmarks that print and save numbers (never timed unit tests)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# Each module exposes register(subparsers) like the top-level commands.
+BENCH_MODULES = [
+    "crossspec_ros.bench.decode",
+]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="run a benchmark (prints a table, writes JSON and a PNG plot)",
+        description="Benchmarks. Each prints its numbers and can save them as JSON.",
+    )
+    bench_sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
+    for name in BENCH_MODULES:
+        importlib.import_module(name).register(bench_sub)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])

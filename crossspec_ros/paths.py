@@ -1,0 +1,25 @@
+"""Where installed ROS package data lives, with or without a sourced ROS environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def package_share_dir(package: str) -> Path:
+    """share/<package> from AMENT_PREFIX_PATH, else from this interpreter's prefix (the venv).
+
+    The PyPI setup installs messages into the venv prefix and sets no ROS variables, so the
+    venv's own share/ is searched too. Raises FileNotFoundError naming where it looked.
+    """
+    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    prefixes.append(sys.prefix)
+    for prefix in prefixes:
+        candidate = Path(prefix) / "share" / package
+        if (candidate / "package.xml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"ROS package '{package}' not found in {prefixes}; run `make setup` (PyPI setup) or "
+        "source your ROS workspace (install/setup.bash)"
+    )

@@ -1,0 +1,1 @@
+"""speculative layer of crossspec."""

@@ -1,0 +1,1 @@
+"""sync layer of crossspec."""
