@@ -1,0 +1,94 @@
+"""The one small interface every caption model (drafter or verifier) implements.
+
+A backend turns a window's visual input into a prompt prefill and then feeds tokens. Each
+``prefill`` returns a ``ModelSession`` that owns its KV cache, so one model can hold several
+windows (e.g. the speculative run and a verifier-alone reference) without interference.
+
+Positions: after ``prefill`` the session holds the prompt (text + visual tokens) and
+``last_logits`` is the distribution of generated token 0. ``feed([t0..tk])`` appends k+1
+tokens and returns k+1 rows of logits: row i is the distribution of the token after t_i.
+``rollback(n)`` keeps only the first n generated tokens (a no-op when n == generated).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class PrefillTiming:
+    """Wall-clock parts of a prefill in milliseconds (vision encoder, language prefill)."""
+
+    vision_ms: float = 0.0
+    prefill_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.vision_ms + self.prefill_ms
+
+
+class ModelSession(ABC):
+    """One window's decoding state on one model (its KV cache and generated tokens)."""
+
+    last_logits: torch.Tensor  # [vocab] float32, distribution of the next token
+    generated: list[int]
+    timing: PrefillTiming
+
+    @abstractmethod
+    def feed(self, token_ids: list[int]) -> torch.Tensor:
+        """Append tokens; return float32 logits [len(token_ids), vocab] (row i: after t_i)."""
+
+    @abstractmethod
+    def rollback(self, n_generated: int) -> None:
+        """Keep the first ``n_generated`` generated tokens; drop the rest from the cache."""
+
+    @property
+    def n_generated(self) -> int:
+        return len(self.generated)
+
+
+@dataclass
+class ModelInfo:
+    """What the engine needs to know about a model besides its session API."""
+
+    name: str
+    vocab_size: int                  # rows of the logits
+    proposable_ids: int              # ids [0, proposable_ids) may be proposed to / by it
+    eos_token_id: int
+    max_new_tokens: int = 64
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class CaptionModel(ABC):
+    """A drafter or verifier backend: inputs of one window -> a decoding session."""
+
+    info: ModelInfo
+    tokenizer: Any  # a transformers PreTrainedTokenizer(Fast)
+    device: torch.device
+
+    @abstractmethod
+    def prepare(self, window: Any) -> Any:
+        """CPU-side preprocessing of a sync.Window (frames or events) into model inputs."""
+
+    @abstractmethod
+    def prefill(self, inputs: Any) -> ModelSession:
+        """Vision encoding + prompt prefill; the session is ready to ``feed``."""
+
+    @torch.inference_mode()
+    def generate_greedy(self, inputs: Any, max_new_tokens: int | None = None) -> list[int]:
+        """Plain greedy decoding through the session API (the engine's reference loop)."""
+        limit = self.info.max_new_tokens if max_new_tokens is None else max_new_tokens
+        session = self.prefill(inputs)
+        logits = session.last_logits
+        out: list[int] = []
+        while len(out) < limit:
+            token = int(torch.argmax(logits))
+            out.append(token)
+            if token == self.info.eos_token_id:
+                break
+            logits = session.feed([token])[-1]
+        return out
