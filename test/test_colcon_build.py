@@ -32,7 +32,8 @@ def test_colcon_build_installs_messages_python_package_and_commands(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     prefix = tmp_path / "install" / "crossspec"
-    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    python_dir = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = prefix / "lib" / python_dir / "site-packages"
     for installed in ("bin/crossspec", "lib/crossspec/crossspec", "share/crossspec/package.xml",
                       "share/crossspec/msg/Caption.msg", "share/crossspec/launch",
                       "share/crossspec/config"):
@@ -49,7 +50,8 @@ def test_colcon_build_installs_messages_python_package_and_commands(tmp_path):
     assert probe.returncode == 0, probe.stderr
     assert "crossspec" in probe.stdout
     probe = subprocess.run(
-        [sys.executable, "-c", "import crossspec.msg, crossspec_ros; print(crossspec_ros.__file__)"],
+        [sys.executable, "-c",
+         "import crossspec.msg, crossspec_ros; print(crossspec_ros.__file__)"],
         cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=120,
     )
     assert probe.returncode == 0, probe.stderr
