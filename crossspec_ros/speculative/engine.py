@@ -1,0 +1,419 @@
+"""The speculative engine: one window in, a draft caption at once and the verifier's own
+caption sooner.
+
+The whole loop, readable in one sitting:
+
+  drafter thread                         verifier thread (the caller's worker)
+  --------------                         -------------------------------------
+  prepare + prefill (events)             prepare + prefill (8 RGB frames: the long part)
+  greedy-decode draft tokens, publish    token 0 = verifier's own first token
+  each one (the speculative caption)     loop: pick the proposer that pays best
+  on a re-sync request: roll back to           (draft stream, draft n-gram, history n-gram)
+  the confirmed prefix + correction,         feed [pending, p1..pg] in ONE forward
+  keep drafting                              accept by the rule (greedy / sampling),
+                                             publish confirmed tokens, roll back the cache
+                                             past the accepted prefix, ask the drafter to
+                                             re-sync if it disagreed
+
+Losslessness does not depend on the proposals: every confirmed token is either a proposal the
+verification rule accepted or the verifier's own token, so the output equals the verifier's
+plain decoding (greedy) or its sampling distribution (sampling).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from crossspec_ros.models.base import CaptionModel, ModelSession
+from crossspec_ros.speculative.adaptive import (
+    AcceptanceTracker,
+    CostModel,
+    best_proposal_length,
+    expected_tokens,
+)
+from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.proposers import DraftStreamProposer, NgramProposer
+from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.speculative.verify import sample_token, verify_greedy, verify_sampling
+from crossspec_ros.speculative.vocab import SharedVocabulary, TextBridge
+
+
+@dataclass
+class EngineConfig:
+    """How the engine decodes and proposes (validated in __post_init__)."""
+
+    max_new_tokens: int = 48
+    mode: str = "greedy"                 # "greedy" or "sampling"
+    temperature: float = 1.0             # sampling only
+    seed: int = 0                        # sampling only: per-window generator seed base
+    max_proposal: int = 8                # longest proposal per round
+    adaptive: bool = True                # choose proposal length from acceptance and cost
+    proposers: tuple[str, ...] = ("draft_stream", "draft_ngram", "history_ngram")
+    history_windows: int = 4             # previous confirmed captions searched by n-gram
+    ngram_max: int = 4
+    draft_lookahead: int = 48            # drafter stops this many tokens past the confirmed
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("greedy", "sampling"):
+            raise ValueError(f"mode must be 'greedy' or 'sampling', got '{self.mode}'")
+        if self.mode == "sampling" and self.temperature <= 0:
+            raise ValueError("sampling needs temperature > 0")
+        if self.max_new_tokens < 1 or self.max_proposal < 0:
+            raise ValueError("max_new_tokens must be >= 1 and max_proposal >= 0")
+        unknown = set(self.proposers) - {"draft_stream", "draft_ngram", "history_ngram"}
+        if unknown:
+            raise ValueError(f"unknown proposers {sorted(unknown)}")
+
+
+@dataclass
+class WindowResult:
+    """What a window produced: the verifier's caption, the draft, and the statistics."""
+
+    window_id: int
+    tokens: list[int]
+    text: str
+    draft_tokens: list[int]
+    draft_text: str
+    stats: WindowStats
+    events: list[EngineEvent] = field(default_factory=list)
+
+
+class _DraftChannel:
+    """What the drafter and the verifier share for one window (guarded by one condition)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.tokens: list[int] = []      # drafter ids, caption positions 0..
+        self.revision = 0
+        self.done = False
+        self.confirmed: list[int] = []   # verifier ids, for re-sync
+        self.confirmed_version = 0
+        self.stop = False
+        self.error: BaseException | None = None
+
+
+class SpeculativeEngine:
+    """Runs drafter and verifier on one window at a time; see the module docstring."""
+
+    def __init__(self, verifier: CaptionModel, drafter: CaptionModel | None = None,
+                 config: EngineConfig | None = None,
+                 verifier_stream: Any = None, drafter_stream: Any = None) -> None:
+        self.verifier, self.drafter = verifier, drafter
+        self.config = config or EngineConfig()
+        self.verifier_stream, self.drafter_stream = verifier_stream, drafter_stream
+        self.bridge = self._make_bridge()
+        self.history = NgramProposer("history_ngram", max_ngram=self.config.ngram_max,
+                                     min_ngram=0, max_sources=self.config.history_windows)
+        self.trackers = {name: AcceptanceTracker() for name in self.config.proposers}
+        self.cost = CostModel()
+
+    def _make_bridge(self) -> SharedVocabulary | TextBridge | None:
+        if self.drafter is None:
+            return None
+        if _same_vocabulary(self.drafter, self.verifier):
+            return SharedVocabulary(self.verifier.info.proposable_ids)
+        return TextBridge(self.drafter.tokenizer, self.verifier.tokenizer,
+                          self.verifier.info.proposable_ids)
+
+    # ---------------------------------------------------------------- public API
+    def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
+                   t_close: float | None = None) -> WindowResult:
+        """Decode one window; ``on_event`` sees draft/confirmed events as they happen (from
+        the engine's threads). Times are ms after ``t_close`` (time.monotonic(), default now)."""
+        t_close = time.monotonic() if t_close is None else t_close
+        window_id = int(getattr(window, "id", 0))
+        events: list[EngineEvent] = []
+        emit_lock = threading.Lock()
+
+        def emit(kind: EventKind, **fields: Any) -> EngineEvent:
+            event = EngineEvent(kind, window_id, (time.monotonic() - t_close) * 1e3, **fields)
+            with emit_lock:
+                events.append(event)
+                if on_event is not None:
+                    on_event(event)
+            return event
+
+        stats = WindowStats(proposer_names=list(self.config.proposers))
+        channel = _DraftChannel()
+        drafter_thread = None
+        if self.drafter is not None:
+            drafter_thread = threading.Thread(
+                target=self._draft_worker, args=(window, channel, emit, stats),
+                name=f"crossspec-drafter-{window_id}", daemon=True)
+            drafter_thread.start()
+        try:
+            tokens = self._verify(window, channel, emit, stats)
+        finally:
+            with channel.cond:
+                channel.stop = True
+                channel.cond.notify_all()
+            if drafter_thread is not None:
+                drafter_thread.join()
+        text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
+        self.history.add_source(_strip_eos(tokens, self.verifier.info.eos_token_id))
+        draft_text = ""
+        if self.drafter is not None:
+            draft_text = self.drafter.tokenizer.decode(channel.tokens, skip_special_tokens=True)
+        stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
+        emit(EventKind.FINAL, tokens=tokens, text=text)
+        return WindowResult(window_id, tokens, text, list(channel.tokens), draft_text, stats,
+                            events)
+
+    def stream(self, window: Any, t_close: float | None = None) -> Iterator[EngineEvent]:
+        """The same as run_window, as an iterator of events (ends after FINAL)."""
+        q: queue.Queue[EngineEvent | BaseException] = queue.Queue()
+
+        def run() -> None:
+            try:
+                self.run_window(window, on_event=q.put, t_close=t_close)
+            except BaseException as err:  # handed to the consumer, raised there
+                q.put(err)
+
+        threading.Thread(target=run, name="crossspec-engine", daemon=True).start()
+        while True:
+            item = q.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.kind is EventKind.FINAL:
+                return
+
+    def verifier_only(self, window: Any, max_new_tokens: int | None = None) -> list[int]:
+        """The verifier alone, plain decoding (greedy or sampling with the same seed rule)."""
+        limit = max_new_tokens or self.config.max_new_tokens
+        with _on_stream(self.verifier_stream):
+            session = self.verifier.prefill(self.verifier.prepare(window))
+            generator = self._generator(window)
+            tokens: list[int] = []
+            logits = session.last_logits
+            while len(tokens) < limit:
+                tokens.append(self._own_token(logits, generator))
+                if tokens[-1] == self.verifier.info.eos_token_id:
+                    break
+                logits = session.feed([tokens[-1]])[-1]
+        return tokens
+
+    # ---------------------------------------------------------------- verifier
+    def _verify(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
+                stats: WindowStats) -> list[int]:
+        cfg, eos = self.config, self.verifier.info.eos_token_id
+        draft_stream = DraftStreamProposer()
+        draft_ngram = NgramProposer("draft_ngram", max_ngram=cfg.ngram_max)
+        generator = self._generator(window)
+        with _on_stream(self.verifier_stream):
+            t0 = time.perf_counter()
+            session = self.verifier.prefill(self.verifier.prepare(window))
+            stats.verifier_prefill_ms = (time.perf_counter() - t0) * 1e3
+            emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)
+            # token 0 is the verifier's own: it comes out of the prefill for free
+            confirmed = [self._own_token(session.last_logits, generator)]
+            self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
+            while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
+                room = cfg.max_new_tokens - len(confirmed)
+                name, proposal = self._choose_proposal(confirmed, channel, draft_stream,
+                                                       draft_ngram, room)
+                # One forward over [pending, p1..pg]: row i is the distribution after
+                # confirmed + p1..pi, exactly what the verification rule needs.
+                t_round = time.perf_counter()
+                rows = session.feed([confirmed[-1], *proposal])
+                self.cost.observe(len(proposal) + 1, time.perf_counter() - t_round)
+                if cfg.mode == "greedy":
+                    verdict = verify_greedy(proposal, rows)
+                else:
+                    verdict = verify_sampling(proposal, rows, temperature=cfg.temperature,
+                                              generator=generator)
+                new = verdict.confirmed(proposal)[:room]
+                new = _strip_after_eos(new, eos)
+                # the cache holds confirmed + proposal; keep confirmed + accepted ones
+                session.rollback(len(confirmed) + verdict.n_accepted)
+                stats.record_round(name, len(proposal), verdict.n_accepted)
+                if name is not None:
+                    self.trackers[name].observe(len(proposal), verdict.n_accepted)
+                base = len(confirmed)
+                confirmed.extend(new)
+                self._confirm(confirmed, base, new, channel, emit, stats)
+        return confirmed
+
+    def _choose_proposal(self, confirmed: list[int], channel: _DraftChannel,
+                         draft_stream: DraftStreamProposer, draft_ngram: NgramProposer,
+                         room: int) -> tuple[str | None, list[int]]:
+        """The candidate with the best expected tokens per second, or (None, []) = plain."""
+        cfg = self.config
+        limit = min(cfg.max_proposal, room - 1)
+        if limit <= 0:
+            return None, []
+        candidates: dict[str, list[int]] = {}
+        if self.bridge is not None:
+            with channel.cond:
+                draft, done = list(channel.tokens), channel.done
+            target, base = self.bridge.to_target(draft, confirmed, done)
+            if "draft_stream" in self.trackers:
+                draft_stream.update(target, base)
+                candidates["draft_stream"] = draft_stream.propose(confirmed, limit)
+            if "draft_ngram" in self.trackers and target:
+                draft_ngram.set_sources([target])
+                candidates["draft_ngram"] = draft_ngram.propose(confirmed, limit)
+        if "history_ngram" in self.trackers:
+            candidates["history_ngram"] = self.history.propose(confirmed, limit)
+        best: tuple[str | None, list[int]] = (None, [])
+        if not cfg.adaptive:  # the longest proposal; ties go to the earlier proposer
+            for name, proposal in candidates.items():
+                if len(proposal) > len(best[1]):
+                    best = (name, proposal)
+            return best
+        best_rate = 1.0 / self.cost.predict(1)  # plain decoding: one token per pass
+        for name, proposal in candidates.items():
+            g = best_proposal_length(self.trackers[name].rate, self.cost, max_len=len(proposal))
+            if g == 0:
+                continue
+            rate = expected_tokens(self.trackers[name].rate, g) / self.cost.predict(g + 1)
+            if rate > best_rate:
+                best, best_rate = (name, proposal[:g]), rate
+        return best
+
+    def _confirm(self, confirmed: list[int], base: int, new: list[int], channel: _DraftChannel,
+                 emit: Callable[..., None], stats: WindowStats) -> None:
+        text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
+        event = emit(EventKind.CONFIRMED, base=base, tokens=list(new), text=text,
+                     done=confirmed[-1] == self.verifier.info.eos_token_id
+                     or len(confirmed) >= self.config.max_new_tokens)
+        if base == 0:
+            stats.confirmed_first_ms = event.t_ms
+        with channel.cond:
+            channel.confirmed = list(confirmed)
+            channel.confirmed_version += 1
+            channel.cond.notify_all()
+
+    def _own_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
+        if self.config.mode == "greedy":
+            return int(torch.argmax(logits))
+        return sample_token(logits, self.config.temperature, generator)
+
+    def _generator(self, window: Any) -> torch.Generator | None:
+        if self.config.mode == "greedy":
+            return None
+        return torch.Generator().manual_seed(self.config.seed + int(getattr(window, "id", 0)))
+
+    # ---------------------------------------------------------------- drafter
+    def _draft_worker(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
+                      stats: WindowStats) -> None:
+        try:
+            self._draft(window, channel, emit, stats)
+        except BaseException as err:  # a failing drafter must not take the verifier down
+            channel.error = err
+            emit(EventKind.DRAFT_ERROR, text=f"{type(err).__name__}: {err}")
+        finally:
+            with channel.cond:
+                channel.done = True
+                channel.cond.notify_all()
+
+    def _draft(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
+               stats: WindowStats) -> None:
+        assert self.drafter is not None
+        info, cfg = self.drafter.info, self.config
+        with _on_stream(self.drafter_stream):
+            session = self.drafter.prefill(self.drafter.prepare(window))
+            logits = session.last_logits
+            seen_version = 0
+            while True:
+                with channel.cond:
+                    while not channel.stop and (
+                        channel.done or len(channel.tokens) - len(channel.confirmed)
+                        >= cfg.draft_lookahead or len(channel.tokens) >= cfg.max_new_tokens
+                    ) and channel.confirmed_version == seen_version:
+                        channel.cond.wait()
+                    if channel.stop:
+                        return
+                    version, confirmed = channel.confirmed_version, list(channel.confirmed)
+                if version != seen_version:
+                    seen_version = version
+                    resynced = self._resync(session, channel, confirmed, emit)
+                    if resynced is not None:
+                        logits = resynced
+                    with channel.cond:
+                        if channel.done or len(channel.tokens) >= cfg.max_new_tokens:
+                            continue
+                token = _draft_token(logits, info)
+                with channel.cond:
+                    channel.tokens.append(token)
+                    channel.done = token == info.eos_token_id
+                    tokens, revision, done = list(channel.tokens), channel.revision, channel.done
+                    channel.cond.notify_all()
+                text = self.drafter.tokenizer.decode(tokens, skip_special_tokens=True)
+                event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done,
+                             text=text)
+                if len(tokens) == 1 and revision == 0:
+                    stats.draft_first_token_ms = event.t_ms
+                if done or len(tokens) >= cfg.max_new_tokens:
+                    if stats.draft_done_ms != stats.draft_done_ms:  # NaN: first time
+                        stats.draft_done_ms = event.t_ms
+                    if done:
+                        continue
+                logits = session.feed([token])[-1]
+
+    def _resync(self, session: ModelSession, channel: _DraftChannel, confirmed: list[int],
+                emit: Callable[..., None]) -> torch.Tensor | None:
+        """Roll the draft back to agree with the confirmed caption; new logits or None."""
+        assert self.drafter is not None
+        if isinstance(self.bridge, SharedVocabulary):
+            target = confirmed
+        else:
+            text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
+            target = self.drafter.tokenizer.encode(text, add_special_tokens=False)
+        with channel.cond:
+            draft = list(channel.tokens)
+        common = 0
+        limit = min(len(draft), len(target))
+        while common < limit and draft[common] == target[common]:
+            common += 1
+        if common == len(target):
+            return None  # the confirmed caption is a prefix of the draft: nothing to do
+        # Roll back to the agreeing prefix and feed the rest of the confirmed caption (the
+        # correction, or tokens the verifier confirmed beyond the draft) in one forward.
+        session.rollback(common)
+        logits = session.feed(target[common:])[-1]
+        with channel.cond:
+            if common < len(draft):  # tokens were replaced: a new revision of the draft
+                channel.revision += 1
+            channel.tokens = list(target)
+            channel.done = bool(target) and target[-1] == self.drafter.info.eos_token_id
+        return logits
+
+
+def _draft_token(logits: torch.Tensor, info: Any) -> int:
+    """Greedy draft token among ids the verifier may see (plus the drafter's EOS)."""
+    allowed = logits[: info.proposable_ids]
+    token = int(torch.argmax(allowed))
+    eos = info.eos_token_id
+    if eos >= info.proposable_ids and logits[eos] > allowed[token]:
+        return eos
+    return token
+
+
+def _same_vocabulary(a: CaptionModel, b: CaptionModel) -> bool:
+    shared = min(a.info.proposable_ids, b.info.proposable_ids)
+    va, vb = a.tokenizer.get_vocab(), b.tokenizer.get_vocab()
+    ids_a = {i: t for t, i in va.items() if i < shared}
+    ids_b = {i: t for t, i in vb.items() if i < shared}
+    return ids_a == ids_b
+
+
+def _strip_after_eos(tokens: list[int], eos: int) -> list[int]:
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+def _strip_eos(tokens: list[int], eos: int) -> list[int]:
+    return [t for t in tokens if t != eos]
+
+
+def _on_stream(stream: Any):
+    """Run on a CUDA stream when one is given (CPU: no-op)."""
+    return torch.cuda.stream(stream) if stream is not None else nullcontext()

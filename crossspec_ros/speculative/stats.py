@@ -1,0 +1,69 @@
+"""Per-window statistics of the speculative engine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+NAN = float("nan")
+
+
+@dataclass
+class WindowStats:
+    """Counts and latencies of one window (latencies: ms after the window closed)."""
+
+    proposer_names: list[str] = field(default_factory=list)
+    proposed: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+    rounds: int = 0                  # verifier forwards after the prefill
+    plain_rounds: int = 0            # of those, without proposals
+    verifier_prefill_ms: float = NAN
+    draft_first_token_ms: float = NAN
+    draft_done_ms: float = NAN
+    confirmed_first_ms: float = NAN
+    confirmed_done_ms: float = NAN
+
+    def record_round(self, proposer: str | None, proposed: int, accepted: int) -> None:
+        self.rounds += 1
+        if proposer is None or proposed == 0:
+            self.plain_rounds += 1
+            return
+        self.proposed[proposer] = self.proposed.get(proposer, 0) + proposed
+        self.accepted[proposer] = self.accepted.get(proposer, 0) + accepted
+
+    @property
+    def total_proposed(self) -> int:
+        return sum(self.proposed.values())
+
+    @property
+    def total_accepted(self) -> int:
+        return sum(self.accepted.values())
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / proposed tokens over all proposers (NaN when nothing was proposed)."""
+        return self.total_accepted / self.total_proposed if self.total_proposed else NAN
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted proposal tokens per verifier round (0 when no round ran)."""
+        return self.total_accepted / self.rounds if self.rounds else 0.0
+
+    def as_dict(self) -> dict:
+        def num(x: float) -> float | None:
+            return None if isinstance(x, float) and math.isnan(x) else round(x, 3)
+
+        return {
+            "rounds": self.rounds, "plain_rounds": self.plain_rounds,
+            "proposed": self.total_proposed, "accepted": self.total_accepted,
+            "acceptance": num(self.acceptance), "mean_accepted_length": num(
+                self.mean_accepted_length),
+            "per_proposer": {name: {"proposed": self.proposed.get(name, 0),
+                                    "accepted": self.accepted.get(name, 0)}
+                             for name in self.proposer_names},
+            "verifier_prefill_ms": num(self.verifier_prefill_ms),
+            "draft_first_token_ms": num(self.draft_first_token_ms),
+            "draft_done_ms": num(self.draft_done_ms),
+            "confirmed_first_ms": num(self.confirmed_first_ms),
+            "confirmed_done_ms": num(self.confirmed_done_ms),
+        }
