@@ -17,6 +17,7 @@ from crossspec_ros import __version__
 COMMAND_MODULES = [
     "crossspec_ros.cli.events_cmd",
     "crossspec_ros.cli.windows_cmd",
+    "crossspec_ros.cli.test_bag_cmd",
     "crossspec_ros.cli.bench_cmd",
 ]
 

@@ -1,4 +1,9 @@
-"""Event-camera data plane: EventBatch, decoders, readers, representations (no rclpy)."""
+"""Event-camera data plane (numpy, no rclpy).
+
+batch.py (EventBatch), packet.py (EventPacketData, from_msg), decode.py (EVT3 stream decoder
+on the ROS clock), clock.py (sensor->ROS time), encode.py (EVT3 packets), triggers.py,
+bag.py (ROS 2 bags), dsec.py (DSEC events.h5), representations.py, errors.py.
+"""
 
 from crossspec_ros.events.batch import EventBatch
 

@@ -61,7 +61,8 @@ class EventBatch:
         w, h = batches[0].width, batches[0].height
         for b in batches:
             if (b.width, b.height) != (w, h):
-                raise ValueError(f"cannot concat batches of sensors {w}x{h} and {b.width}x{b.height}")
+                raise ValueError(
+                    f"cannot concat batches of sensors {w}x{h} and {b.width}x{b.height}")
         return cls(
             np.concatenate([b.t for b in batches]), np.concatenate([b.x for b in batches]),
             np.concatenate([b.y for b in batches]), np.concatenate([b.p for b in batches]),

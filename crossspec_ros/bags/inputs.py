@@ -1,0 +1,108 @@
+"""A bag as crossspec's input stream: event batches and RGB frames in recording order.
+
+Event packets are decoded by one streaming decoder per topic (events/decode.py); images
+(sensor_msgs/Image or CompressedImage) become RGB arrays (images.py). Bad images are
+counted and warned about once per kind, never raised: one broken frame must not end a replay.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rosbags.highlevel import AnyReader
+
+from crossspec_ros.events.bag import EVENT_PACKET_TYPE, EventBagError
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.events.decode import EventPacketDecoder
+from crossspec_ros.events.packet import from_msg
+from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
+from crossspec_ros.sync.window import StampedFrame
+
+log = logging.getLogger(__name__)
+
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+
+
+@dataclass
+class BagInput:
+    """One input: ``events`` (a decoded packet) or ``frame`` (an RGB image)."""
+
+    topic: str
+    log_time_ns: int
+    events: EventBatch | None = None
+    frame: StampedFrame | None = None
+
+
+@dataclass
+class InputStats:
+    event_packets: int = 0
+    frames: int = 0
+    bad_frames: int = 0
+    warned: set[str] = field(default_factory=set)
+
+
+def pick_topic(reader: AnyReader, msgtypes: tuple[str, ...], wanted: str | None, what: str,
+               path: Path) -> str | None:
+    """The topic to read: ``wanted`` if present, else the only one of those types."""
+    topics = sorted({c.topic for c in reader.connections if c.msgtype in msgtypes})
+    if wanted:
+        if wanted not in topics:
+            raise EventBagError(f"{path}: no {what} topic '{wanted}'; {what} topics in the bag: "
+                                f"{topics or 'none'}")
+        return wanted
+    if len(topics) > 1:
+        raise EventBagError(f"{path}: several {what} topics {topics}; choose one "
+                            f"(--{what.replace(' ', '-')}-topic)")
+    return topics[0] if topics else None
+
+
+def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str | None = None,
+                stats: InputStats | None = None) -> Iterator[BagInput]:
+    """Events and frames of a bag in log-time order (topics auto-detected when unique)."""
+    path = Path(path)
+    if not path.exists():
+        raise EventBagError(f"{path}: no such bag. Pass a ROS 2 bag directory or .mcap file.")
+    stats = stats if stats is not None else InputStats()
+    try:
+        reader = AnyReader([path])
+        reader.open()
+    except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
+        raise EventBagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: "
+                            f"{exc})") from exc
+    try:
+        ev_topic = pick_topic(reader, (EVENT_PACKET_TYPE,), event_topic, "event", path)
+        im_topic = pick_topic(reader, IMAGE_TYPES, rgb_topic, "rgb", path)
+        if ev_topic is None and im_topic is None:
+            raise EventBagError(f"{path}: neither event packets nor images in this bag")
+        decoder = EventPacketDecoder(name=ev_topic or "events")
+        connections = [c for c in reader.connections if c.topic in (ev_topic, im_topic)]
+        for conn, log_time, raw in reader.messages(connections=connections):
+            msg = reader.deserialize(raw, conn.msgtype)
+            if conn.topic == ev_topic:
+                stats.event_packets += 1
+                yield BagInput(conn.topic, log_time, events=decoder.decode(from_msg(msg)))
+                continue
+            frame = _frame(msg, conn.msgtype, stats, conn.topic)
+            if frame is not None:
+                stats.frames += 1
+                yield BagInput(conn.topic, log_time, frame=frame)
+    finally:
+        reader.close()
+
+
+def _frame(msg, msgtype: str, stats: InputStats, topic: str) -> StampedFrame | None:
+    stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+    try:
+        rgb = compressed_to_rgb(msg) if msgtype.endswith("CompressedImage") else image_to_rgb(msg)
+    except UnsupportedImageError as err:
+        stats.bad_frames += 1
+        kind = str(err).split(";")[0]
+        level = logging.DEBUG if kind in stats.warned else logging.WARNING
+        stats.warned.add(kind)
+        log.log(level, "%s: frame at %d ns skipped: %s (%d skipped so far)", topic, stamp, err,
+                stats.bad_frames)
+        return None
+    return StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id)

@@ -1,0 +1,86 @@
+"""Writing ROS 2 bags (MCAP or sqlite3) of crossspec's inputs with rosbags.
+
+One small wrapper so every tool (test patterns, the sample bag, the DSEC converter) writes
+EventPacket and Image messages the same way: header stamps on one clock, log time = stamp.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+from rosbags.rosbag2 import StoragePlugin, Writer
+
+from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE, typestore
+from crossspec_ros.events.packet import EventPacketData
+from crossspec_ros.images import rgb_to_image_fields
+
+IMAGE_TYPE = "sensor_msgs/msg/Image"
+
+
+def ns_to_time(stamp_ns: int):
+    store = typestore()
+    sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    return store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec)
+
+
+def header(stamp_ns: int, frame_id: str):
+    return typestore().types["std_msgs/msg/Header"](stamp=ns_to_time(stamp_ns), frame_id=frame_id)
+
+
+class BagWriter:
+    """Context manager writing a rosbag2 directory; removes it again if the block fails.
+
+    storage: "mcap" (default) or "sqlite3". The bag is written to ``path`` directly; callers
+    that need atomic output write to a temporary sibling and rename it.
+    """
+
+    def __init__(self, path: str | Path, storage: str = "mcap", overwrite: bool = False) -> None:
+        self.path = Path(path)
+        if storage not in ("mcap", "sqlite3"):
+            raise ValueError(f"unknown bag storage '{storage}': use mcap or sqlite3")
+        if self.path.exists():
+            if not overwrite:
+                raise FileExistsError(f"{self.path} exists; remove it or pass overwrite")
+            shutil.rmtree(self.path)
+        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+        self._writer = Writer(self.path, version=9, storage_plugin=plugin)
+        self._connections: dict[str, object] = {}
+        self.store = typestore()
+
+    def __enter__(self) -> BagWriter:
+        self._writer.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._writer.close()
+        if exc_type is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def _connection(self, topic: str, msgtype: str):
+        if topic not in self._connections:
+            self._connections[topic] = self._writer.add_connection(
+                topic, msgtype, typestore=self.store)
+        return self._connections[topic]
+
+    def write(self, topic: str, msgtype: str, msg, log_time_ns: int) -> None:
+        """Write any message of the type store at log time ``log_time_ns``."""
+        data = self.store.serialize_cdr(msg, msgtype)
+        self._writer.write(self._connection(topic, msgtype), int(log_time_ns), data)
+
+    def write_event_packet(self, topic: str, packet: EventPacketData) -> None:
+        msg = self.store.types[EVENT_PACKET_TYPE](
+            header=header(packet.stamp_ns, packet.frame_id), height=packet.height,
+            width=packet.width, seq=packet.seq, time_base=packet.time_base,
+            encoding=packet.encoding, is_bigendian=False,
+            events=np.frombuffer(bytes(packet.events), dtype=np.uint8),
+        )
+        self.write(topic, EVENT_PACKET_TYPE, msg, packet.stamp_ns)
+
+    def write_rgb(self, topic: str, stamp_ns: int, rgb: np.ndarray, frame_id: str) -> None:
+        msg = self.store.types[IMAGE_TYPE](header=header(stamp_ns, frame_id),
+                                           **rgb_to_image_fields(rgb))
+        self.write(topic, IMAGE_TYPE, msg, stamp_ns)

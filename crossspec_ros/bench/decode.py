@@ -1,0 +1,144 @@
+"""`crossspec bench decode`: EVT3 decode speed, evt3 library alone vs crossspec's decode path.
+
+Synthetic events (uniform over a 640x480 sensor, DSEC's peak rate by default) are encoded
+once into EVT3 packets; then each path decodes all packets several times and the median speed
+is reported. crossspec's path is the full one a node runs: packet checks, evt3, bounds check,
+sensor->ROS time mapping, EventBatch. It is timed on ``bytes`` payloads (rclpy) and on uint8
+arrays (what rosbags deserializes, one extra copy per packet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import evt3
+import numpy as np
+
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.events.decode import EventPacketDecoder
+from crossspec_ros.events.encode import encode_evt3_packets
+from crossspec_ros.events.packet import EventPacketData
+
+TARGET_MEV_S = 20.0
+WIDTH, HEIGHT = 640, 480
+ROS_T0_NS = 1_700_000_000_000_000_000
+
+
+def synthetic_batch(n: int, rate_ev_s: float, seed: int = 0) -> EventBatch:
+    """n events at about rate_ev_s, uniform over the sensor, on a ROS-like clock."""
+    rng = np.random.default_rng(seed)
+    duration_us = max(int(n / rate_ev_s * 1e6), 1)
+    t = ROS_T0_NS + np.sort(rng.integers(0, duration_us, n)) * 1000
+    return EventBatch(t, rng.integers(0, WIDTH, n), rng.integers(0, HEIGHT, n),
+                      rng.integers(0, 2, n), WIDTH, HEIGHT)
+
+
+def _time(fn: Callable[[], int], repeats: int) -> tuple[float, int]:
+    """Median seconds of fn() over repeats, and the event count it returned."""
+    times, count = [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        count = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), count
+
+
+def _evt3_only(packets: list[EventPacketData]) -> int:
+    decoder = evt3.Decoder(sensor_width=WIDTH, sensor_height=HEIGHT)
+    return sum(len(decoder.feed(p.events).x) for p in packets)
+
+
+def _crossspec(packets: list[EventPacketData]) -> int:
+    decoder = EventPacketDecoder()
+    return sum(len(decoder.decode(p)) for p in packets)
+
+
+def run_benchmark(n: int, packet_ms: float, repeats: int, rate_ev_s: float,
+                  log: Callable[[str], None] = print) -> dict[str, Any]:
+    batch = synthetic_batch(n, rate_ev_s)
+    log(f"encoding {n:,} events into {packet_ms} ms EVT3 packets...")
+    packets = encode_evt3_packets(batch, int(packet_ms * 1e6))
+    as_arrays = [replace(p, events=np.frombuffer(p.events, np.uint8)) for p in packets]
+    checker = EventPacketDecoder()
+    if not EventBatch.concat([checker.decode(p) for p in packets]).equals(batch):
+        raise RuntimeError("decode(encode(events)) differs from the events: benchmark invalid")
+    results = {}
+    for name, fn, data in [("evt3_library", _evt3_only, packets),
+                           ("crossspec_bytes", _crossspec, packets),
+                           ("crossspec_array", _crossspec, as_arrays)]:
+        log(f"decoding with {name} ({repeats} repeats)...")
+        seconds, count = _time(lambda f=fn, d=data: f(d), repeats)
+        if count != n:
+            raise RuntimeError(f"{name} decoded {count} events, expected {n}")
+        results[name] = {"seconds": seconds, "mev_s": n / seconds / 1e6}
+    return {
+        "events": n, "packets": len(packets), "packet_ms": packet_ms, "repeats": repeats,
+        "rate_ev_s": rate_ev_s, "bytes": sum(p.nbytes for p in packets),
+        "results": results, "target_mev_s": TARGET_MEV_S,
+        "target_met": min(r["mev_s"] for k, r in results.items()
+                          if k.startswith("crossspec")) >= TARGET_MEV_S,
+    }
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["results"])
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(names, [report["results"][k]["mev_s"] for k in names], color="tab:blue")
+    ax.axhline(TARGET_MEV_S, color="tab:red", linestyle="--", label="target")
+    ax.set_ylabel("M events/s (median)")
+    ax.set_title(f"EVT3 decode, {report['events']:,} events, {report['packet_ms']} ms packets")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "decode", help="EVT3 decode speed: evt3 library vs crossspec's decode path",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
+    parser.add_argument("--events", type=int, default=5_000_000, help="events (default 5e6)")
+    parser.add_argument("--packet-ms", type=float, default=1.0,
+                        help="packet period in ms (default 1, metavision_driver's default)")
+    parser.add_argument("--rate", type=float, default=15e6,
+                        help="synthetic event rate, events/s (default 15e6, DSEC's peak)")
+    parser.add_argument("--repeats", type=int, default=5, help="decode repeats (median)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the numbers as JSON")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="write a bar chart")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.events < 1 or args.packet_ms <= 0 or args.repeats < 1 or args.rate <= 0:
+        print("crossspec bench decode: error: --events, --packet-ms, --repeats and --rate "
+              "must be positive", file=sys.stderr)
+        return 2
+    report = run_benchmark(args.events, args.packet_ms, args.repeats, args.rate,
+                           log=lambda s: print(s, file=sys.stderr))
+    print(f"{report['events']:,} events in {report['packets']:,} packets "
+          f"({report['bytes'] / report['events']:.2f} bytes/event)")
+    for name, r in report["results"].items():
+        print(f"  {name:<16} {r['mev_s']:8.1f} M events/s  ({r['seconds'] * 1e3:.1f} ms)")
+    verdict = "met" if report["target_met"] else "NOT met"
+    print(f"target >= {TARGET_MEV_S:.0f} M events/s for crossspec's decode path: {verdict}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        _plot(report, args.plot)
+        print(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,374 @@
+"""The windowing synchronizer: event batches + stamped frames in, complete Windows out.
+
+Emission is driven by data time (watermarks), never by arrival order:
+
+- each stream's watermark is the latest time seen on it minus ``reorder_slack_ns``;
+- window [t0, t1) is complete once both watermarks reached t1, or once either
+  one reached t1 + ``max_lateness_ns`` (the other stream is silent or far behind:
+  the window comes out without RGB, or without events);
+- ``flush()`` emits everything pending (end of a bag); ``poll(now_ns)`` emits
+  everything pending once no input at all arrived for ``idle_timeout_ns`` of the
+  caller's clock, so nothing waits forever.
+
+Windows come out in strictly increasing id order within an epoch. Ids that no
+data ever fell in are skipped (no empty windows): ids still come from time, so
+a gap simply shows as missing ids. Data for a window already closed is dropped
+and counted (late_events / late_frames), never re-emitted.
+
+A time jump backwards by more than ``reset_threshold_ns`` (a bag looping, a
+clock reset) flushes the old timeline's pending windows, logs one line, starts a
+new epoch and clears all state. Until a stream shows new-timeline data, its
+old-timeline data still in flight (more than ``reset_threshold_ns`` ahead of
+the new frontier and no more than that behind the stream's old latest time) is
+dropped as late rather than causing a second reset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+
+import numpy as np
+
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.sync.window import StampedFrame, Window, sample_frames, window_bounds
+
+logger = logging.getLogger(__name__)
+
+SECOND_NS = 1_000_000_000
+
+
+@dataclass
+class SyncStats:
+    """Counters for diagnostics (cumulative over epochs, except pending_*)."""
+
+    windows_emitted: int = 0
+    windows_without_rgb: int = 0
+    windows_without_events: int = 0
+    late_events: int = 0
+    late_frames: int = 0
+    duplicate_frames: int = 0
+    rejected_events: int = 0
+    dropped_windows: int = 0
+    dropped_events: int = 0
+    resets: int = 0
+    epoch: int = 0
+    pending_windows: int = 0
+    pending_events: int = 0
+
+
+@dataclass
+class _Pending:
+    """Data buffered for one window that is not closed yet."""
+
+    chunks: list[EventBatch] = field(default_factory=list)
+    frames: dict[int, StampedFrame] = field(default_factory=dict)
+    n_events: int = 0
+
+
+class WindowSynchronizer:
+    """Stateful synchronizer; feed it with add_events/add_frame, drive it with poll/flush.
+
+    Not thread-safe: a node calls it from one callback group.
+    """
+
+    def __init__(
+        self,
+        window_len_ns: int = SECOND_NS,
+        frames_per_window: int = 8,
+        max_lateness_ns: int = SECOND_NS,
+        reorder_slack_ns: int = 20_000_000,
+        reset_threshold_ns: int = 2 * SECOND_NS,
+        max_pending_windows: int = 16,
+        max_pending_events: int | None = 64_000_000,
+        idle_timeout_ns: int = 2 * SECOND_NS,
+    ) -> None:
+        if window_len_ns <= 0:
+            raise ValueError(f"window_len_ns must be > 0, got {window_len_ns}")
+        if frames_per_window < 1:
+            raise ValueError(f"frames_per_window must be >= 1, got {frames_per_window}")
+        if max_lateness_ns < 0 or reorder_slack_ns < 0:
+            raise ValueError(
+                f"max_lateness_ns ({max_lateness_ns}) and reorder_slack_ns "
+                f"({reorder_slack_ns}) must be >= 0"
+            )
+        if reset_threshold_ns <= reorder_slack_ns:
+            raise ValueError(
+                f"reset_threshold_ns ({reset_threshold_ns}) must exceed reorder_slack_ns "
+                f"({reorder_slack_ns}): legitimate reordering must never look like a reset"
+            )
+        if max_pending_windows < 1:
+            raise ValueError(f"max_pending_windows must be >= 1, got {max_pending_windows}")
+        if max_pending_events is not None and max_pending_events < 1:
+            raise ValueError(f"max_pending_events must be >= 1 or None, got {max_pending_events}")
+        if idle_timeout_ns <= 0:
+            raise ValueError(f"idle_timeout_ns must be > 0, got {idle_timeout_ns}")
+        self.window_len_ns = int(window_len_ns)
+        self.frames_per_window = int(frames_per_window)
+        self.max_lateness_ns = int(max_lateness_ns)
+        self.reorder_slack_ns = int(reorder_slack_ns)
+        self.reset_threshold_ns = int(reset_threshold_ns)
+        self.max_pending_windows = int(max_pending_windows)
+        self.max_pending_events = max_pending_events
+        self.idle_timeout_ns = int(idle_timeout_ns)
+
+        self._stats = SyncStats()
+        self._pending: dict[int, _Pending] = {}
+        self._pending_events = 0
+        self._ev_max: int | None = None   # latest event time seen (this epoch)
+        self._rgb_max: int | None = None  # latest frame stamp seen (this epoch)
+        self._closed_before: int | None = None  # every id below this is closed
+        # per stream, its latest time on the old timeline until it shows new-timeline data
+        self._stale: dict[str, int | None] = {"events": None, "rgb": None}
+        self._sensor = (0, 0)  # (width, height) for windows without events
+        self._warned_drop = False
+        self._warned_size = False
+        self._arrivals = 0
+        self._arrivals_seen = 0
+        self._idle_since: int | None = None
+
+    # ---------------------------------------------------------------- public API
+
+    @property
+    def epoch(self) -> int:
+        return self._stats.epoch
+
+    @property
+    def stats(self) -> SyncStats:
+        """A snapshot of the counters."""
+        return replace(self._stats, pending_windows=len(self._pending),
+                       pending_events=self._pending_events)
+
+    def add_events(self, batch: EventBatch) -> list[Window]:
+        """Buffer a batch (any order, any window span); return windows now complete."""
+        self._arrivals += 1
+        if len(batch) == 0:
+            return []
+        t_last = int(batch.t_last)
+        out: list[Window] = []
+        # Decide on the batch's newest event: the whole batch is from the past.
+        if self._is_backwards(t_last):
+            out += self._reset(t_last, "events")
+        elif self._is_stale("events", t_last):
+            self._stats.late_events += len(batch)
+            return out
+        if not self._accept_sensor(batch):
+            return out
+        ev = batch.sorted()
+        ids = np.floor_divide(ev.t, self.window_len_ns)
+        start = 0
+        if self._closed_before is not None:
+            start = int(np.searchsorted(ids, self._closed_before, side="left"))
+            self._stats.late_events += start
+        if start < len(ev):
+            cuts = np.flatnonzero(ids[start + 1:] != ids[start:-1]) + (start + 1)
+            bounds = [start, *cuts.tolist(), len(ev)]
+            for a, b in pairwise(bounds):
+                pend = self._pending_for(int(ids[a]))
+                pend.chunks.append(ev.take(slice(a, b)))
+                pend.n_events += b - a
+                self._pending_events += b - a
+        self._ev_max = t_last if self._ev_max is None else max(self._ev_max, t_last)
+        return out + self._after_input()
+
+    def add_frame(self, frame: StampedFrame) -> list[Window]:
+        """Buffer one frame; return windows now complete."""
+        self._arrivals += 1
+        t = int(frame.stamp_ns)
+        out: list[Window] = []
+        if self._is_backwards(t):
+            out += self._reset(t, "rgb")
+        elif self._is_stale("rgb", t):
+            self._stats.late_frames += 1
+            return out
+        wid = t // self.window_len_ns
+        if self._closed_before is not None and wid < self._closed_before:
+            self._stats.late_frames += 1
+        else:
+            pend = self._pending_for(wid)
+            if t in pend.frames:
+                # keep the first: later copies (or different images with the same stamp) drop
+                self._stats.duplicate_frames += 1
+            else:
+                pend.frames[t] = frame
+        self._rgb_max = t if self._rgb_max is None else max(self._rgb_max, t)
+        return out + self._after_input()
+
+    def poll(self, now_ns: int) -> list[Window]:
+        """Call periodically with a wall/ROS clock; emits all pending windows once no input
+        arrived for ``idle_timeout_ns`` (measured from the first poll that saw the last input).
+        """
+        now_ns = int(now_ns)
+        if self._arrivals != self._arrivals_seen or self._idle_since is None:
+            self._arrivals_seen = self._arrivals
+            self._idle_since = now_ns
+            return []
+        # a caller clock that went backwards (sim time looping) restarts the idle timer
+        self._idle_since = min(self._idle_since, now_ns)
+        if now_ns - self._idle_since >= self.idle_timeout_ns and self._pending:
+            return self._close_all("timeout")
+        return []
+
+    def flush(self) -> list[Window]:
+        """Emit every pending window now (end of a bag); later data for them is late."""
+        return self._close_all("flush")
+
+    # ---------------------------------------------------------------- internals
+
+    def _frontier(self) -> int | None:
+        seen = [m for m in (self._ev_max, self._rgb_max) if m is not None]
+        return max(seen) if seen else None
+
+    def _is_backwards(self, t: int) -> bool:
+        front = self._frontier()
+        return front is not None and t < front - self.reset_threshold_ns
+
+    def _is_stale(self, stream: str, t: int) -> bool:
+        """Old-timeline data still in flight after a reset (e.g. RGB of the last pass of a
+        looping bag while events already restarted): dropping it avoids a second reset."""
+        old = self._stale[stream]
+        if old is None:
+            return False
+        front = self._frontier()
+        thr = self.reset_threshold_ns
+        if front is not None and t > front + thr and t >= old - thr:
+            return True
+        self._stale[stream] = None  # this stream has joined the new timeline
+        return False
+
+    def _reset(self, t_new: int, stream: str) -> list[Window]:
+        old = self._frontier()
+        assert old is not None  # only called when a frontier exists
+        flushed = self._close_all("reset")
+        self._stats.epoch += 1
+        self._stats.resets += 1
+        logger.warning(
+            "sync: %s time went backwards from %d ns to %d ns (%.3f s, reset threshold "
+            "%.3f s): flushed %d pending window(s), starting epoch %d",
+            stream, old, t_new, (old - t_new) / 1e9, self.reset_threshold_ns / 1e9,
+            len(flushed), self._stats.epoch,
+        )
+        self._stale = {"events": self._ev_max, "rgb": self._rgb_max}
+        self._pending.clear()
+        self._pending_events = 0
+        self._ev_max = self._rgb_max = None
+        self._closed_before = None
+        return flushed
+
+    def _accept_sensor(self, batch: EventBatch) -> bool:
+        size = (batch.width, batch.height)
+        if size == self._sensor:
+            return True
+        if self._pending_events == 0:
+            self._sensor = size  # nothing buffered to clash with: adopt the new size
+            return True
+        self._stats.rejected_events += len(batch)
+        if not self._warned_size:
+            self._warned_size = True
+            logger.warning("sync: dropping event batch of sensor %dx%d while windows of "
+                           "sensor %dx%d are pending (counted in rejected_events)",
+                           size[0], size[1], *self._sensor)
+        return False
+
+    def _pending_for(self, wid: int) -> _Pending:
+        pend = self._pending.get(wid)
+        if pend is None:
+            pend = self._pending[wid] = _Pending()
+        return pend
+
+    def _after_input(self) -> list[Window]:
+        out = self._emit_ready()
+        self._enforce_bounds()
+        return out
+
+    def _watermarks(self) -> list[int]:
+        return [m - self.reorder_slack_ns for m in (self._ev_max, self._rgb_max) if m is not None]
+
+    def _emit_ready(self) -> list[Window]:
+        wms = self._watermarks()
+        if not wms:
+            return []
+        both = min(wms) if len(wms) == 2 else None
+        bound = max(wms) - self.max_lateness_ns
+        if both is not None:
+            bound = max(bound, both)
+        last_ready = bound // self.window_len_ns - 1  # largest id with t1 <= bound
+        out = []
+        for wid in sorted(w for w in self._pending if w <= last_ready):
+            t1 = window_bounds(wid, self.window_len_ns)[1]
+            reason = "watermark" if both is not None and both >= t1 else "lateness"
+            out.append(self._emit(wid, reason))
+        self._close_through(last_ready)
+        return out
+
+    def _close_through(self, wid: int) -> None:
+        if self._closed_before is None or wid + 1 > self._closed_before:
+            self._closed_before = wid + 1
+
+    def _close_all(self, reason: str) -> list[Window]:
+        ids = sorted(self._pending)
+        out = [self._emit(wid, reason) for wid in ids]
+        if ids:
+            self._close_through(ids[-1])
+        return out
+
+    def _emit(self, wid: int, reason: str) -> Window:
+        pend = self._pending.pop(wid)
+        self._pending_events -= pend.n_events
+        t0, t1 = window_bounds(wid, self.window_len_ns)
+        frames = sample_frames(pend.frames.values(), t0, t1, self.frames_per_window)
+        win = Window(
+            id=wid, t0=t0, t1=t1, events=_merge_chunks(pend.chunks, *self._sensor),
+            frames=frames, n_distinct_frames=len({id(f) for f in frames}),
+            epoch=self._stats.epoch, closed_by=reason,
+        )
+        self._stats.windows_emitted += 1
+        self._stats.windows_without_rgb += not win.has_rgb
+        self._stats.windows_without_events += not win.has_events
+        return win
+
+    def _enforce_bounds(self) -> None:
+        cap = self.max_pending_events
+        while self._pending and (len(self._pending) > self.max_pending_windows
+                                 or (cap is not None and self._pending_events > cap)):
+            wid = min(self._pending)
+            pend = self._pending.pop(wid)
+            self._pending_events -= pend.n_events
+            self._close_through(wid)
+            self._stats.dropped_windows += 1
+            self._stats.dropped_events += pend.n_events
+            if not self._warned_drop:
+                self._warned_drop = True
+                logger.warning(
+                    "sync: more than %d pending windows (or %s pending events): dropping the "
+                    "oldest (window %d, epoch %d); further drops only counted in dropped_windows",
+                    self.max_pending_windows, cap, wid, self._stats.epoch,
+                )
+
+
+def _merge_chunks(chunks: list[EventBatch], width: int, height: int) -> EventBatch:
+    """Time-sorted union of a window's chunks, independent of their arrival order.
+
+    Chunks are ordered by (first t, last t, length, content digest) before a
+    stable sort by t, so events sharing a timestamp across batches always come
+    out in the same order however the batches arrived.
+    """
+    if not chunks:
+        return EventBatch.empty(width, height)
+    if len(chunks) == 1:
+        return chunks[0]
+    keys: list[tuple] = [(int(c.t[0]), int(c.t[-1]), len(c)) for c in chunks]
+    if len(set(keys)) < len(keys):  # rare tie: break it by content, never by arrival
+        keys = [(*k, _digest(c)) for k, c in zip(keys, chunks, strict=True)]
+    order = sorted(range(len(chunks)), key=keys.__getitem__)
+    # chunk t is sorted, so the union is sorted unless chunks overlap (reordered input)
+    return EventBatch.concat([chunks[i] for i in order]).sorted()
+
+
+def _digest(b: EventBatch) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for a in (b.t, b.x, b.y, b.p):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.digest()

@@ -1,0 +1,49 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rosbags.rosbag2 import StoragePlugin, Writer
+
+from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE, typestore
+from crossspec_ros.events.packet import EventPacketData
+
+
+def _event_packet_msg(packet: EventPacketData):
+    types = typestore().types
+    sec, nanosec = divmod(packet.stamp_ns, 1_000_000_000)
+    header = types["std_msgs/msg/Header"](
+        stamp=types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
+        frame_id=packet.frame_id)
+    return types[EVENT_PACKET_TYPE](
+        header=header, height=packet.height, width=packet.width, seq=packet.seq,
+        time_base=packet.time_base, encoding=packet.encoding,
+        is_bigendian=packet.is_bigendian,
+        events=np.frombuffer(bytes(packet.events), dtype=np.uint8))
+
+
+@pytest.fixture
+def write_event_bag() -> Callable[..., Path]:
+    """write_event_bag(path, [(topic, packet), ...], storage="mcap"|"sqlite3") -> path.
+
+    Log time = header stamp, as crossspec's bag writer does.
+    """
+    def write(path: Path, messages: Iterable[tuple[str, EventPacketData]],
+              storage: str = "mcap") -> Path:
+        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+        store = typestore()
+        with Writer(path, version=9, storage_plugin=plugin) as writer:
+            conns = {}
+            for topic, packet in messages:
+                if topic not in conns:
+                    conns[topic] = writer.add_connection(topic, EVENT_PACKET_TYPE,
+                                                         typestore=store)
+                data = store.serialize_cdr(_event_packet_msg(packet), EVENT_PACKET_TYPE)
+                writer.write(conns[topic], packet.stamp_ns, data)
+        return path
+
+    return write

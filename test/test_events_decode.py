@@ -1,0 +1,136 @@
+"""The decode path on bad input: warned once, counted, never raised."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.events.decode import EventPacketDecoder
+from crossspec_ros.events.encode import encode_evt3_packets
+from crossspec_ros.events.packet import EventPacketData
+
+ROS_T0 = 1_700_000_000_000_000_000
+
+
+def packets_of(n: int = 2000, seed: int = 0, width: int = 640, height: int = 480,
+               span_ns: int = 10**8, t0: int = ROS_T0) -> tuple[EventBatch, list[EventPacketData]]:
+    rng = np.random.default_rng(seed)
+    t = t0 + np.sort(rng.integers(0, span_ns // 1000, n)) * 1000
+    batch = EventBatch(t, rng.integers(0, width, n), rng.integers(0, height, n),
+                       rng.integers(0, 2, n), width, height)
+    return batch, encode_evt3_packets(batch, 1_000_000)
+
+
+def warnings_in(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("encoding", ["libcaer_cmp", "mono", "evt2", "trigger", ""])
+def test_unknown_encoding_is_warned_once_and_counted(
+        caplog: pytest.LogCaptureFixture, encoding: str) -> None:
+    _, packets = packets_of()
+    decoder = EventPacketDecoder(name="/cam/events")
+    with caplog.at_level(logging.WARNING):
+        outs = [decoder.decode(replace(p, encoding=encoding)) for p in packets]
+    assert all(len(o) == 0 for o in outs)
+    assert decoder.stats.unsupported_encoding == len(packets)
+    warned = warnings_in(caplog)
+    assert len(warned) == 1
+    assert repr(encoding) in warned[0] and "/cam/events" in warned[0] and "evt3" in warned[0]
+
+
+def test_big_endian_packets_are_unsupported_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    _, packets = packets_of()
+    decoder = EventPacketDecoder()
+    with caplog.at_level(logging.WARNING):
+        outs = [decoder.decode(replace(p, is_bigendian=True)) for p in packets[:5]]
+    assert sum(len(o) for o in outs) == 0
+    assert decoder.stats.big_endian == 5
+    assert len(warnings_in(caplog)) == 1
+
+
+def test_out_of_range_coordinates_are_dropped_and_counted() -> None:
+    # Encoded for 640x480, announced as 320x240: a quarter of the events fit.
+    batch, packets = packets_of(n=4000, seed=1)
+    decoder = EventPacketDecoder()
+    out = EventBatch.concat([decoder.decode(replace(p, width=320, height=240))
+                             for p in packets], 320, 240)
+    inside = (batch.x < 320) & (batch.y < 240)
+    assert out.in_bounds_mask().all()
+    assert decoder.stats.out_of_bounds_events == int((~inside).sum())
+    assert np.array_equal(out.x, batch.x[inside]) and np.array_equal(out.t, batch.t[inside])
+
+
+def test_empty_packets_are_counted_without_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    decoder = EventPacketDecoder()
+    with caplog.at_level(logging.WARNING):
+        for events in (b"", np.zeros(0, np.uint8)):
+            out = decoder.decode(EventPacketData(ROS_T0, 640, 480, 0, 0, "evt3", events))
+            assert len(out) == 0 and (out.width, out.height) == (640, 480)
+    assert decoder.stats.empty_packets == 2
+    assert warnings_in(caplog) == []
+
+
+def test_odd_length_packets_carry_the_half_word(caplog: pytest.LogCaptureFixture) -> None:
+    batch, packets = packets_of()
+    data = b"".join(p.events for p in packets)
+    cut = 2 * (len(data) // 4) + 1
+    halves = [replace(packets[0], events=data[:cut]), replace(packets[0], events=data[cut:])]
+    decoder = EventPacketDecoder()
+    with caplog.at_level(logging.WARNING):
+        out = EventBatch.concat([decoder.decode(h) for h in halves])
+    assert np.array_equal(out.x, batch.x) and np.array_equal(out.p, batch.p)
+    assert decoder.stats.odd_length == 2
+    assert len(warnings_in(caplog)) == 1
+
+
+def test_sensor_size_change_restarts_the_decoder(caplog: pytest.LogCaptureFixture) -> None:
+    batch_a, packets_a = packets_of(seed=2)
+    batch_b, packets_b = packets_of(seed=3, width=320, height=240, t0=ROS_T0 + 10**9)
+    decoder = EventPacketDecoder()
+    with caplog.at_level(logging.WARNING):
+        out_a = EventBatch.concat([decoder.decode(p) for p in packets_a])
+        out_b = EventBatch.concat([decoder.decode(p) for p in packets_b])
+    assert out_a.equals(batch_a) and out_b.equals(batch_b)
+    assert decoder.stats.size_changes == 1
+    assert any("320x240" in w for w in warnings_in(caplog))
+
+
+@pytest.mark.parametrize("size", [(0, 480), (640, 0), (4096, 480), (-1, 5)])
+def test_invalid_sensor_sizes_are_counted(size: tuple[int, int]) -> None:
+    _, packets = packets_of()
+    decoder = EventPacketDecoder()
+    out = decoder.decode(replace(packets[0], width=size[0], height=size[1]))
+    assert len(out) == 0 and decoder.stats.invalid_size == 1
+
+
+def test_clock_recovers_exactly_after_a_camera_reset() -> None:
+    # The camera restarts 3 s in: its sensor clock starts again from 0 (a new epoch).
+    batch_a, packets_a = packets_of(n=3000, seed=4, span_ns=3 * 10**9)
+    t_reset = int(batch_a.t[-1]) + 5_000_000
+    batch_b, _ = packets_of(n=3000, seed=5, span_ns=3 * 10**9, t0=t_reset)
+    packets_b = encode_evt3_packets(batch_b, 1_000_000, epoch_ns=t_reset)
+    decoder = EventPacketDecoder()
+    out = EventBatch.concat([decoder.decode(p) for p in packets_a + packets_b])
+    assert out.equals(EventBatch.concat([batch_a, batch_b]))
+    assert decoder.stats.clock_resets == 1
+
+
+def test_clock_follows_a_bag_loop_exactly() -> None:
+    # Replaying the same packets again (ROS time and sensor time both go back) after a wrap.
+    batch, packets = packets_of(n=3000, seed=6, span_ns=20 * 10**9)
+    decoder = EventPacketDecoder()
+    first = EventBatch.concat([decoder.decode(p) for p in packets])
+    second = EventBatch.concat([decoder.decode(p) for p in packets])
+    assert first.equals(batch) and second.equals(batch)
+
+
+def test_decoder_accepts_array_payloads_like_bytes() -> None:
+    batch, packets = packets_of(seed=7)
+    decoder = EventPacketDecoder()
+    arrays = [replace(p, events=np.frombuffer(p.events, np.uint8)) for p in packets]
+    assert EventBatch.concat([decoder.decode(p) for p in arrays]).equals(batch)

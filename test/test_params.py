@@ -1,0 +1,44 @@
+"""Parameters: ROS-style YAML sections, defaults, and clear validation errors."""
+
+import pytest
+
+from crossspec_ros.params import SYNC_PARAMS, ParameterError, load_yaml_params, validate
+
+ROOT_CONFIG = "config/drive.yaml"
+
+
+def test_node_section_overrides_the_wildcard_section(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("/**:\n  ros__parameters:\n    frames_per_window: 4\n    window_length_s: 2.0\n"
+                    "/crossspec_draft:\n  ros__parameters:\n    frames_per_window: 6\n")
+    assert load_yaml_params(path, "crossspec_draft") == {"frames_per_window": 6,
+                                                          "window_length_s": 2.0}
+    assert load_yaml_params(path, "other")["frames_per_window"] == 4
+
+
+def test_shipped_config_validates_and_documents_every_sync_parameter():
+    values = load_yaml_params(ROOT_CONFIG, "any_node")
+    assert set(values) == {p.name for p in SYNC_PARAMS}
+    assert validate(values, SYNC_PARAMS)["frames_per_window"] == 8
+
+
+def test_validation_names_the_parameter_the_problem_and_the_fix():
+    with pytest.raises(ParameterError, match=r"did you mean 'window_length_s'"):
+        validate({"window_lenght_s": 1.0}, SYNC_PARAMS)
+    with pytest.raises(ParameterError, match=r"'frames_per_window' must be int, got 'x'"):
+        validate({"frames_per_window": "x"}, SYNC_PARAMS)
+    with pytest.raises(ParameterError, match=r"'frames_per_window' = 0 is invalid: must be >= 1"):
+        validate({"frames_per_window": 0}, SYNC_PARAMS)
+    assert validate({"window_length_s": 2}, SYNC_PARAMS)["window_length_s"] == 2.0
+
+
+def test_broken_yaml_files_are_reported_with_their_path(tmp_path):
+    with pytest.raises(ParameterError, match="does not exist"):
+        load_yaml_params(tmp_path / "missing.yaml", "n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("/**: [unclosed\n")
+    with pytest.raises(ParameterError, match="not valid YAML"):
+        load_yaml_params(bad, "n")
+    bad.write_text("/**:\n  ros__parameters: 3\n")
+    with pytest.raises(ParameterError, match="needs a 'ros__parameters' mapping"):
+        load_yaml_params(bad, "n")
