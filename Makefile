@@ -4,8 +4,8 @@ BIN       := $(VENV)/bin
 CROSSSPEC := $(BIN)/crossspec
 # The bag `make drive` replays: the bundled sample bag once it exists, else a generated
 # test-pattern bag (moving shapes; see crossspec_ros/bags/test_pattern.py).
-SAMPLE_BAG := rosbags/sample.mcap
-PATTERN_BAG := build/test_pattern.mcap
+SAMPLE_BAG := rosbags/sample
+PATTERN_BAG := build/test_pattern
 BAG ?= $(if $(wildcard $(SAMPLE_BAG)),$(SAMPLE_BAG),$(PATTERN_BAG))
 PYTEST_ARGS ?=
 

@@ -69,6 +69,8 @@ class CaptionModel(ABC):
     info: ModelInfo
     tokenizer: Any  # a transformers PreTrainedTokenizer(Fast)
     device: torch.device
+    # CUDA stream for this model's kernels (None: the current stream; ignored on CPU)
+    stream: Any = None
 
     @abstractmethod
     def prepare(self, window: Any) -> Any:

@@ -1,0 +1,150 @@
+"""Shared backend for transformers' LLaVA-family models (Video-LLaVA, LLaVA).
+
+The prompt's placeholder token (``<video>``/``<image>``) is expanded to as many copies as the
+vision tower yields features, exactly as the models' own processors do. Prefill runs the
+vision tower first (timed separately) and hands its output to the model through
+``mm_encoder_outputs``; every later step feeds token ids only.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache, GenerationConfig
+
+from crossspec_ros.models.base import CaptionModel, ModelInfo, PrefillTiming
+from crossspec_ros.models.hf_session import HFSession
+from crossspec_ros.models.loading import resolve_device
+from crossspec_ros.models.streams import Stopwatch, inference, synchronize
+
+
+@dataclass
+class VisionTextInputs:
+    """Model inputs of one window: prompt ids (placeholders expanded) and pixel values."""
+
+    input_ids: torch.Tensor       # [1, L] int64
+    pixel_values: torch.Tensor    # [1, F, 3, S, S] video frames, or [K, 3, S, S] images
+
+
+def expand_placeholder(ids: list[int], token_id: int, copies: int) -> list[int]:
+    """Each occurrence of ``token_id`` replaced by ``copies`` copies of it."""
+    out: list[int] = []
+    for t in ids:
+        out.extend([t] * copies if t == token_id else [t])
+    return out
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+class HFLlavaFamilyModel(CaptionModel):
+    """CaptionModel over a transformers LLaVA-family ``...ForConditionalGeneration``."""
+
+    modality: str = "image"            # key of mm_encoder_outputs
+    template: str = "USER: {placeholder}\n{question} ASSISTANT:"
+    default_question: str = "Describe the driving scene."
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str, placeholder: str,
+                 question: str | None = None, max_new_tokens: int = 64,
+                 proposable_ids: int | None = None, stream: Any | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = _device_of(model)
+        self.stream = stream
+        self.question = self.default_question if question is None else question
+        self.placeholder = placeholder
+        self.placeholder_id = int(tokenizer.convert_tokens_to_ids(placeholder))
+        if self.placeholder_id in (None, tokenizer.unk_token_id):
+            raise ValueError(f"the tokenizer has no '{placeholder}' token")
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        special = [i for i in self._special_ids() if i is not None]
+        self.info = ModelInfo(
+            name=name, vocab_size=vocab,
+            proposable_ids=proposable_ids if proposable_ids is not None else min(special),
+            eos_token_id=int(tokenizer.eos_token_id), max_new_tokens=max_new_tokens,
+        )
+
+    def to(self, device: str | torch.device) -> HFLlavaFamilyModel:
+        """Move the (unquantized) model to ``device``; returns self."""
+        self.device = resolve_device(device)
+        self.model.to(self.device)
+        return self
+
+    # -- what subclasses define ------------------------------------------------------------
+    @abstractmethod
+    def _special_ids(self) -> list[int | None]:
+        """Ids of the model's multimodal special tokens (the lowest one bounds proposals)."""
+
+    @abstractmethod
+    def _encode(self, pixel_values: torch.Tensor) -> Any:
+        """Vision tower + projector output for ``mm_encoder_outputs[self.modality]``."""
+
+    @abstractmethod
+    def _pixel_kwargs(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Keyword arguments carrying the pixels to the model's ``generate``."""
+
+    @property
+    def vision_dtype(self) -> torch.dtype:
+        """dtype of the vision tower's input (quantized models keep convs in float)."""
+        for module in self.model.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                return module.weight.dtype
+        return torch.float32
+
+    # -- prompt ----------------------------------------------------------------------------
+    def prompt(self, question: str | None = None, placeholder: str | None = None) -> str:
+        """The model's prompt text around one placeholder."""
+        return self.template.format(placeholder=placeholder or self.placeholder,
+                                    question=self.question if question is None else question)
+
+    def prompt_ids(self, tokens_per_placeholder: int, question: str | None = None,
+                   placeholder: str | None = None) -> torch.Tensor:
+        """[1, L] prompt ids with each placeholder expanded to its feature count."""
+        ids = self.tokenizer(self.prompt(question, placeholder)).input_ids
+        if self.placeholder_id not in ids:
+            raise ValueError(f"prompt has no {self.placeholder} token: {self.prompt(question)!r}")
+        expanded = expand_placeholder(ids, self.placeholder_id, tokens_per_placeholder)
+        return torch.tensor([expanded], dtype=torch.long)
+
+    # -- decoding --------------------------------------------------------------------------
+    def _step(self, ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        return self.model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0]
+
+    def prefill(self, inputs: VisionTextInputs) -> HFSession:
+        """Vision encoding, then the prompt prefill into a fresh DynamicCache."""
+        watch = Stopwatch(self.device, self.stream)
+        with inference(self.device, self.stream):
+            pixels = inputs.pixel_values.to(self.device, self.vision_dtype, non_blocking=True)
+            ids = inputs.input_ids.to(self.device, non_blocking=True)
+            encoded = self._encode(pixels)
+            vision_ms = watch.lap_ms()
+            cache = DynamicCache(config=self.model.config)
+            out = self.model(input_ids=ids, past_key_values=cache, use_cache=True,
+                             mm_encoder_outputs={self.modality: encoded}, logits_to_keep=1)
+            first = out.logits[0, -1].float()
+            prefill_ms = watch.lap_ms()
+        return HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
+                         self.device, self.stream)
+
+    def reference_generate(self, inputs: VisionTextInputs,
+                           max_new_tokens: int | None = None) -> list[int]:
+        """Greedy decoding by the model's own ``generate``: the losslessness reference.
+
+        A clean GenerationConfig (greedy, no penalties) so only the model's logits decide.
+        """
+        limit = self.info.max_new_tokens if max_new_tokens is None else max_new_tokens
+        eos = self.info.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=limit,
+                                  eos_token_id=eos, pad_token_id=eos if pad is None else pad)
+        with inference(self.device, self.stream):
+            ids = inputs.input_ids.to(self.device)
+            pixels = inputs.pixel_values.to(self.device, self.vision_dtype)
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                      generation_config=config, **self._pixel_kwargs(pixels))
+        synchronize(self.device, self.stream)
+        return [int(t) for t in out[0, ids.shape[1]:].tolist()]

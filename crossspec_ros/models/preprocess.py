@@ -1,0 +1,87 @@
+"""CLIP image preprocessing without torchvision (Pillow + numpy).
+
+Same steps as transformers' CLIPImageProcessor / VideoLlavaImageProcessor: resize the
+shortest edge with Pillow's bicubic filter (the longer edge is ``int(size * long / short)``),
+center crop, rescale by 1/255, normalize with the OpenAI CLIP mean and std.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from crossspec_ros.models.loading import read_json
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass(frozen=True)
+class ClipPreprocess:
+    """Shortest-edge resize to ``size``, center crop to ``crop`` (default: size), normalize."""
+
+    size: int
+    crop: int | None = None
+    mean: tuple[float, ...] = field(default=CLIP_MEAN)
+    std: tuple[float, ...] = field(default=CLIP_STD)
+
+    @classmethod
+    def from_dir(cls, directory: str | Path, default_size: int) -> ClipPreprocess:
+        """Settings from preprocessor_config.json, else CLIP defaults at ``default_size``."""
+        file = Path(directory) / "preprocessor_config.json"
+        if not file.is_file():
+            return cls(default_size)
+        cfg = read_json(file)
+        size = cfg.get("size", default_size)
+        size = size.get("shortest_edge", size.get("height", default_size)) if isinstance(
+            size, dict) else size
+        crop = cfg.get("crop_size", size)
+        crop = crop.get("height", size) if isinstance(crop, dict) else crop
+        return cls(int(size), int(crop), tuple(cfg.get("image_mean", CLIP_MEAN)),
+                   tuple(cfg.get("image_std", CLIP_STD)))
+
+    def __call__(self, images: Sequence[np.ndarray] | np.ndarray) -> torch.Tensor:
+        """float32 [N, 3, crop, crop] from N H x W x 3 uint8 RGB images."""
+        return torch.from_numpy(np.stack([self.one(img) for img in images]))
+
+    def one(self, image: np.ndarray) -> np.ndarray:
+        """[3, crop, crop] float32 for one H x W x 3 uint8 RGB image."""
+        image = np.asarray(image)
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"expected an H x W x 3 uint8 RGB image, got {image.shape} "
+                             f"{image.dtype}")
+        h, w = image.shape[:2]
+        if h == 0 or w == 0:
+            raise ValueError(f"cannot preprocess an empty {w}x{h} image")
+        crop = self.size if self.crop is None else self.crop
+        short, long = (w, h) if w <= h else (h, w)
+        new_long = int(self.size * long / short)
+        new_w, new_h = (self.size, new_long) if w <= h else (new_long, self.size)
+        resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.BICUBIC))
+        resized = _center_crop(resized, crop)
+        x = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)
+        x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+def _center_crop(image: np.ndarray, crop: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    if h < crop or w < crop:  # only when crop > size: pad with zeros like transformers
+        padded = np.zeros((max(h, crop), max(w, crop), 3), image.dtype)
+        top, left = (padded.shape[0] - h + 1) // 2, (padded.shape[1] - w + 1) // 2
+        padded[top:top + h, left:left + w] = image
+        image, h, w = padded, padded.shape[0], padded.shape[1]
+    top, left = (h - crop) // 2, (w - crop) // 2
+    return image[top:top + crop, left:left + crop]
+
+
+def uniform_indices(n_available: int, n_wanted: int) -> list[int]:
+    """``n_wanted`` indices into ``n_available`` items, centred in equal bins (repeats if short)."""
+    if n_available < 1 or n_wanted < 1:
+        raise ValueError(f"need at least one item and one pick, got {n_available}, {n_wanted}")
+    return [((2 * i + 1) * n_available) // (2 * n_wanted) for i in range(n_wanted)]

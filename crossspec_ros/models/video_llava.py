@@ -1,0 +1,81 @@
+"""Video-LLaVA verifier (transformers ``VideoLlavaForConditionalGeneration``) on RGB frames.
+
+8 frames per window (fewer are repeated by uniform index sampling), CLIP-preprocessed without
+torchvision; the video path keeps CLS, so ``<video>`` expands to frames x (patches + 1)
+tokens (8 x 257 = 2056 for the 7B model); features from ``vision_feature_layer`` (-2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import VideoLlavaForConditionalGeneration
+
+from crossspec_ros.models.hf_backend import HFLlavaFamilyModel, VisionTextInputs
+from crossspec_ros.models.loading import load_hf_model, load_tokenizer, resolve_source
+from crossspec_ros.models.preprocess import ClipPreprocess, uniform_indices
+
+HUB_ID = "LanguageBind/Video-LLaVA-7B-hf"
+VIDEO_TOKEN = "<video>"
+
+
+class VideoLlavaVerifier(HFLlavaFamilyModel):
+    """The verifier: a window's RGB frames -> Video-LLaVA decoding session."""
+
+    modality = "video"
+
+    def __init__(self, model: Any, tokenizer: Any, *, num_frames: int = 8,
+                 preprocess: ClipPreprocess | None = None, name: str = "video-llava",
+                 **kwargs: Any) -> None:
+        super().__init__(model, tokenizer, name=name, placeholder=VIDEO_TOKEN, **kwargs)
+        vision = model.config.vision_config
+        self.num_frames = num_frames
+        self.preprocess = preprocess or ClipPreprocess(vision.image_size)
+        side = (self.preprocess.crop or self.preprocess.size) // vision.patch_size
+        self.tokens_per_frame = side * side + 1  # the video path keeps CLS
+        self.info.extra.update(num_frames=num_frames, tokens_per_frame=self.tokens_per_frame)
+
+    @classmethod
+    def load(cls, source: str | Path = HUB_ID, *, dtype: str | torch.dtype = "bf16",
+             quantization: str | None = None, device: str | torch.device = "cpu",
+             allow_download: bool = False, **kwargs: Any) -> VideoLlavaVerifier:
+        """From a local directory or a hub id in the local cache (fp32/bf16/fp16, 4bit/8bit)."""
+        model = load_hf_model(VideoLlavaForConditionalGeneration, source, dtype=dtype,
+                              quantization=quantization, device=device,
+                              allow_download=allow_download)
+        where = resolve_source(source, allow_download)
+        tokenizer = load_tokenizer(where, allow_download)
+        preprocess = ClipPreprocess.from_dir(where, model.config.vision_config.image_size) \
+            if Path(where).is_dir() else None
+        return cls(model, tokenizer, preprocess=preprocess, **kwargs)
+
+    def _special_ids(self) -> list[int | None]:
+        cfg = self.model.config
+        return [cfg.image_token_id, cfg.video_token_id]
+
+    def _encode(self, pixel_values: torch.Tensor) -> Any:
+        return self.model.model.get_video_features(pixel_values_videos=pixel_values,
+                                                   return_dict=True)
+
+    def _pixel_kwargs(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"pixel_values_videos": pixel_values}
+
+    def prepare(self, window: Any, question: str | None = None) -> VisionTextInputs:
+        """A sync.Window (its ``frames[i].image``: H x W x 3 uint8 RGB) -> model inputs."""
+        if not window.frames:
+            raise ValueError("window has no RGB frames; the verifier cannot caption it")
+        return self.prepare_frames([f.image for f in window.frames], question)
+
+    def prepare_frames(self, frames: Sequence[np.ndarray],
+                       question: str | None = None) -> VisionTextInputs:
+        """``num_frames`` frames sampled uniformly from ``frames`` -> model inputs."""
+        if len(frames) == 0:
+            raise ValueError("no frames given; the verifier needs at least one RGB frame")
+        picked = [frames[i] for i in uniform_indices(len(frames), self.num_frames)]
+        pixels = self.preprocess(picked).unsqueeze(0)
+        ids = self.prompt_ids(self.num_frames * self.tokens_per_frame, question)
+        return VisionTextInputs(ids, pixels)

@@ -1,0 +1,135 @@
+"""Loading errors are specific and say what, where and what to do."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from crossspec_ros.models import loading
+from crossspec_ros.models.errors import (
+    CheckpointLayoutError,
+    DeviceUnavailableError,
+    ModelLoadError,
+    ModelNotFoundError,
+    QuantizationUnavailableError,
+    UnsupportedDtypeError,
+)
+from crossspec_ros.models.eventgpt_checkpoint import load_eventgpt, save_eventgpt
+from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+from crossspec_ros.models.llava_drafter import LlavaEventDrafter
+from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
+from crossspec_ros.models.video_llava import HUB_ID, VideoLlavaVerifier
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+
+@pytest.fixture(scope="module")
+def verifier_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("verifier")
+    verifier = tiny_verifier(seed=0)
+    verifier.model.save_pretrained(directory)
+    verifier.tokenizer.save_pretrained(directory)
+    return directory
+
+
+def test_missing_directory_is_named(tmp_path):
+    missing = tmp_path / "nowhere" / "model"
+    with pytest.raises(ModelNotFoundError, match=r"nowhere/model does not exist"):
+        VideoLlavaVerifier.load(missing)
+    with pytest.raises(ModelNotFoundError, match=r"nowhere/model does not exist"):
+        load_eventgpt(missing)
+
+
+def test_hub_id_not_in_the_offline_cache_says_how_to_get_it(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelNotFoundError) as err:
+        VideoLlavaVerifier.load(HUB_ID)
+    message = str(err.value)
+    assert HUB_ID in message and str(tmp_path) in message
+    assert f"hf download {HUB_ID}" in message and "downloads are off" in message
+
+
+def test_directory_without_config_lists_what_is_there(tmp_path):
+    (tmp_path / "weights.txt").write_text("x")
+    with pytest.raises(ModelNotFoundError, match=r"no config\.json \(found: weights\.txt\)"):
+        LlavaEventDrafter.load(tmp_path)
+
+
+def test_directory_without_weights_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"mm_visual_tower": "x"}))
+    with pytest.raises(ModelNotFoundError, match=r"holds no weights \(\*\.safetensors or \*\.bin"):
+        load_eventgpt(tmp_path)
+
+
+def test_directory_without_tokenizer_is_refused(tmp_path):
+    drafter = tiny_eventgpt_drafter(seed=0)
+    save_eventgpt(drafter.model, tmp_path)  # no tokenizer
+    with pytest.raises(ModelNotFoundError, match="no usable tokenizer"):
+        EventGPTDrafter.load(tmp_path, dtype="fp32")
+
+
+@NO_CUDA
+def test_cuda_without_a_gpu_is_a_clear_error(verifier_dir):
+    with pytest.raises(DeviceUnavailableError, match=r"CUDA is not available.*use device 'cpu'"):
+        loading.resolve_device("cuda")
+    with pytest.raises(DeviceUnavailableError):
+        VideoLlavaVerifier.load(verifier_dir, device="cuda:0")
+
+
+def test_unknown_device_type_is_refused():
+    with pytest.raises(DeviceUnavailableError, match="'meta' is not supported"):
+        loading.resolve_device("meta")
+
+
+def test_missing_bitsandbytes_for_4bit_says_what_to_install(verifier_dir, monkeypatch):
+    monkeypatch.setattr(loading, "bitsandbytes_available", lambda: False)
+    with pytest.raises(QuantizationUnavailableError, match="pip install bitsandbytes"):
+        VideoLlavaVerifier.load(verifier_dir, quantization="4bit")
+    with pytest.raises(QuantizationUnavailableError, match="needs bitsandbytes"):
+        loading.quantization_config("8bit", torch.float16)
+
+
+def test_unknown_quantization_is_refused():
+    with pytest.raises(ModelLoadError, match="'3bit' is not supported"):
+        loading.quantization_config("3bit", torch.float16)
+
+
+@pytest.mark.parametrize("name", ["int4", "float64", "half-ish"])
+def test_unsupported_dtype_is_refused_with_the_choices(verifier_dir, name):
+    with pytest.raises(UnsupportedDtypeError, match="use one of fp32, bf16, fp16"):
+        VideoLlavaVerifier.load(verifier_dir, dtype=name)
+
+
+@pytest.mark.parametrize("name, dtype", [("fp32", torch.float32), ("bfloat16", torch.bfloat16),
+                                         ("fp16", torch.float16), (torch.float16, torch.float16)])
+def test_supported_dtypes_resolve(name, dtype):
+    assert loading.resolve_dtype(name) is dtype
+
+
+class _NotATensor:
+    pass
+
+
+def test_bin_holding_arbitrary_objects_is_refused(tmp_path):
+    torch.save({"model.norm.weight": _NotATensor()}, tmp_path / "pytorch_model.bin")
+    pattern = r"weights_only=True refuses.*_NotATensor.*safetensors"
+    with pytest.raises(ModelLoadError, match=pattern):
+        loading.read_state_dict(tmp_path)
+
+
+def test_video_llava_checkpoint_missing_a_key_names_it(verifier_dir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    for item in verifier_dir.iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    state = load_file(tmp_path / "model.safetensors")
+    dropped = next(k for k in sorted(state) if "multi_modal_projector.linear_1.weight" in k)
+    del state[dropped]
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointLayoutError, match=r"1 missing key\(s\), first: "
+                                                    r"model\.multi_modal_projector\.linear_1"):
+        VideoLlavaVerifier.load(tmp_path, dtype="fp32")
