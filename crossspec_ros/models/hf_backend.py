@@ -130,17 +130,20 @@ class HFLlavaFamilyModel(CaptionModel):
         return HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
                          self.device, self.stream)
 
-    def reference_generate(self, inputs: VisionTextInputs,
-                           max_new_tokens: int | None = None) -> list[int]:
+    def reference_generate(self, inputs: VisionTextInputs, max_new_tokens: int | None = None,
+                           **generate_options: Any) -> list[int]:
         """Greedy decoding by the model's own ``generate``: the losslessness reference.
 
         A clean GenerationConfig (greedy, no penalties) so only the model's logits decide.
+        ``generate_options`` go into it (e.g. ``prompt_lookup_num_tokens`` for the benchmark's
+        prompt-lookup baseline).
         """
         limit = self.info.max_new_tokens if max_new_tokens is None else max_new_tokens
         eos = self.info.eos_token_id
         pad = self.tokenizer.pad_token_id
         config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=limit,
-                                  eos_token_id=eos, pad_token_id=eos if pad is None else pad)
+                                  eos_token_id=eos, pad_token_id=eos if pad is None else pad,
+                                  **generate_options)
         with inference(self.device, self.stream):
             ids = inputs.input_ids.to(self.device)
             pixels = inputs.pixel_values.to(self.device, self.vision_dtype)

@@ -26,7 +26,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +58,8 @@ class EngineConfig:
     proposers: tuple[str, ...] = ("draft_stream", "draft_ngram", "history_ngram")
     history_windows: int = 4             # previous confirmed captions searched by n-gram
     ngram_max: int = 4
-    draft_lookahead: int = 48            # drafter stops this many tokens past the confirmed
+    draft_lookahead: int = 48            # how far the drafter runs ahead during the prefill
+    keep_sessions: bool = False          # keep both KV caches on the result (tests, debugging)
 
     def __post_init__(self) -> None:
         if self.mode not in ("greedy", "sampling"):
@@ -84,6 +84,7 @@ class WindowResult:
     draft_text: str
     stats: WindowStats
     events: list[EngineEvent] = field(default_factory=list)
+    sessions: dict[str, ModelSession] = field(default_factory=dict)  # keep_sessions only
 
 
 class _DraftChannel:
@@ -91,12 +92,17 @@ class _DraftChannel:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
+        self.session: ModelSession | None = None  # the drafter's, once prefilled
         self.tokens: list[int] = []      # drafter ids, caption positions 0..
         self.revision = 0
         self.done = False
         self.confirmed: list[int] = []   # verifier ids, for re-sync
         self.confirmed_version = 0
         self.stop = False
+        # How far past the confirmed caption the drafter may run. Free while the verifier is in
+        # its prefill; afterwards only what the verifier would propose, so a drafter whose
+        # tokens are not accepted stops competing with the verifier for the device.
+        self.lookahead = 0
         self.error: BaseException | None = None
 
 
@@ -104,11 +110,10 @@ class SpeculativeEngine:
     """Runs drafter and verifier on one window at a time; see the module docstring."""
 
     def __init__(self, verifier: CaptionModel, drafter: CaptionModel | None = None,
-                 config: EngineConfig | None = None,
-                 verifier_stream: Any = None, drafter_stream: Any = None) -> None:
+                 config: EngineConfig | None = None) -> None:
         self.verifier, self.drafter = verifier, drafter
         self.config = config or EngineConfig()
-        self.verifier_stream, self.drafter_stream = verifier_stream, drafter_stream
+        _assign_cuda_streams(verifier, drafter)
         self.bridge = self._make_bridge()
         self.history = NgramProposer("history_ngram", max_ngram=self.config.ngram_max,
                                      min_ngram=0, max_sources=self.config.history_windows)
@@ -143,14 +148,16 @@ class SpeculativeEngine:
 
         stats = WindowStats(proposer_names=list(self.config.proposers))
         channel = _DraftChannel()
+        channel.lookahead = self.config.draft_lookahead
         drafter_thread = None
         if self.drafter is not None:
             drafter_thread = threading.Thread(
                 target=self._draft_worker, args=(window, channel, emit, stats),
                 name=f"crossspec-drafter-{window_id}", daemon=True)
             drafter_thread.start()
+        sessions: dict[str, ModelSession] = {}
         try:
-            tokens = self._verify(window, channel, emit, stats)
+            tokens = self._verify(window, channel, emit, stats, sessions)
         finally:
             with channel.cond:
                 channel.stop = True
@@ -164,8 +171,10 @@ class SpeculativeEngine:
             draft_text = self.drafter.tokenizer.decode(channel.tokens, skip_special_tokens=True)
         stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         emit(EventKind.FINAL, tokens=tokens, text=text)
+        if channel.session is not None:
+            sessions["drafter"] = channel.session
         return WindowResult(window_id, tokens, text, list(channel.tokens), draft_text, stats,
-                            events)
+                            events, sessions if self.config.keep_sessions else {})
 
     def stream(self, window: Any, t_close: float | None = None) -> Iterator[EngineEvent]:
         """The same as run_window, as an iterator of events (ends after FINAL)."""
@@ -189,57 +198,61 @@ class SpeculativeEngine:
     def verifier_only(self, window: Any, max_new_tokens: int | None = None) -> list[int]:
         """The verifier alone, plain decoding (greedy or sampling with the same seed rule)."""
         limit = max_new_tokens or self.config.max_new_tokens
-        with _on_stream(self.verifier_stream):
-            session = self.verifier.prefill(self.verifier.prepare(window))
-            generator = self._generator(window)
-            tokens: list[int] = []
-            logits = session.last_logits
-            while len(tokens) < limit:
-                tokens.append(self._own_token(logits, generator))
-                if tokens[-1] == self.verifier.info.eos_token_id:
-                    break
-                logits = session.feed([tokens[-1]])[-1]
+        session = self.verifier.prefill(self.verifier.prepare(window))
+        generator = self._generator(window)
+        tokens: list[int] = []
+        logits = session.last_logits
+        while len(tokens) < limit:
+            tokens.append(self._own_token(logits, generator))
+            if tokens[-1] == self.verifier.info.eos_token_id:
+                break
+            logits = session.feed([tokens[-1]])[-1]
         return tokens
 
     # ---------------------------------------------------------------- verifier
     def _verify(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
-                stats: WindowStats) -> list[int]:
+                stats: WindowStats, sessions: dict[str, ModelSession]) -> list[int]:
         cfg, eos = self.config, self.verifier.info.eos_token_id
         draft_stream = DraftStreamProposer()
         draft_ngram = NgramProposer("draft_ngram", max_ngram=cfg.ngram_max)
         generator = self._generator(window)
-        with _on_stream(self.verifier_stream):
-            t0 = time.perf_counter()
-            session = self.verifier.prefill(self.verifier.prepare(window))
-            stats.verifier_prefill_ms = (time.perf_counter() - t0) * 1e3
-            emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)
-            # token 0 is the verifier's own: it comes out of the prefill for free
-            confirmed = [self._own_token(session.last_logits, generator)]
-            self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
-            while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
-                room = cfg.max_new_tokens - len(confirmed)
-                name, proposal = self._choose_proposal(confirmed, channel, draft_stream,
-                                                       draft_ngram, room)
-                # One forward over [pending, p1..pg]: row i is the distribution after
-                # confirmed + p1..pi, exactly what the verification rule needs.
-                t_round = time.perf_counter()
-                rows = session.feed([confirmed[-1], *proposal])
-                self.cost.observe(len(proposal) + 1, time.perf_counter() - t_round)
-                if cfg.mode == "greedy":
-                    verdict = verify_greedy(proposal, rows)
-                else:
-                    verdict = verify_sampling(proposal, rows, temperature=cfg.temperature,
-                                              generator=generator)
-                new = verdict.confirmed(proposal)[:room]
-                new = _strip_after_eos(new, eos)
-                # the cache holds confirmed + proposal; keep confirmed + accepted ones
-                session.rollback(len(confirmed) + verdict.n_accepted)
-                stats.record_round(name, len(proposal), verdict.n_accepted)
-                if name is not None:
-                    self.trackers[name].observe(len(proposal), verdict.n_accepted)
-                base = len(confirmed)
-                confirmed.extend(new)
-                self._confirm(confirmed, base, new, channel, emit, stats)
+        t0 = time.perf_counter()
+        inputs = self.verifier.prepare(window)
+        t1 = time.perf_counter()
+        session = self.verifier.prefill(inputs)
+        sessions["verifier"] = session
+        stats.verifier_prepare_ms = (t1 - t0) * 1e3
+        stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
+        emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)
+        # token 0 is the verifier's own: it comes out of the prefill for free
+        confirmed = [self._own_token(session.last_logits, generator)]
+        self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
+        while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
+            room = cfg.max_new_tokens - len(confirmed)
+            name, proposal = self._choose_proposal(confirmed, channel, draft_stream,
+                                                   draft_ngram, room)
+            # One forward over [pending, p1..pg]: row i is the distribution after
+            # confirmed + p1..pi, exactly what the verification rule needs.
+            t_round = time.perf_counter()
+            rows = session.feed([confirmed[-1], *proposal])
+            self.cost.observe(len(proposal) + 1, time.perf_counter() - t_round)
+            if cfg.mode == "greedy":
+                verdict = verify_greedy(proposal, rows)
+            else:
+                verdict = verify_sampling(proposal, rows, temperature=cfg.temperature,
+                                          generator=generator)
+            new = verdict.confirmed(proposal)[:room]
+            new = _strip_after_eos(new, eos)
+            # the cache holds confirmed + proposal; keep confirmed + accepted ones
+            session.rollback(len(confirmed) + verdict.n_accepted)
+            stats.record_round(name, len(proposal), verdict.n_accepted)
+            if name is not None:
+                self.trackers[name].observe(len(proposal), verdict.n_accepted)
+            if name != "draft_stream" and "draft_stream" in self.trackers:
+                self._judge_unproposed_draft(draft_stream, confirmed, new)
+            base = len(confirmed)
+            confirmed.extend(new)
+            self._confirm(confirmed, base, new, channel, emit, stats)
         return confirmed
 
     def _choose_proposal(self, confirmed: list[int], channel: _DraftChannel,
@@ -290,7 +303,33 @@ class SpeculativeEngine:
         with channel.cond:
             channel.confirmed = list(confirmed)
             channel.confirmed_version += 1
+            channel.lookahead = self._draft_budget()
             channel.cond.notify_all()
+
+    def _judge_unproposed_draft(self, draft: DraftStreamProposer, confirmed: list[int],
+                                new: list[int]) -> None:
+        """Score the draft on tokens confirmed without it (it was not proposed, or had not
+        got there yet), so a drafter that keeps being wrong is noticed and paused."""
+        offset = len(confirmed) - draft.base
+        if offset < 0 or draft.tokens[:offset] != confirmed[draft.base:]:
+            return  # the draft already disagreed earlier: judged then, re-syncing now
+        predicted = draft.tokens[offset:offset + len(new)]
+        if not predicted:
+            return
+        matched = 0
+        while matched < len(predicted) and predicted[matched] == new[matched]:
+            matched += 1
+        self.trackers["draft_stream"].observe(len(predicted), matched)
+
+    def _draft_budget(self) -> int:
+        """Tokens worth drafting past the confirmed caption: the proposal length the draft
+        stream would get now (0 pauses the drafter; it still re-syncs)."""
+        if "draft_stream" not in self.trackers:
+            return 0
+        if not self.config.adaptive:
+            return self.config.max_proposal
+        rate = self.trackers["draft_stream"].rate
+        return best_proposal_length(rate, self.cost, max_len=self.config.max_proposal)
 
     def _own_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
         if self.config.mode == "greedy":
@@ -319,45 +358,50 @@ class SpeculativeEngine:
                stats: WindowStats) -> None:
         assert self.drafter is not None
         info, cfg = self.drafter.info, self.config
-        with _on_stream(self.drafter_stream):
-            session = self.drafter.prefill(self.drafter.prepare(window))
-            logits = session.last_logits
-            seen_version = 0
-            while True:
-                with channel.cond:
-                    while not channel.stop and (
-                        channel.done or len(channel.tokens) - len(channel.confirmed)
-                        >= cfg.draft_lookahead or len(channel.tokens) >= cfg.max_new_tokens
-                    ) and channel.confirmed_version == seen_version:
-                        channel.cond.wait()
-                    if channel.stop:
-                        return
-                    version, confirmed = channel.confirmed_version, list(channel.confirmed)
-                if version != seen_version:
-                    seen_version = version
-                    resynced = self._resync(session, channel, confirmed, emit)
-                    if resynced is not None:
-                        logits = resynced
-                    with channel.cond:
-                        if channel.done or len(channel.tokens) >= cfg.max_new_tokens:
-                            continue
-                token = _draft_token(logits, info)
-                with channel.cond:
-                    channel.tokens.append(token)
-                    channel.done = token == info.eos_token_id
-                    tokens, revision, done = list(channel.tokens), channel.revision, channel.done
-                    channel.cond.notify_all()
-                text = self.drafter.tokenizer.decode(tokens, skip_special_tokens=True)
-                event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done,
-                             text=text)
-                if len(tokens) == 1 and revision == 0:
-                    stats.draft_first_token_ms = event.t_ms
-                if done or len(tokens) >= cfg.max_new_tokens:
-                    if stats.draft_done_ms != stats.draft_done_ms:  # NaN: first time
-                        stats.draft_done_ms = event.t_ms
-                    if done:
-                        continue
-                logits = session.feed([token])[-1]
+        session = self.drafter.prefill(self.drafter.prepare(window))
+        channel.session = session
+        logits = session.last_logits
+        seen_version = 0
+        while True:
+            with channel.cond:
+                while not channel.stop and not self._drafter_has_work(channel, seen_version):
+                    channel.cond.wait()
+                if channel.stop:
+                    return
+                version, confirmed = channel.confirmed_version, list(channel.confirmed)
+            if version != seen_version:
+                seen_version = version
+                resynced = self._resync(session, channel, confirmed, emit)
+                if resynced is not None:
+                    logits = resynced
+                continue  # re-check the budget with the re-synced draft
+            token = _draft_token(logits, info)
+            with channel.cond:
+                channel.tokens.append(token)
+                channel.done = token == info.eos_token_id
+                tokens, revision, done = list(channel.tokens), channel.revision, channel.done
+                channel.cond.notify_all()
+            text = self.drafter.tokenizer.decode(tokens, skip_special_tokens=True)
+            event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done,
+                         text=text)
+            if len(tokens) == 1 and revision == 0:
+                stats.draft_first_token_ms = event.t_ms
+            if done or len(tokens) >= cfg.max_new_tokens:
+                if stats.draft_done_ms != stats.draft_done_ms:  # NaN: first time
+                    stats.draft_done_ms = event.t_ms
+                continue  # nothing more to draft: no need for the next logits
+            logits = session.feed([token])[-1]
+
+    def _drafter_has_work(self, channel: _DraftChannel, seen_version: int) -> bool:
+        """Called under the channel lock. With no budget the drafter pauses entirely (not
+        even re-syncing): its work would only compete with the verifier."""
+        if channel.lookahead <= 0:
+            return False
+        if channel.confirmed_version != seen_version:
+            return True
+        ahead = len(channel.tokens) - len(channel.confirmed)
+        return (not channel.done and ahead < channel.lookahead
+                and len(channel.tokens) < self.config.max_new_tokens)
 
     def _resync(self, session: ModelSession, channel: _DraftChannel, confirmed: list[int],
                 emit: Callable[..., None]) -> torch.Tensor | None:
@@ -371,7 +415,8 @@ class SpeculativeEngine:
         with channel.cond:
             draft = list(channel.tokens)
         common = 0
-        limit = min(len(draft), len(target))
+        # tokens the session has consumed (a final EOS or the last allowed token is not fed)
+        limit = min(len(draft), len(target), session.n_generated)
         while common < limit and draft[common] == target[common]:
             common += 1
         if common == len(target):
@@ -414,6 +459,11 @@ def _strip_eos(tokens: list[int], eos: int) -> list[int]:
     return [t for t in tokens if t != eos]
 
 
-def _on_stream(stream: Any):
-    """Run on a CUDA stream when one is given (CPU: no-op)."""
-    return torch.cuda.stream(stream) if stream is not None else nullcontext()
+def _assign_cuda_streams(*models: CaptionModel | None) -> None:
+    """Give each CUDA model its own stream (kept if it has one), so the drafter's kernels
+    overlap the verifier's on one GPU. Backends run their work on ``model.stream``."""
+    for model in models:
+        device = getattr(model, "device", None)
+        if model is not None and device is not None and torch.device(device).type == "cuda" \
+                and getattr(model, "stream", None) is None:
+            model.stream = torch.cuda.Stream(device=device)

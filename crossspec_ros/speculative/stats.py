@@ -17,7 +17,8 @@ class WindowStats:
     accepted: dict[str, int] = field(default_factory=dict)
     rounds: int = 0                  # verifier forwards after the prefill
     plain_rounds: int = 0            # of those, without proposals
-    verifier_prefill_ms: float = NAN
+    verifier_prepare_ms: float = NAN  # CPU preprocessing of the frames
+    verifier_prefill_ms: float = NAN  # vision encoder + language prefill
     draft_first_token_ms: float = NAN
     draft_done_ms: float = NAN
     confirmed_first_ms: float = NAN
@@ -61,6 +62,7 @@ class WindowStats:
             "per_proposer": {name: {"proposed": self.proposed.get(name, 0),
                                     "accepted": self.accepted.get(name, 0)}
                              for name in self.proposer_names},
+            "verifier_prepare_ms": num(self.verifier_prepare_ms),
             "verifier_prefill_ms": num(self.verifier_prefill_ms),
             "draft_first_token_ms": num(self.draft_first_token_ms),
             "draft_done_ms": num(self.draft_done_ms),

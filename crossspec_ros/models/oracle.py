@@ -1,0 +1,90 @@
+"""An oracle drafter with controlled acceptance, for tests and benchmarks.
+
+It knows the verifier's own output for each window (set with ``set_reference``) and drafts
+it, replacing each token by a wrong one with probability 1 - acceptance (a fixed coin per
+window and position, so runs repeat). Optional sleeps emulate a real drafter's prefill and
+per-token cost on CPU; on GPU benchmarks real drafter architectures supply the cost.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import torch
+
+from crossspec_ros.models.base import CaptionModel, ModelInfo, ModelSession, PrefillTiming
+
+
+class OracleSession(ModelSession):
+    def __init__(self, drafter: OracleDrafter, window_id: int) -> None:
+        self.drafter, self.window_id = drafter, window_id
+        self.generated = []
+        self.timing = PrefillTiming(prefill_ms=drafter.prefill_s * 1e3)
+        self.last_logits = drafter.logits_at(window_id, 0)
+
+    def feed(self, token_ids: list[int]) -> torch.Tensor:
+        if self.drafter.token_s:
+            time.sleep(self.drafter.token_s)
+        rows = []
+        for token in token_ids:
+            self.generated.append(int(token))
+            rows.append(self.drafter.logits_at(self.window_id, len(self.generated)))
+        return torch.stack(rows)
+
+    def rollback(self, n_generated: int) -> None:
+        del self.generated[n_generated:]
+
+
+class OracleDrafter(CaptionModel):
+    """Drafts the verifier's reference tokens, each right with probability ``acceptance``."""
+
+    def __init__(self, verifier: CaptionModel, acceptance: float, seed: int = 0,
+                 prefill_s: float = 0.0, token_s: float = 0.0, tokenizer: Any = None) -> None:
+        """``tokenizer``: draft in another tokenizer's ids (the reference is re-tokenized
+        through text), to exercise cross-tokenizer bridging with a known acceptance."""
+        if not 0.0 <= acceptance <= 1.0:
+            raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+        info = verifier.info
+        self.verifier_tokenizer = verifier.tokenizer
+        self.tokenizer = tokenizer or verifier.tokenizer
+        vocab = len(self.tokenizer.get_vocab()) if tokenizer is not None else info.vocab_size
+        eos = self.tokenizer.eos_token_id if tokenizer is not None else info.eos_token_id
+        proposable = vocab if tokenizer is not None else info.proposable_ids
+        self.info = ModelInfo(f"oracle(a={acceptance})", vocab, proposable, eos,
+                              info.max_new_tokens)
+        self.device = torch.device("cpu")
+        self.acceptance, self.seed = acceptance, seed
+        self.prefill_s, self.token_s = prefill_s, token_s
+        self.references: dict[int, list[int]] = {}
+
+    def set_reference(self, window_id: int, tokens: list[int]) -> None:
+        """The verifier's own tokens for this window (verifier ids)."""
+        if self.tokenizer is not self.verifier_tokenizer:
+            text = self.verifier_tokenizer.decode(tokens, skip_special_tokens=True)
+            tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        self.references[window_id] = list(tokens)
+
+    def logits_at(self, window_id: int, position: int) -> torch.Tensor:
+        reference = self.references.get(window_id, [])
+        logits = torch.full((self.info.vocab_size,), -1e4)
+        if position >= len(reference):
+            logits[self.info.eos_token_id] = 0.0
+            return logits
+        token = reference[position]
+        if random.Random(hash((self.seed, window_id, position))).random() >= self.acceptance:
+            # a wrong but plausible token: another ordinary id, never the right one
+            token = (token + 1 + position) % self.info.proposable_ids
+            if token == reference[position]:
+                token = (token + 1) % self.info.proposable_ids
+        logits[token] = 0.0
+        return logits
+
+    def prepare(self, window: Any) -> int:
+        return int(getattr(window, "id", 0))
+
+    def prefill(self, inputs: int) -> OracleSession:
+        if self.prefill_s:
+            time.sleep(self.prefill_s)
+        return OracleSession(self, inputs)
