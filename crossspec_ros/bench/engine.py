@@ -58,10 +58,25 @@ def tiny_random_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
     drafter's). Random weights: the drafter's real acceptance is near zero."""
     from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
 
-    dims = {"hidden": 64, "layers": 2, "image_size": 56, "init_range": 0.3}
-    verifier = tiny_verifier(seed=0, **dims).to(device)
-    drafter = tiny_eventgpt_drafter(seed=1, **dims).to(device)
+    # 8 frames x 65 visual tokens for the verifier vs 5 + 17 pooled event tokens for the
+    # drafter: the asymmetry of the 7B pair (2056 vs 582 tokens), scaled down
+    verifier = tiny_verifier(seed=0, hidden=128, layers=4, image_size=112,
+                             init_range=0.3).to(device)
+    drafter = tiny_eventgpt_drafter(seed=1, hidden=64, layers=2, image_size=56,
+                                    init_range=0.3).to(device)
     return verifier, drafter, "tiny random (untrained) EventGPT -> Video-LLaVA"
+
+
+def full_size_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
+    """Video-LLaVA-7B and EventGPT-7B architectures, random weights, bf16 (GPU only)."""
+    from crossspec_ros.models.full_size import full_size_eventgpt_drafter, full_size_verifier
+
+    if not device.startswith("cuda"):
+        raise SystemExit("crossspec bench engine: --models full-size needs --device cuda "
+                         "(two 7B models in bf16 need ~28 GB of GPU memory)")
+    verifier = full_size_verifier(device)
+    drafter = full_size_eventgpt_drafter(device)
+    return verifier, drafter, "full-size random-weight EventGPT-7B -> Video-LLaVA-7B (bf16)"
 
 
 def prompt_lookup_generate(verifier: Any, inputs: Any, max_new_tokens: int, k: int) -> list[int]:
@@ -101,20 +116,22 @@ def _percentile(values: list[float], q: float) -> float | None:
 def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      windows: list[BenchWindow], *, max_new_tokens: int, max_proposal: int,
                      oracle_acceptances: tuple[float, ...] = (), lookup_k: int = 4,
+                     prompt_lookup: bool = True,
                      warmup: int = 1, log: Any = print) -> dict[str, Any]:
     """Run every mode on every window, alternating; returns the report dict."""
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     engines = {"crossspec": SpeculativeEngine(verifier, drafter, config)}
     oracles = {}
     for a in oracle_acceptances:
-        oracles[a] = OracleDrafter(verifier, a, seed=7)
+        # the oracle runs the real drafter's compute too, so it competes for the device
+        oracles[a] = OracleDrafter(verifier, a, seed=7, backing=drafter)
         engines[f"crossspec@a={a:g}"] = SpeculativeEngine(verifier, oracles[a], config)
-    modes = ["verifier_alone", "prompt_lookup", *engines]
+    modes = ["verifier_alone", *(["prompt_lookup"] if prompt_lookup else []), *engines]
     latency = {m: [] for m in modes}
     draft_first = {m: [] for m in engines}
     prefill = {m: [] for m in engines}
     stats_by_mode: dict[str, list] = {m: [] for m in engines}
-    lossless = {m: True for m in ["prompt_lookup", *engines]}
+    lossless = {m: True for m in modes[1:]}
     alone_prefill: list[float] = []
     for index, window in enumerate(windows):
         measured = index >= warmup
@@ -125,14 +142,16 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
         t0 = time.perf_counter()
         reference = engines["crossspec"].verifier_only(window, max_new_tokens)
         alone_ms = (time.perf_counter() - t0) * 1e3
-        t0 = time.perf_counter()
-        looked_up = prompt_lookup_generate(verifier, verifier.prepare(window), max_new_tokens,
-                                           lookup_k)
-        lookup_ms = (time.perf_counter() - t0) * 1e3
-        lossless["prompt_lookup"] &= looked_up == reference
         if measured:
             latency["verifier_alone"].append(alone_ms)
-            latency["prompt_lookup"].append(lookup_ms)
+        if prompt_lookup:
+            t0 = time.perf_counter()
+            looked_up = prompt_lookup_generate(verifier, verifier.prepare(window),
+                                               max_new_tokens, lookup_k)
+            lookup_ms = (time.perf_counter() - t0) * 1e3
+            lossless["prompt_lookup"] &= looked_up == reference
+            if measured:
+                latency["prompt_lookup"].append(lookup_ms)
         for oracle in oracles.values():
             oracle.set_reference(window.id, reference)
         for name, engine in engines.items():
@@ -241,6 +260,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--oracle", type=float, nargs="*", default=[0.2, 0.5, 0.8],
                         metavar="A", help="also run oracle drafters of these acceptances")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--models", choices=("tiny-random", "full-size"), default="tiny-random",
+                        help="tiny-random: untrained tiny pair (CPU); full-size: the 7B "
+                        "architectures with random weights (GPU)")
+    parser.add_argument("--no-prompt-lookup", action="store_true",
+                        help="skip the transformers prompt-lookup baseline")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write a latency bar chart")
     parser.set_defaults(func=run)
@@ -255,12 +279,14 @@ def run(args: argparse.Namespace) -> int:
 
     device = str(resolve_device(args.device))
     torch.manual_seed(0)
-    verifier, drafter, label = tiny_random_pair(device)
+    build = full_size_pair if args.models == "full-size" else tiny_random_pair
+    verifier, drafter, label = build(device)
     print(f"models: {label} on {device}", file=sys.stderr)
     windows = pattern_windows(args.windows)
     report = run_engine_bench(verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
                               max_proposal=args.max_proposal,
                               oracle_acceptances=tuple(args.oracle),
+                              prompt_lookup=not args.no_prompt_lookup,
                               log=lambda s: print(s, file=sys.stderr))
     report.update({"models": label, "device": device, "torch_threads": torch.get_num_threads()})
     print(f"{'mode':<20} {'median ms':>10} {'p95 ms':>9} {'speedup':>8} {'accept':>7} "

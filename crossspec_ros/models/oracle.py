@@ -2,8 +2,9 @@
 
 It knows the verifier's own output for each window (set with ``set_reference``) and drafts
 it, replacing each token by a wrong one with probability 1 - acceptance (a fixed coin per
-window and position, so runs repeat). Optional sleeps emulate a real drafter's prefill and
-per-token cost on CPU; on GPU benchmarks real drafter architectures supply the cost.
+window and position, so runs repeat). With ``backing`` (a real drafter model) every prefill
+and feed also runs that model on the same tokens, so the oracle costs what the real drafter
+costs and competes for the device like it; optional sleeps emulate a cost otherwise.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from crossspec_ros.models.base import CaptionModel, ModelInfo, ModelSession, Pre
 
 
 class OracleSession(ModelSession):
-    def __init__(self, drafter: OracleDrafter, window_id: int) -> None:
-        self.drafter, self.window_id = drafter, window_id
+    def __init__(self, drafter: OracleDrafter, window_id: int,
+                 inner: ModelSession | None = None) -> None:
+        self.drafter, self.window_id, self.inner = drafter, window_id, inner
         self.generated = []
-        self.timing = PrefillTiming(prefill_ms=drafter.prefill_s * 1e3)
+        self.timing = inner.timing if inner else PrefillTiming(prefill_ms=drafter.prefill_s * 1e3)
         self.last_logits = drafter.logits_at(window_id, 0)
 
     def feed(self, token_ids: list[int]) -> torch.Tensor:
+        if self.inner is not None:
+            self.inner.feed(token_ids)  # the real drafter's work, its logits unused
         if self.drafter.token_s:
             time.sleep(self.drafter.token_s)
         rows = []
@@ -34,6 +38,8 @@ class OracleSession(ModelSession):
         return torch.stack(rows)
 
     def rollback(self, n_generated: int) -> None:
+        if self.inner is not None:
+            self.inner.rollback(n_generated)
         del self.generated[n_generated:]
 
 
@@ -41,7 +47,8 @@ class OracleDrafter(CaptionModel):
     """Drafts the verifier's reference tokens, each right with probability ``acceptance``."""
 
     def __init__(self, verifier: CaptionModel, acceptance: float, seed: int = 0,
-                 prefill_s: float = 0.0, token_s: float = 0.0, tokenizer: Any = None) -> None:
+                 prefill_s: float = 0.0, token_s: float = 0.0, tokenizer: Any = None,
+                 backing: CaptionModel | None = None) -> None:
         """``tokenizer``: draft in another tokenizer's ids (the reference is re-tokenized
         through text), to exercise cross-tokenizer bridging with a known acceptance."""
         if not 0.0 <= acceptance <= 1.0:
@@ -54,10 +61,21 @@ class OracleDrafter(CaptionModel):
         proposable = vocab if tokenizer is not None else info.proposable_ids
         self.info = ModelInfo(f"oracle(a={acceptance})", vocab, proposable, eos,
                               info.max_new_tokens)
-        self.device = torch.device("cpu")
+        self.backing = backing
+        self.device = backing.device if backing is not None else torch.device("cpu")
         self.acceptance, self.seed = acceptance, seed
         self.prefill_s, self.token_s = prefill_s, token_s
         self.references: dict[int, list[int]] = {}
+
+    @property
+    def stream(self) -> Any:
+        """The backing model's CUDA stream (so the engine's stream assignment reaches it)."""
+        return getattr(self.backing, "stream", None)
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        if self.backing is not None:
+            self.backing.stream = value
 
     def set_reference(self, window_id: int, tokens: list[int]) -> None:
         """The verifier's own tokens for this window (verifier ids)."""
@@ -81,10 +99,13 @@ class OracleDrafter(CaptionModel):
         logits[token] = 0.0
         return logits
 
-    def prepare(self, window: Any) -> int:
-        return int(getattr(window, "id", 0))
+    def prepare(self, window: Any) -> tuple[int, Any]:
+        inner = self.backing.prepare(window) if self.backing is not None else None
+        return int(getattr(window, "id", 0)), inner
 
-    def prefill(self, inputs: int) -> OracleSession:
+    def prefill(self, inputs: tuple[int, Any]) -> OracleSession:
+        window_id, inner_inputs = inputs
+        inner = self.backing.prefill(inner_inputs) if self.backing is not None else None
         if self.prefill_s:
             time.sleep(self.prefill_s)
-        return OracleSession(self, inputs)
+        return OracleSession(self, window_id, inner)

@@ -44,6 +44,10 @@ from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.verify import sample_token, verify_greedy, verify_sampling
 from crossspec_ros.speculative.vocab import SharedVocabulary, TextBridge
 
+EXPLORE_EVERY = 6            # plain rounds in a row before a short probing proposal
+EXPLORE_LENGTH = 2           # tokens in a probing proposal; also the least draft lookahead
+MIN_DRAFT_ACCEPTANCE = 0.1   # below this per-token acceptance the drafter pauses
+
 
 @dataclass
 class EngineConfig:
@@ -119,6 +123,7 @@ class SpeculativeEngine:
                                      min_ngram=0, max_sources=self.config.history_windows)
         self.trackers = {name: AcceptanceTracker() for name in self.config.proposers}
         self.cost = CostModel()
+        self._plain_streak = 0
 
     def _make_bridge(self) -> SharedVocabulary | TextBridge | None:
         if self.drafter is None:
@@ -290,6 +295,13 @@ class SpeculativeEngine:
             rate = expected_tokens(self.trackers[name].rate, g) / self.cost.predict(g + 1)
             if rate > best_rate:
                 best, best_rate = (name, proposal[:g]), rate
+        if best[0] is None and self._plain_streak >= EXPLORE_EVERY:
+            # Measured costs are noisy (the drafter competes for the device); probe with a
+            # short proposal now and then so a wrong estimate cannot shut proposing off.
+            name = max(candidates, key=lambda n: (bool(candidates[n]), self.trackers[n].rate))
+            if candidates[name]:
+                best = (name, candidates[name][:EXPLORE_LENGTH])
+        self._plain_streak = 0 if best[0] is not None else self._plain_streak + 1
         return best
 
     def _confirm(self, confirmed: list[int], base: int, new: list[int], channel: _DraftChannel,
@@ -329,7 +341,10 @@ class SpeculativeEngine:
         if not self.config.adaptive:
             return self.config.max_proposal
         rate = self.trackers["draft_stream"].rate
-        return best_proposal_length(rate, self.cost, max_len=self.config.max_proposal)
+        if rate < MIN_DRAFT_ACCEPTANCE:
+            return 0  # the drafter is mostly wrong: pause it
+        return max(EXPLORE_LENGTH,
+                   best_proposal_length(rate, self.cost, max_len=self.config.max_proposal))
 
     def _own_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
         if self.config.mode == "greedy":
