@@ -18,6 +18,8 @@ COMMAND_MODULES = [
     "crossspec_ros.cli.events_cmd",
     "crossspec_ros.cli.windows_cmd",
     "crossspec_ros.cli.test_bag_cmd",
+    "crossspec_ros.cli.sample_cmd",
+    "crossspec_ros.cli.train_cmd",
     "crossspec_ros.cli.bench_cmd",
 ]
 

@@ -1,0 +1,153 @@
+"""`crossspec train-tiny` and `crossspec eval-tiny`: the bundled tiny pair, from scratch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from crossspec_ros.train.tiny_pair import BUNDLED_DIR, PairConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    train = subparsers.add_parser(
+        "train-tiny", help="train the tiny drafter/verifier pair on the synthetic world",
+        description="Generates synthetic driving windows (training seeds only), trains the tiny "
+        "Video-LLaVA verifier (8 RGB frames) and the tiny EventGPT drafter (event images) on "
+        "different paraphrase mixes, saves both (safetensors) with their shared tokenizer, "
+        "plots the loss curves and evaluates on held-out seeds. Deterministic from --seed.")
+    defaults = PairConfig()
+    train.add_argument("--out", type=Path, default=BUNDLED_DIR,
+                       help=f"output directory (default: the bundled {BUNDLED_DIR})")
+    train.add_argument("--seed", type=int, default=defaults.seed)
+    train.add_argument("--windows", type=int, default=defaults.train_windows,
+                       help="training windows to simulate")
+    train.add_argument("--steps", type=int, default=defaults.verifier_steps,
+                       help="optimizer steps per model")
+    train.add_argument("--workers", type=int, default=2, help="simulation processes")
+    train.add_argument("--eval-windows", type=int, default=100,
+                       help="held-out windows evaluated after training (0: skip)")
+    train.set_defaults(func=run_train)
+
+    evaluate = subparsers.add_parser(
+        "eval-tiny", help="accuracy and agreement of the tiny pair on held-out scenes",
+        description="Evaluates a trained tiny pair on windows from held-out seeds (never used "
+        "in training): verifier attribute accuracy, drafter accuracy on event-visible "
+        "attributes, and drafter/verifier token agreement.")
+    evaluate.add_argument("--dir", type=Path, default=BUNDLED_DIR, help="trained pair directory")
+    evaluate.add_argument("--windows", type=int, default=200, help="held-out windows")
+    evaluate.add_argument("--workers", type=int, default=2, help="simulation processes")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=run_eval)
+
+
+def _progress(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not sys.stderr.isatty(),
+                mininterval=1.0)
+
+
+def heldout_windows(n: int, workers: int, image_size: int) -> list:
+    from crossspec_ros.train.data import generate_windows, heldout_keys
+
+    keys = heldout_keys(n)
+    with _progress(len(keys), "simulating held-out windows") as bar:
+        return generate_windows(keys, image_size, workers, progress=bar.update)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from crossspec_ros.sim.captions import parse_caption
+    from crossspec_ros.train.data import (
+        SIM_IMAGE_SIZE,
+        encode_windows,
+        generate_windows,
+        tokenizer_words,
+        training_keys,
+    )
+    from crossspec_ros.train.evaluate import evaluate_pair
+    from crossspec_ros.train.plots import plot_losses
+    from crossspec_ros.train.tiny_pair import build_pair, save_pair, train_pair
+
+    if args.windows < 16 or args.steps < 1:
+        print("crossspec train-tiny: --windows must be >= 16 and --steps >= 1", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    torch.manual_seed(args.seed)
+    config = PairConfig(seed=args.seed, train_windows=args.windows,
+                        verifier_steps=args.steps, drafter_steps=args.steps)
+    verifier, drafter = build_pair(config, tokenizer_words())
+    keys = training_keys(args.windows, seed=args.seed)
+    t0 = time.perf_counter()
+    with _progress(len(keys), "simulating training windows") as bar:
+        windows = generate_windows(keys, SIM_IMAGE_SIZE, args.workers, progress=bar.update)
+    data = encode_windows(windows, verifier, drafter)
+    del windows
+    sim_s = time.perf_counter() - t0
+    print(f"simulated and encoded {len(data)} windows in {sim_s:.0f} s", file=sys.stderr)
+
+    bars = {}
+
+    def progress(name: str, step: int, loss: float) -> None:
+        if name not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars[name] = _progress(args.steps, f"training {name}")
+        bars[name].update(1)
+        bars[name].set_postfix(loss=f"{loss:.3f}", refresh=False)
+        if not sys.stderr.isatty() and (step + 1) % 100 == 0:
+            print(f"{name} step {step + 1}/{args.steps} loss {loss:.3f}", file=sys.stderr)
+
+    t0 = time.perf_counter()
+    losses = train_pair(verifier, drafter, data, config, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    train_s = time.perf_counter() - t0
+    report: dict = {"simulation_s": round(sim_s, 1), "training_s": round(train_s, 1),
+                    "final_loss": {k: round(sum(v[-20:]) / len(v[-20:]), 4)
+                                   for k, v in losses.items()},
+                    "parameters": {"verifier": sum(p.numel() for p in verifier.model.parameters()),
+                                   "drafter": sum(p.numel() for p in drafter.model.parameters())}}
+    if args.eval_windows:
+        held = heldout_windows(args.eval_windows, args.workers, SIM_IMAGE_SIZE)
+        report["heldout"] = {k: v for k, v in evaluate_pair(verifier, drafter, held,
+                                                            parse_caption).items()
+                             if k != "examples"}
+    report["total_s"] = round(time.perf_counter() - started, 1)
+    save_pair(verifier, drafter, args.out, config, extra={"report": report})
+    plot_losses(losses, args.out / "loss_curves.png")
+    print(json.dumps(report, indent=2))
+    print(f"wrote {args.out} (loss curves: {args.out / 'loss_curves.png'})")
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.sim.captions import parse_caption
+    from crossspec_ros.train.data import SIM_IMAGE_SIZE
+    from crossspec_ros.train.evaluate import evaluate_pair
+    from crossspec_ros.train.tiny_pair import load_pair
+
+    try:
+        verifier, drafter = load_pair(args.dir)
+    except ModelLoadError as err:
+        print(f"crossspec eval-tiny: {err}", file=sys.stderr)
+        return 1
+    windows = heldout_windows(args.windows, args.workers, SIM_IMAGE_SIZE)
+    with _progress(len(windows), "evaluating") as bar:
+        report = evaluate_pair(verifier, drafter, windows, parse_caption, progress=bar.update)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"held-out windows: {report['windows']}")
+    for key in ("verifier_attribute_accuracy", "drafter_visible_attribute_accuracy",
+                "token_agreement", "positional_agreement", "verifier_exact_caption_rate"):
+        print(f"  {key:<36} {report[key]:.3f}")
+    for example in report["examples"]:
+        print(f"  truth:    {example['truth']}\n  verifier: {example['verifier']}\n"
+              f"  drafter:  {example['drafter']}")
+    return 0

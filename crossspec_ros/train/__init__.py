@@ -1,0 +1,1 @@
+"""Training and evaluation of the bundled tiny drafter/verifier pair (tools layer)."""
