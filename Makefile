@@ -2,11 +2,8 @@
 VENV      := .venv
 BIN       := $(VENV)/bin
 CROSSSPEC := $(BIN)/crossspec
-# The bag `make drive` replays: the bundled sample bag once it exists, else a generated
-# test-pattern bag (moving shapes; see crossspec_ros/bags/test_pattern.py).
-SAMPLE_BAG := rosbags/sample
-PATTERN_BAG := build/test_pattern
-BAG ?= $(if $(wildcard $(SAMPLE_BAG)),$(SAMPLE_BAG),$(PATTERN_BAG))
+# The bag `make drive` replays: the bundled sample bag (rosbags/README.md), or BAG=...
+BAG ?= rosbags/sample
 PYTEST_ARGS ?=
 
 .PHONY: setup drive test lint bench clean
@@ -15,10 +12,8 @@ setup:
 	@bash scripts/setup.sh
 
 drive: setup
-	@if [ "$(BAG)" = "$(PATTERN_BAG)" ] && [ ! -e "$(PATTERN_BAG)" ]; then \
-	  $(CROSSSPEC) make-test-bag $(PATTERN_BAG); fi
 	$(CROSSSPEC) events $(BAG)
-	$(CROSSSPEC) windows $(BAG)
+	$(CROSSSPEC) caption $(BAG) --check-lossless
 
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -27,7 +22,8 @@ lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	$(CROSSSPEC) bench decode --json build/bench_decode.json
+	$(CROSSSPEC) bench decode --json build/bench_decode.json --plot build/bench_decode.png
+	$(CROSSSPEC) bench engine --json build/bench_engine.json --plot build/bench_engine.png
 
 clean:
 	rm -rf build install log .pytest_cache .hypothesis

@@ -12,6 +12,8 @@ setup(
     description="Live, lossless, cross-modal speculative captioning for ROS 2",
     license="Apache-2.0",
     packages=find_packages(include=["crossspec_ros", "crossspec_ros.*"]),
+    # the bundled tiny pair travels with the package (safetensors, tokenizer, configs)
+    package_data={"crossspec_ros": ["data/tiny_pair/*", "data/tiny_pair/*/*"]},
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [

@@ -6,6 +6,20 @@ import os
 import sys
 from pathlib import Path
 
+# The bundled sample bag (a rosbag2 directory; see rosbags/README.md): in the source tree, or
+# in share/crossspec/rosbags of a colcon install.
+_SOURCE_SAMPLE_BAG = Path(__file__).resolve().parents[1] / "rosbags" / "sample"
+
+
+def sample_bag() -> Path:
+    """The bundled sample bag (source checkout first, then the installed share/)."""
+    if _SOURCE_SAMPLE_BAG.is_dir():
+        return _SOURCE_SAMPLE_BAG
+    try:
+        return package_share_dir("crossspec") / "rosbags" / "sample"
+    except FileNotFoundError:
+        return _SOURCE_SAMPLE_BAG
+
 
 def package_share_dir(package: str) -> Path:
     """share/<package> from AMENT_PREFIX_PATH, else from this interpreter's prefix (the venv).

@@ -39,6 +39,10 @@ def test_colcon_build_installs_messages_python_package_and_commands(tmp_path):
                       "share/crossspec/config"):
         assert (prefix / installed).exists(), installed
     assert (site / "crossspec_ros" / "cli" / "main.py").is_file()
+    if (ROOT / "crossspec_ros/data/tiny_pair/verifier").is_dir():  # the bundled pair installs
+        assert (site / "crossspec_ros/data/tiny_pair/verifier/model.safetensors").is_file()
+    if (ROOT / "rosbags/sample").is_dir():
+        assert (prefix / "share/crossspec/rosbags/sample/metadata.yaml").is_file()
     assert (site / "crossspec" / "msg" / "_draft_tokens.py").is_file()
 
     # The installed command runs from the install space alone (no checkout on the path).

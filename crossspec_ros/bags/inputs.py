@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rosbags.highlevel import AnyReader
 
@@ -106,3 +107,27 @@ def _frame(msg, msgtype: str, stats: InputStats, topic: str) -> StampedFrame | N
                 stats.bad_frames)
         return None
     return StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id)
+
+
+def iter_bag_windows(path: str | Path, sync: Any, event_topic: str | None = None,
+                     rgb_topic: str | None = None, stats: InputStats | None = None
+                     ) -> Iterator[Any]:
+    """The windows a synchronizer emits while a bag is replayed (flushed at its end)."""
+    for item in read_inputs(path, event_topic, rgb_topic, stats):
+        if item.events is not None:
+            yield from sync.add_events(item.events) if len(item.events) else ()
+        else:
+            yield from sync.add_frame(item.frame)
+    yield from sync.flush()
+
+
+def read_ground_truth(path: str | Path, topic: str = "/crossspec/ground_truth"
+                      ) -> dict[int, str]:
+    """window id -> ground-truth caption, from a sample bag's caption topic ({} if absent)."""
+    out: dict[int, str] = {}
+    with AnyReader([Path(path)]) as reader:
+        connections = [c for c in reader.connections if c.topic == topic]
+        for conn, _, raw in reader.messages(connections=connections):
+            msg = reader.deserialize(raw, conn.msgtype)
+            out[int(msg.window_id)] = str(msg.confirmed_text)
+    return out

@@ -28,6 +28,7 @@ import torch
 
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
+from crossspec_ros.paths import sample_bag
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
 
@@ -51,6 +52,23 @@ def pattern_windows(n: int) -> list[BenchWindow]:
         frames = [StampedFrame(t, pattern.rgb(t)) for t in stamps]
         windows.append(BenchWindow(k, frames, pattern.events(t0, t0 + 1_000_000_000)))
     return windows
+
+
+def bag_windows(path: str | Path, n: int) -> list[Any]:
+    """The first n windows with RGB of a bag, as the synchronizer emits them."""
+    from crossspec_ros.bags.inputs import iter_bag_windows
+    from crossspec_ros.sync.synchronizer import WindowSynchronizer
+
+    windows = [w for w in iter_bag_windows(path, WindowSynchronizer()) if w.has_rgb]
+    return windows[:n]
+
+
+def bundled_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
+    """The trained tiny pair shipped with crossspec (crossspec train-tiny)."""
+    from crossspec_ros.train.tiny_pair import BUNDLED_DIR, load_pair
+
+    verifier, drafter = load_pair(BUNDLED_DIR, device=device)
+    return verifier, drafter, "bundled tiny pair (trained): EventGPT -> Video-LLaVA"
 
 
 def tiny_random_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
@@ -260,9 +278,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--oracle", type=float, nargs="*", default=[0.2, 0.5, 0.8],
                         metavar="A", help="also run oracle drafters of these acceptances")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--models", choices=("tiny-random", "full-size"), default="tiny-random",
-                        help="tiny-random: untrained tiny pair (CPU); full-size: the 7B "
-                        "architectures with random weights (GPU)")
+    parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
+                        default="bundled",
+                        help="bundled: the trained tiny pair (default); tiny-random: an "
+                        "untrained tiny pair; full-size: the 7B architectures with random "
+                        "weights (GPU)")
+    parser.add_argument("--bag", type=Path, default=sample_bag(),
+                        help="bag whose windows are decoded (default: the sample bag; "
+                        "'pattern' for moving test patterns)")
     parser.add_argument("--no-prompt-lookup", action="store_true",
                         help="skip the transformers prompt-lookup baseline")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
@@ -279,16 +302,21 @@ def run(args: argparse.Namespace) -> int:
 
     device = str(resolve_device(args.device))
     torch.manual_seed(0)
-    build = full_size_pair if args.models == "full-size" else tiny_random_pair
+    build = {"bundled": bundled_pair, "tiny-random": tiny_random_pair,
+             "full-size": full_size_pair}[args.models]
     verifier, drafter, label = build(device)
     print(f"models: {label} on {device}", file=sys.stderr)
-    windows = pattern_windows(args.windows)
+    if str(args.bag) == "pattern":
+        windows = pattern_windows(args.windows)
+    else:
+        windows = bag_windows(args.bag, args.windows)
     report = run_engine_bench(verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
                               max_proposal=args.max_proposal,
                               oracle_acceptances=tuple(args.oracle),
                               prompt_lookup=not args.no_prompt_lookup,
                               log=lambda s: print(s, file=sys.stderr))
-    report.update({"models": label, "device": device, "torch_threads": torch.get_num_threads()})
+    report.update({"models": label, "device": device, "bag": str(args.bag),
+                   "torch_threads": torch.get_num_threads()})
     print(f"{'mode':<20} {'median ms':>10} {'p95 ms':>9} {'speedup':>8} {'accept':>7} "
           f"{'draft 1st p95':>13} {'lossless':>8}")
     for mode, r in report["modes"].items():

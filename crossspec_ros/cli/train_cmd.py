@@ -57,7 +57,7 @@ def heldout_windows(n: int, workers: int, image_size: int) -> list:
 
     keys = heldout_keys(n)
     with _progress(len(keys), "simulating held-out windows") as bar:
-        return generate_windows(keys, image_size, workers, progress=bar.update)
+        return list(generate_windows(keys, image_size, workers, progress=bar.update))
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -84,9 +84,8 @@ def run_train(args: argparse.Namespace) -> int:
     keys = training_keys(args.windows, seed=args.seed)
     t0 = time.perf_counter()
     with _progress(len(keys), "simulating training windows") as bar:
-        windows = generate_windows(keys, SIM_IMAGE_SIZE, args.workers, progress=bar.update)
-    data = encode_windows(windows, verifier, drafter)
-    del windows
+        data = encode_windows(generate_windows(keys, SIM_IMAGE_SIZE, args.workers,
+                                               progress=bar.update), verifier, drafter)
     sim_s = time.perf_counter() - t0
     print(f"simulated and encoded {len(data)} windows in {sim_s:.0f} s", file=sys.stderr)
 
@@ -112,14 +111,15 @@ def run_train(args: argparse.Namespace) -> int:
                                    for k, v in losses.items()},
                     "parameters": {"verifier": sum(p.numel() for p in verifier.model.parameters()),
                                    "drafter": sum(p.numel() for p in drafter.model.parameters())}}
-    if args.eval_windows:
+    save_pair(verifier, drafter, args.out, config, extra={"report": report})
+    plot_losses(losses, args.out / "loss_curves.png")
+    if args.eval_windows:  # after saving: a failing evaluation must not lose the training
         held = heldout_windows(args.eval_windows, args.workers, SIM_IMAGE_SIZE)
         report["heldout"] = {k: v for k, v in evaluate_pair(verifier, drafter, held,
                                                             parse_caption).items()
                              if k != "examples"}
     report["total_s"] = round(time.perf_counter() - started, 1)
     save_pair(verifier, drafter, args.out, config, extra={"report": report})
-    plot_losses(losses, args.out / "loss_curves.png")
     print(json.dumps(report, indent=2))
     print(f"wrote {args.out} (loss curves: {args.out / 'loss_curves.png'})")
     return 0

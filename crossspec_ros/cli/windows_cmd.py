@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 
-from crossspec_ros.bags.inputs import InputStats, read_inputs
+from crossspec_ros.bags.inputs import InputStats, iter_bag_windows
 from crossspec_ros.events.errors import EventSourceError
 from crossspec_ros.params import SYNC_PARAMS, ParameterError, load_yaml_params, validate
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
@@ -53,14 +53,7 @@ def run(args: argparse.Namespace) -> int:
     )
     stats = InputStats()
     try:
-        for item in read_inputs(args.bag, args.event_topic, args.rgb_topic, stats):
-            if item.events is not None:
-                windows = sync.add_events(item.events) if len(item.events) else []
-            else:
-                windows = sync.add_frame(item.frame)
-            for window in windows:
-                print_window(window, args.json)
-        for window in sync.flush():
+        for window in iter_bag_windows(args.bag, sync, args.event_topic, args.rgb_topic, stats):
             print_window(window, args.json)
     except EventSourceError as err:
         print(f"crossspec windows: {err}", file=sys.stderr)

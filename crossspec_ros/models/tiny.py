@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    processors,
+)
 from transformers import (
     CLIPVisionConfig,
     LlamaConfig,
@@ -85,7 +93,12 @@ def tiny_tokenizer(role: str = "video_llava", words: Sequence[str] | None = None
         ordinary.reverse()
     tokens = [*BASE_SPECIALS, *ordinary, *ROLE_SPECIALS[role]]
     backend = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    # words (hyphenated ones whole) and separate punctuation; decoding re-attaches the
+    # punctuation, so captions read as written ("a left-hand bend." round-trips)
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(),
+        pre_tokenizers.Split(Regex(r"[.,:;!?'\"()]"), behavior="isolated")])
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=True)
     backend.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False)

@@ -140,6 +140,7 @@ def _sky(img: np.ndarray, state: SceneState, g: dict, grey: bool) -> None:
     pos = ((state.heading + np.arctan(g["slope"])) / (2 * np.pi) * n) % n
     i0 = pos.astype(np.int64)
     frac = (pos - i0).astype(np.float32)
+    i0 %= n  # a tiny negative angle gives pos == n after the float modulo
     i1 = (i0 + 1) % n
     height = world["heights"][i0] * (1 - frac) + world["heights"][i1] * frac
     shade = world["shades"][i0] * (1 - frac) + world["shades"][i1] * frac

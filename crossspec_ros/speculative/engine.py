@@ -124,6 +124,7 @@ class SpeculativeEngine:
         self.trackers = {name: AcceptanceTracker() for name in self.config.proposers}
         self.cost = CostModel()
         self._plain_streak = 0
+        self.last_result: WindowResult | None = None  # of the latest window (run or stream)
 
     def _make_bridge(self) -> SharedVocabulary | TextBridge | None:
         if self.drafter is None:
@@ -178,8 +179,10 @@ class SpeculativeEngine:
         emit(EventKind.FINAL, tokens=tokens, text=text)
         if channel.session is not None:
             sessions["drafter"] = channel.session
-        return WindowResult(window_id, tokens, text, list(channel.tokens), draft_text, stats,
-                            events, sessions if self.config.keep_sessions else {})
+        self.last_result = WindowResult(window_id, tokens, text, list(channel.tokens),
+                                        draft_text, stats, events,
+                                        sessions if self.config.keep_sessions else {})
+        return self.last_result
 
     def stream(self, window: Any, t_close: float | None = None) -> Iterator[EngineEvent]:
         """The same as run_window, as an iterator of events (ends after FINAL)."""

@@ -6,7 +6,7 @@ so training sees what the engine will feed. Pixel tensors are kept in float16 to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
@@ -73,31 +73,32 @@ def tokenizer_words() -> list[str]:
     return list(dict.fromkeys([*PROMPT_WORDS, *words, *(w.capitalize() for w in words)]))
 
 
-def _make(args: tuple[int, int, int]) -> Any:
+def _make(args: tuple[int, int, Any]) -> Any:
     from crossspec_ros.sim.dataset import make_window
 
     seed, index, image_size = args
     return make_window(seed, index, image_size=image_size)
 
 
-def generate_windows(keys: list[tuple[int, int]], image_size: int, workers: int = 2,
-                     progress: Callable[[int], None] | None = None) -> list[Any]:
-    """Simulated windows for (seed, index) keys, in order, on ``workers`` processes."""
+def generate_windows(keys: list[tuple[int, int]], image_size: int | tuple[int, int],
+                     workers: int = 2, progress: Callable[[int], None] | None = None
+                     ) -> Iterator[Any]:
+    """Simulated windows for (seed, index) keys, in order, from ``workers`` processes.
+
+    A generator: windows are large (frames + events), so callers encode them as they come.
+    """
     jobs = [(seed, index, image_size) for seed, index in keys]
     if workers <= 1:
-        out = []
         for job in jobs:
-            out.append(_make(job))
+            yield _make(job)
             if progress:
                 progress(1)
-        return out
+        return
     with get_context("spawn").Pool(workers) as pool:
-        out = []
-        for window in pool.imap(_make, jobs, chunksize=8):
-            out.append(window)
+        for window in pool.imap(_make, jobs, chunksize=4):
+            yield window
             if progress:
                 progress(1)
-        return out
 
 
 def encode_windows(windows: Iterable[Any], verifier: Any, drafter: Any) -> PairData:

@@ -29,7 +29,7 @@ from crossspec_ros.models.video_llava import VideoLlavaVerifier
 from crossspec_ros.train.data import PairData
 
 BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "tiny_pair"
-QUESTION = "Describe the driving scene ."
+QUESTION = "Describe the driving scene."
 
 
 @dataclass
@@ -44,9 +44,9 @@ class PairConfig:
     drafter_layers: int = 2
     drafter_image: int = 56
     heads: int = 4
-    train_windows: int = 3000
-    verifier_steps: int = 1200
-    drafter_steps: int = 1200
+    train_windows: int = 2400
+    verifier_steps: int = 2000
+    drafter_steps: int = 2000
     batch_size: int = 16
     lr: float = 2e-3
     warmup_steps: int = 50
@@ -149,7 +149,7 @@ def train_model(module: nn.Module, loss_fn: Callable[[torch.Tensor, list[list[in
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if progress:
             progress(step, losses[-1])
     module.eval()

@@ -1,0 +1,127 @@
+"""`crossspec caption [BAG]`: caption a bag's windows with the speculative engine, live.
+
+The library pipeline without ROS: bag -> synchronizer -> engine (drafter on events,
+verifier on RGB) -> a live line per window: the draft with its latency, then the confirmed
+caption with its latency and acceptance. ``--check-lossless`` also runs the verifier alone on
+each window afterwards and compares. The ROS graph (`crossspec drive`) builds on the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from crossspec_ros.paths import sample_bag
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "caption", help="caption a bag's windows with the engine (draft, then confirmed)",
+        description=__doc__)
+    parser.add_argument("bag", nargs="?", type=Path, default=sample_bag(),
+                        help="ROS 2 bag (default: the bundled sample bag)")
+    parser.add_argument("--models", type=Path, default=None,
+                        help="trained pair directory (default: the bundled tiny pair)")
+    parser.add_argument("--max-windows", type=int, default=0, help="stop after N windows")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--check-lossless", action="store_true",
+                        help="compare each confirmed caption with the verifier run alone")
+    parser.add_argument("--json", type=Path, metavar="OUT",
+                        help="write one JSON object per window (JSON lines)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from crossspec_ros.bags.inputs import iter_bag_windows, read_ground_truth
+    from crossspec_ros.events.errors import EventSourceError
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+    from crossspec_ros.sync.synchronizer import WindowSynchronizer
+    from crossspec_ros.train.tiny_pair import BUNDLED_DIR, load_pair
+
+    try:
+        verifier, drafter = load_pair(args.models or BUNDLED_DIR)
+    except ModelLoadError as err:
+        print(f"crossspec caption: {err}", file=sys.stderr)
+        return 1
+    engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=args.max_new_tokens))
+    out = args.json.open("w") if args.json else None
+    rows: list[dict] = []
+    try:
+        truth = read_ground_truth(args.bag) if args.bag.exists() else {}
+        for window in iter_bag_windows(args.bag, WindowSynchronizer()):
+            if args.max_windows and len(rows) >= args.max_windows:
+                break
+            rows.append(caption_window(engine, window, truth.get(window.id), args))
+            if out:
+                out.write(json.dumps(rows[-1]) + "\n")
+                out.flush()
+    except EventSourceError as err:
+        print(f"crossspec caption: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if out:
+            out.close()
+    print_summary(rows)
+    return 0 if all(r.get("lossless", True) for r in rows) else 1
+
+
+def caption_window(engine, window, truth: str | None, args: argparse.Namespace) -> dict:
+    from crossspec_ros.speculative.events import EventKind
+
+    row: dict = {"window": window.id, "t0": window.t0 / 1e9, "t1": window.t1 / 1e9}
+    if not window.has_rgb:  # the verifier cannot run (drafting alone comes with the ROS graph)
+        row.update(status="UNVERIFIED", draft_text="", confirmed_text="")
+        print(f"[{window.id}] no RGB: UNVERIFIED", flush=True)
+        return row
+    draft_shown = False
+    result_text = ""
+    for event in engine.stream(window):
+        if event.kind is EventKind.DRAFT and event.done and not draft_shown:
+            print(f"[{window.id}] draft     {event.t_ms:6.1f} ms  {event.text}", flush=True)
+            draft_shown = True
+        elif event.kind is EventKind.FINAL:
+            result_text = event.text
+    result = engine.last_result
+    stats = result.stats
+    print(f"[{window.id}] confirmed {stats.confirmed_done_ms:6.1f} ms  {result_text}"
+          f"   (accepted {stats.total_accepted}/{stats.total_proposed}, "
+          f"{stats.rounds} rounds)", flush=True)
+    row.update(status="FINAL", draft_text=result.draft_text, confirmed_text=result.text,
+               draft_first_token_ms=_num(stats.draft_first_token_ms),
+               confirmed_done_ms=_num(stats.confirmed_done_ms), accepted=stats.total_accepted,
+               proposed=stats.total_proposed, ground_truth=truth)
+    if args.check_lossless:
+        alone = engine.verifier_only(window)
+        row["verifier_only_text"] = engine.verifier.tokenizer.decode(
+            alone, skip_special_tokens=True)
+        row["lossless"] = alone == result.tokens
+        if not row["lossless"]:
+            print(f"[{window.id}] NOT LOSSLESS: verifier alone says {row['verifier_only_text']}",
+                  flush=True)
+    return row
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 2)
+
+
+def print_summary(rows: list[dict]) -> None:
+    final = [r for r in rows if r["status"] == "FINAL"]
+    if not final:
+        print("no window with RGB was captioned")
+        return
+    done = [r["confirmed_done_ms"] for r in final if r["confirmed_done_ms"] is not None]
+    first = [r["draft_first_token_ms"] for r in final if r["draft_first_token_ms"] is not None]
+    accepted = sum(r["accepted"] for r in final)
+    proposed = sum(r["proposed"] for r in final)
+    line = (f"{len(final)} windows captioned: confirmed median {statistics.median(done):.1f} ms, "
+            f"draft first token median {statistics.median(first):.1f} ms, acceptance "
+            f"{accepted}/{proposed}")
+    if any("lossless" in r for r in final):
+        line += f", lossless {sum(r['lossless'] for r in final)}/{len(final)}"
+    print(line)
