@@ -104,3 +104,65 @@ def validate(values: dict[str, Any], spec: list[Param], where: str = "parameters
                                  f"{param.requirement} ({param.doc})")
         out[name] = value
     return out
+
+
+def one_of(*choices: str) -> Callable[[Any], bool]:
+    return lambda x: x in choices
+
+
+# Models: empty paths mean the bundled tiny pair (crossspec train-tiny).
+MODEL_PARAMS = [
+    Param("verifier_model", "", "Video-LLaVA: local directory or hub id in the local cache "
+          "(empty: the bundled tiny verifier)"),
+    Param("drafter_model", "", "EventGPT: local directory in the released layout (empty: the "
+          "bundled tiny drafter)"),
+    Param("device", "cpu", "cpu, cuda or cuda:N (cuda without a GPU is an error at startup)",
+          lambda x: x == "cpu" or x == "cuda" or x.startswith("cuda:"), "cpu, cuda or cuda:N"),
+    Param("dtype", "fp32", "weights dtype", one_of("fp32", "bf16", "fp16"), "fp32, bf16 or fp16"),
+    Param("quantization", "none", "bitsandbytes quantization (GPU)", one_of("none", "4bit", "8bit"),
+          "none, 4bit or 8bit"),
+]
+
+ENGINE_PARAMS = [
+    Param("max_new_tokens", 48, "longest caption in tokens", positive, ">= 1"),
+    Param("max_proposal", 8, "longest proposal checked in one verifier pass", non_negative,
+          ">= 0"),
+    Param("adaptive", True, "choose proposal lengths from measured acceptance and costs"),
+    Param("decoding", "greedy", "greedy (token-identical) or sampling (same distribution)",
+          one_of("greedy", "sampling"), "greedy or sampling"),
+    Param("temperature", 1.0, "sampling temperature", positive, "> 0"),
+    Param("proposers", "draft_stream,draft_ngram,history_ngram",
+          "comma-separated proposers the verifier may use",
+          lambda x: bool(x) and set(x.split(",")) <= {"draft_stream", "draft_ngram",
+                                                     "history_ngram"},
+          "a comma-separated subset of draft_stream, draft_ngram, history_ngram"),
+    Param("history_windows", 4, "previous confirmed captions searched for n-grams",
+          non_negative, ">= 0"),
+]
+
+TOPIC_PARAMS = [
+    Param("draft_topic", "/crossspec/draft", "crossspec/DraftTokens: draft -> verifier, UIs"),
+    Param("confirmed_topic", "/crossspec/confirmed",
+          "crossspec/ConfirmedTokens: verifier -> draft (re-sync), UIs"),
+    Param("caption_topic", "/crossspec/caption", "crossspec/Caption: for consumers"),
+    Param("diagnostics_topic", "/diagnostics", "diagnostic_msgs/DiagnosticArray"),
+    Param("diagnostics_period_s", 1.0, "how often health is published [s]", positive, "> 0"),
+    Param("max_queued_windows", 2, "windows waiting for a busy model; beyond, the oldest "
+          "is dropped and counted", positive, ">= 1"),
+    Param("sensor_qos_depth", 50, "queue depth of the camera subscriptions (sensor-data QoS)",
+          positive, ">= 1"),
+]
+
+VIZ_PARAMS = [
+    Param("annotated_image_topic", "/crossspec/annotated_image",
+          "sensor_msgs/Image: the RGB frame with the caption drawn on it"),
+    Param("marker_topic", "/crossspec/caption_marker",
+          "visualization_msgs/Marker TEXT_VIEW_FACING with the caption"),
+    Param("marker_frame", "camera", "frame_id of the caption marker"),
+    Param("annotate_every_n_frames", 2, "annotate one RGB frame in n (drawing costs CPU)",
+          positive, ">= 1"),
+]
+
+DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *ENGINE_PARAMS, *TOPIC_PARAMS]
+VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
+VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:3], *VIZ_PARAMS]

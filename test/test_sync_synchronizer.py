@@ -396,3 +396,28 @@ def test_flush_emits_everything_in_order_and_later_data_for_it_is_late() -> None
 def test_constructor_rejects_bad_parameters_with_a_clear_message(kw: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         sync(**kw)
+
+
+# ------------------------------------------------------------------ single-stream nodes
+
+
+def test_events_only_synchronizer_closes_windows_on_the_event_watermark() -> None:
+    # a draft node never sees RGB: it must not wait out the lateness bound for it
+    s = sync(streams=("events",))
+    assert s.add_events(ev(100, 900)) == []
+    out = s.add_events(ev(1000))
+    assert ids(out) == [0] and out[0].closed_by == "watermark" and not out[0].has_rgb
+    assert s.closed_before == 1 and s.pending_ids() == [1]
+
+
+def test_rgb_only_synchronizer_closes_windows_on_the_frame_watermark() -> None:
+    s = sync(streams=("rgb",))
+    for t in range(0, 1000, 100):
+        assert s.add_frame(fr(t)) == []
+    out = s.add_frame(fr(1000))
+    assert ids(out) == [0] and out[0].closed_by == "watermark" and out[0].has_rgb
+
+
+def test_unknown_stream_names_are_rejected() -> None:
+    with pytest.raises(ValueError, match="streams"):
+        sync(streams=("lidar",))

@@ -21,6 +21,9 @@ COMMAND_MODULES = [
     "crossspec_ros.cli.sample_cmd",
     "crossspec_ros.cli.train_cmd",
     "crossspec_ros.cli.caption_cmd",
+    "crossspec_ros.cli.drive_cmd",
+    "crossspec_ros.cli.node_cmd",
+    "crossspec_ros.cli.play_cmd",
     "crossspec_ros.cli.bench_cmd",
 ]
 

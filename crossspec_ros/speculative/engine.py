@@ -38,6 +38,7 @@ from crossspec_ros.speculative.adaptive import (
     best_proposal_length,
     expected_tokens,
 )
+from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.proposers import DraftStreamProposer, NgramProposer
 from crossspec_ros.speculative.stats import WindowStats
@@ -91,32 +92,16 @@ class WindowResult:
     sessions: dict[str, ModelSession] = field(default_factory=dict)  # keep_sessions only
 
 
-class _DraftChannel:
-    """What the drafter and the verifier share for one window (guarded by one condition)."""
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.session: ModelSession | None = None  # the drafter's, once prefilled
-        self.tokens: list[int] = []      # drafter ids, caption positions 0..
-        self.revision = 0
-        self.done = False
-        self.confirmed: list[int] = []   # verifier ids, for re-sync
-        self.confirmed_version = 0
-        self.stop = False
-        # How far past the confirmed caption the drafter may run. Free while the verifier is in
-        # its prefill; afterwards only what the verifier would propose, so a drafter whose
-        # tokens are not accepted stops competing with the verifier for the device.
-        self.lookahead = 0
-        self.error: BaseException | None = None
-
-
 class SpeculativeEngine:
     """Runs drafter and verifier on one window at a time; see the module docstring."""
 
     def __init__(self, verifier: CaptionModel, drafter: CaptionModel | None = None,
-                 config: EngineConfig | None = None) -> None:
+                 config: EngineConfig | None = None, remote_drafter: bool = False) -> None:
+        """``remote_drafter``: drafts arrive through ``run_window(draft=...)`` from a drafter
+        this process does not hold, in the verifier's ids (the EventGPT family shares them)."""
         self.verifier, self.drafter = verifier, drafter
         self.config = config or EngineConfig()
+        self.remote_drafter = remote_drafter
         _assign_cuda_streams(verifier, drafter)
         self.bridge = self._make_bridge()
         self.history = NgramProposer("history_ngram", max_ngram=self.config.ngram_max,
@@ -125,10 +110,12 @@ class SpeculativeEngine:
         self.cost = CostModel()
         self._plain_streak = 0
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
+        self.current_stats: WindowStats | None = None
 
     def _make_bridge(self) -> SharedVocabulary | TextBridge | None:
         if self.drafter is None:
-            return None
+            return SharedVocabulary(self.verifier.info.proposable_ids) \
+                if self.remote_drafter else None
         if _same_vocabulary(self.drafter, self.verifier):
             return SharedVocabulary(self.verifier.info.proposable_ids)
         return TextBridge(self.drafter.tokenizer, self.verifier.tokenizer,
@@ -136,53 +123,87 @@ class SpeculativeEngine:
 
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
-                   t_close: float | None = None) -> WindowResult:
+                   t_close: float | None = None, draft: DraftChannel | None = None
+                   ) -> WindowResult:
         """Decode one window; ``on_event`` sees draft/confirmed events as they happen (from
-        the engine's threads). Times are ms after ``t_close`` (time.monotonic(), default now)."""
+        the engine's threads). Times are ms after ``t_close`` (time.monotonic(), default now).
+
+        ``draft``: a channel fed by a drafter elsewhere (a draft node); no local drafter runs
+        then, and ``self.drafter`` only needs ``tokenizer`` and ``info`` (for bridging).
+        """
         t_close = time.monotonic() if t_close is None else t_close
         window_id = int(getattr(window, "id", 0))
         events: list[EngineEvent] = []
-        emit_lock = threading.Lock()
-
-        def emit(kind: EventKind, **fields: Any) -> EngineEvent:
-            event = EngineEvent(kind, window_id, (time.monotonic() - t_close) * 1e3, **fields)
-            with emit_lock:
-                events.append(event)
-                if on_event is not None:
-                    on_event(event)
-            return event
-
+        emit = self._emitter(window_id, t_close, events, on_event)
         stats = WindowStats(proposer_names=list(self.config.proposers))
-        channel = _DraftChannel()
-        channel.lookahead = self.config.draft_lookahead
+        self.current_stats = stats  # readable while the window runs (nodes report progress)
+        channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
-        if self.drafter is not None:
+        if self.drafter is not None and draft is None:
             drafter_thread = threading.Thread(
-                target=self._draft_worker, args=(window, channel, emit, stats),
-                name=f"crossspec-drafter-{window_id}", daemon=True)
+                target=run_drafter, name=f"crossspec-drafter-{window_id}", daemon=True,
+                args=(self.drafter, window, channel, emit, stats, self.config.max_new_tokens))
             drafter_thread.start()
         sessions: dict[str, ModelSession] = {}
         try:
             tokens = self._verify(window, channel, emit, stats, sessions)
         finally:
-            with channel.cond:
-                channel.stop = True
-                channel.cond.notify_all()
+            channel.stop()
             if drafter_thread is not None:
                 drafter_thread.join()
         text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
         self.history.add_source(_strip_eos(tokens, self.verifier.info.eos_token_id))
+        draft_tokens, _ = channel.snapshot()
         draft_text = ""
-        if self.drafter is not None:
-            draft_text = self.drafter.tokenizer.decode(channel.tokens, skip_special_tokens=True)
+        if self.bridge is not None:  # remote drafts without a drafter share the verifier's ids
+            tokenizer = (self.drafter or self.verifier).tokenizer
+            draft_text = tokenizer.decode(draft_tokens, skip_special_tokens=True)
         stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         emit(EventKind.FINAL, tokens=tokens, text=text)
         if channel.session is not None:
             sessions["drafter"] = channel.session
-        self.last_result = WindowResult(window_id, tokens, text, list(channel.tokens),
-                                        draft_text, stats, events,
+        self.last_result = WindowResult(window_id, tokens, text, draft_tokens, draft_text,
+                                        stats, events,
                                         sessions if self.config.keep_sessions else {})
         return self.last_result
+
+    def draft_window(self, window: Any, channel: DraftChannel,
+                     on_event: Callable[[EngineEvent], None] | None = None,
+                     t_close: float | None = None) -> WindowStats:
+        """The drafter alone on one window (a draft node): drafts, re-syncs to whatever the
+        caller pushes into ``channel`` (confirmed tokens from a topic), returns once the
+        channel is stopped. Runs in the caller's thread."""
+        if self.drafter is None:
+            raise ValueError("draft_window needs a drafter")
+        t_close = time.monotonic() if t_close is None else t_close
+        window_id = int(getattr(window, "id", 0))
+        stats = WindowStats(proposer_names=["draft_stream"])
+        emit = self._emitter(window_id, t_close, [], on_event)
+        run_drafter(self.drafter, window, channel, emit, stats, self.config.max_new_tokens)
+        return stats
+
+    def confirmed_for_drafter(self, confirmed: list[int], text: str | None = None) -> list[int]:
+        """The confirmed caption (verifier ids) in the drafter's ids, for its re-sync."""
+        if self.drafter is None or isinstance(self.bridge, SharedVocabulary):
+            return list(confirmed)
+        if text is None:
+            text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
+        return list(self.drafter.tokenizer.encode(text, add_special_tokens=False))
+
+    @staticmethod
+    def _emitter(window_id: int, t_close: float, events: list[EngineEvent],
+                 on_event: Callable[[EngineEvent], None] | None) -> Callable[..., EngineEvent]:
+        lock = threading.Lock()
+
+        def emit(kind: EventKind, **fields: Any) -> EngineEvent:
+            event = EngineEvent(kind, window_id, (time.monotonic() - t_close) * 1e3, **fields)
+            with lock:
+                events.append(event)
+                if on_event is not None:
+                    on_event(event)
+            return event
+
+        return emit
 
     def stream(self, window: Any, t_close: float | None = None) -> Iterator[EngineEvent]:
         """The same as run_window, as an iterator of events (ends after FINAL)."""
@@ -218,7 +239,7 @@ class SpeculativeEngine:
         return tokens
 
     # ---------------------------------------------------------------- verifier
-    def _verify(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
+    def _verify(self, window: Any, channel: DraftChannel, emit: Callable[..., None],
                 stats: WindowStats, sessions: dict[str, ModelSession]) -> list[int]:
         cfg, eos = self.config, self.verifier.info.eos_token_id
         draft_stream = DraftStreamProposer()
@@ -263,7 +284,7 @@ class SpeculativeEngine:
             self._confirm(confirmed, base, new, channel, emit, stats)
         return confirmed
 
-    def _choose_proposal(self, confirmed: list[int], channel: _DraftChannel,
+    def _choose_proposal(self, confirmed: list[int], channel: DraftChannel,
                          draft_stream: DraftStreamProposer, draft_ngram: NgramProposer,
                          room: int) -> tuple[str | None, list[int]]:
         """The candidate with the best expected tokens per second, or (None, []) = plain."""
@@ -273,8 +294,7 @@ class SpeculativeEngine:
             return None, []
         candidates: dict[str, list[int]] = {}
         if self.bridge is not None:
-            with channel.cond:
-                draft, done = list(channel.tokens), channel.done
+            draft, done = channel.snapshot()
             target, base = self.bridge.to_target(draft, confirmed, done)
             if "draft_stream" in self.trackers:
                 draft_stream.update(target, base)
@@ -307,7 +327,7 @@ class SpeculativeEngine:
         self._plain_streak = 0 if best[0] is not None else self._plain_streak + 1
         return best
 
-    def _confirm(self, confirmed: list[int], base: int, new: list[int], channel: _DraftChannel,
+    def _confirm(self, confirmed: list[int], base: int, new: list[int], channel: DraftChannel,
                  emit: Callable[..., None], stats: WindowStats) -> None:
         text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
         event = emit(EventKind.CONFIRMED, base=base, tokens=list(new), text=text,
@@ -315,11 +335,8 @@ class SpeculativeEngine:
                      or len(confirmed) >= self.config.max_new_tokens)
         if base == 0:
             stats.confirmed_first_ms = event.t_ms
-        with channel.cond:
-            channel.confirmed = list(confirmed)
-            channel.confirmed_version += 1
-            channel.lookahead = self._draft_budget()
-            channel.cond.notify_all()
+        channel.push_confirmed(self.confirmed_for_drafter(confirmed, text),
+                               lookahead=self._draft_budget())
 
     def _judge_unproposed_draft(self, draft: DraftStreamProposer, confirmed: list[int],
                                 new: list[int]) -> None:
@@ -358,107 +375,6 @@ class SpeculativeEngine:
         if self.config.mode == "greedy":
             return None
         return torch.Generator().manual_seed(self.config.seed + int(getattr(window, "id", 0)))
-
-    # ---------------------------------------------------------------- drafter
-    def _draft_worker(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
-                      stats: WindowStats) -> None:
-        try:
-            self._draft(window, channel, emit, stats)
-        except BaseException as err:  # a failing drafter must not take the verifier down
-            channel.error = err
-            emit(EventKind.DRAFT_ERROR, text=f"{type(err).__name__}: {err}")
-        finally:
-            with channel.cond:
-                channel.done = True
-                channel.cond.notify_all()
-
-    def _draft(self, window: Any, channel: _DraftChannel, emit: Callable[..., None],
-               stats: WindowStats) -> None:
-        assert self.drafter is not None
-        info, cfg = self.drafter.info, self.config
-        session = self.drafter.prefill(self.drafter.prepare(window))
-        channel.session = session
-        logits = session.last_logits
-        seen_version = 0
-        while True:
-            with channel.cond:
-                while not channel.stop and not self._drafter_has_work(channel, seen_version):
-                    channel.cond.wait()
-                if channel.stop:
-                    return
-                version, confirmed = channel.confirmed_version, list(channel.confirmed)
-            if version != seen_version:
-                seen_version = version
-                resynced = self._resync(session, channel, confirmed, emit)
-                if resynced is not None:
-                    logits = resynced
-                continue  # re-check the budget with the re-synced draft
-            token = _draft_token(logits, info)
-            with channel.cond:
-                channel.tokens.append(token)
-                channel.done = token == info.eos_token_id
-                tokens, revision, done = list(channel.tokens), channel.revision, channel.done
-                channel.cond.notify_all()
-            text = self.drafter.tokenizer.decode(tokens, skip_special_tokens=True)
-            event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done,
-                         text=text)
-            if len(tokens) == 1 and revision == 0:
-                stats.draft_first_token_ms = event.t_ms
-            if done or len(tokens) >= cfg.max_new_tokens:
-                if stats.draft_done_ms != stats.draft_done_ms:  # NaN: first time
-                    stats.draft_done_ms = event.t_ms
-                continue  # nothing more to draft: no need for the next logits
-            logits = session.feed([token])[-1]
-
-    def _drafter_has_work(self, channel: _DraftChannel, seen_version: int) -> bool:
-        """Called under the channel lock. With no budget the drafter pauses entirely (not
-        even re-syncing): its work would only compete with the verifier."""
-        if channel.lookahead <= 0:
-            return False
-        if channel.confirmed_version != seen_version:
-            return True
-        ahead = len(channel.tokens) - len(channel.confirmed)
-        return (not channel.done and ahead < channel.lookahead
-                and len(channel.tokens) < self.config.max_new_tokens)
-
-    def _resync(self, session: ModelSession, channel: _DraftChannel, confirmed: list[int],
-                emit: Callable[..., None]) -> torch.Tensor | None:
-        """Roll the draft back to agree with the confirmed caption; new logits or None."""
-        assert self.drafter is not None
-        if isinstance(self.bridge, SharedVocabulary):
-            target = confirmed
-        else:
-            text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
-            target = self.drafter.tokenizer.encode(text, add_special_tokens=False)
-        with channel.cond:
-            draft = list(channel.tokens)
-        common = 0
-        # tokens the session has consumed (a final EOS or the last allowed token is not fed)
-        limit = min(len(draft), len(target), session.n_generated)
-        while common < limit and draft[common] == target[common]:
-            common += 1
-        if common == len(target):
-            return None  # the confirmed caption is a prefix of the draft: nothing to do
-        # Roll back to the agreeing prefix and feed the rest of the confirmed caption (the
-        # correction, or tokens the verifier confirmed beyond the draft) in one forward.
-        session.rollback(common)
-        logits = session.feed(target[common:])[-1]
-        with channel.cond:
-            if common < len(draft):  # tokens were replaced: a new revision of the draft
-                channel.revision += 1
-            channel.tokens = list(target)
-            channel.done = bool(target) and target[-1] == self.drafter.info.eos_token_id
-        return logits
-
-
-def _draft_token(logits: torch.Tensor, info: Any) -> int:
-    """Greedy draft token among ids the verifier may see (plus the drafter's EOS)."""
-    allowed = logits[: info.proposable_ids]
-    token = int(torch.argmax(allowed))
-    eos = info.eos_token_id
-    if eos >= info.proposable_ids and logits[eos] > allowed[token]:
-        return eos
-    return token
 
 
 def _same_vocabulary(a: CaptionModel, b: CaptionModel) -> bool:

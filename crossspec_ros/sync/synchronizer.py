@@ -84,6 +84,7 @@ class WindowSynchronizer:
         max_pending_windows: int = 16,
         max_pending_events: int | None = 64_000_000,
         idle_timeout_ns: int = 2 * SECOND_NS,
+        streams: tuple[str, ...] = ("events", "rgb"),
     ) -> None:
         if window_len_ns <= 0:
             raise ValueError(f"window_len_ns must be > 0, got {window_len_ns}")
@@ -105,6 +106,9 @@ class WindowSynchronizer:
             raise ValueError(f"max_pending_events must be >= 1 or None, got {max_pending_events}")
         if idle_timeout_ns <= 0:
             raise ValueError(f"idle_timeout_ns must be > 0, got {idle_timeout_ns}")
+        if not streams or set(streams) - {"events", "rgb"}:
+            raise ValueError(f"streams must be a non-empty subset of ('events', 'rgb'), "
+                             f"got {streams!r}")
         self.window_len_ns = int(window_len_ns)
         self.frames_per_window = int(frames_per_window)
         self.max_lateness_ns = int(max_lateness_ns)
@@ -113,6 +117,9 @@ class WindowSynchronizer:
         self.max_pending_windows = int(max_pending_windows)
         self.max_pending_events = max_pending_events
         self.idle_timeout_ns = int(idle_timeout_ns)
+        # the streams whose watermarks complete a window (a draft node has only events, a
+        # verifier node only RGB: neither should wait out the lateness bound for the other)
+        self.streams = tuple(streams)
 
         self._stats = SyncStats()
         self._pending: dict[int, _Pending] = {}
@@ -140,6 +147,15 @@ class WindowSynchronizer:
         """A snapshot of the counters."""
         return replace(self._stats, pending_windows=len(self._pending),
                        pending_events=self._pending_events)
+
+    @property
+    def closed_before(self) -> int | None:
+        """Windows with smaller ids are closed (emitted, dropped or skipped) this epoch."""
+        return self._closed_before
+
+    def pending_ids(self) -> list[int]:
+        """Ids of the windows buffered now (not yet emitted)."""
+        return sorted(self._pending)
 
     def add_events(self, batch: EventBatch) -> list[Window]:
         """Buffer a batch (any order, any window span); return windows now complete."""
@@ -283,14 +299,17 @@ class WindowSynchronizer:
         self._enforce_bounds()
         return out
 
-    def _watermarks(self) -> list[int]:
-        return [m - self.reorder_slack_ns for m in (self._ev_max, self._rgb_max) if m is not None]
+    def _watermarks(self) -> dict[str, int]:
+        latest = {"events": self._ev_max, "rgb": self._rgb_max}
+        return {s: m - self.reorder_slack_ns for s, m in latest.items() if m is not None}
 
     def _emit_ready(self) -> list[Window]:
-        wms = self._watermarks()
-        if not wms:
+        marks = self._watermarks()
+        if not marks:
             return []
-        both = min(wms) if len(wms) == 2 else None
+        wms = list(marks.values())
+        required = [marks.get(s) for s in self.streams]
+        both = min(required) if None not in required else None  # all required streams passed
         bound = max(wms) - self.max_lateness_ns
         if both is not None:
             bound = max(bound, both)

@@ -24,11 +24,12 @@ from torch import nn
 from crossspec_ros.models.eventgpt import EVENT_TOKEN_INDEX
 from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+from crossspec_ros.models.pair import BUNDLED_PAIR
 from crossspec_ros.models.tiny import tiny_eventgpt, tiny_tokenizer, tiny_video_llava
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
 from crossspec_ros.train.data import PairData
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "tiny_pair"
+BUNDLED_DIR = BUNDLED_PAIR  # the committed pair (crossspec_ros/data/tiny_pair)
 QUESTION = "Describe the driving scene."
 
 

@@ -1,0 +1,191 @@
+"""Replaying a ROS 2 bag without ROS: its messages in recorded order, and a pacer.
+
+The bag player node (nodes/player.py) is a thin adapter over this module: ``BagReplay`` opens
+a bag once up front (so a missing or malformed bag, or a wrong topic name, is reported before
+anything starts) and then yields every selected message's raw CDR bytes in log-time order,
+pass after pass when looping; ``Pacer`` maps bag time to wall time at a rate factor. Neither
+imports rclpy, so both are tested on their own.
+
+Bag time is the *log* time (when the recorder received a message), the clock rosbag2 replays
+on, not the header stamps.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rosbags.rosbag2 import Reader
+
+NS = 1_000_000_000
+
+
+class BagError(Exception):
+    """The bag cannot be replayed (missing, not a ROS 2 bag, corrupt, no such topic).
+
+    The message names the path and says what to do; the CLI prints it without a traceback.
+    """
+
+
+@dataclass(frozen=True)
+class BagMessage:
+    """One recorded message: raw CDR bytes (with their encapsulation header) as stored."""
+
+    topic: str
+    msgtype: str
+    data: bytes
+    time_ns: int  # log time
+    pass_index: int  # 0 for the first pass, 1 after the first loop, ...
+
+
+class BagReplay:
+    """The messages of ``path`` to replay: topics, a start offset and a duration per pass.
+
+    topics: only these topics (None: all). start_s: skip this much bag time from the bag's
+    start. max_duration_s: replay at most this much bag time per pass (None: to the end).
+    loop: start again from the start offset after the last message, forever (until the
+    consumer stops iterating or ``stop`` is set).
+    """
+
+    def __init__(self, path: str | Path, topics: Sequence[str] | None = None,
+                 start_s: float = 0.0, max_duration_s: float | None = None,
+                 loop: bool = False) -> None:
+        self.path = Path(path)
+        self.loop = loop
+        if not self.path.exists():
+            raise BagError(f"{self.path}: no such bag. Pass a ROS 2 bag directory (with "
+                           "metadata.yaml) or a .mcap/.db3 file.")
+        if not math.isfinite(start_s) or start_s < 0:
+            raise BagError(f"start offset must be >= 0 s, got {start_s}")
+        if max_duration_s is not None and not max_duration_s > 0:
+            raise BagError(f"duration must be > 0 s, got {max_duration_s}")
+        reader = _open(self.path)
+        try:
+            # Only CDR can be handed to rmw as it is (a converted ROS 1 bag is still CDR).
+            self.all_topics = {c.topic: c.msgtype for c in reader.connections
+                               if getattr(c.ext, "serialization_format", "cdr") == "cdr"}
+            counts: dict[str, int] = {}
+            for c in reader.connections:
+                counts[c.topic] = counts.get(c.topic, 0) + c.msgcount
+            self.bag_start_ns, self.bag_end_ns = reader.start_time, reader.end_time
+        finally:
+            reader.close()
+        if topics:
+            missing = sorted(set(topics) - set(self.all_topics))
+            if missing:
+                raise BagError(f"{self.path}: no topic {missing} in this bag; its topics: "
+                               f"{sorted(self.all_topics) or 'none'}")
+            self.topics = {t: self.all_topics[t] for t in sorted(set(topics))}
+        else:
+            self.topics = dict(sorted(self.all_topics.items()))
+        self.message_counts = {t: counts.get(t, 0) for t in self.topics}  # whole bag, per topic
+        if not self.topics or not sum(self.message_counts.values()):
+            raise BagError(f"{self.path}: nothing to replay (no CDR messages"
+                           f"{' on ' + str(list(self.topics)) if topics else ''})")
+        # rosbags' end_time is one past the last message: the replayed window is [start, stop).
+        self.start_ns = self.bag_start_ns + round(start_s * NS)
+        if self.start_ns >= self.bag_end_ns:
+            raise BagError(f"{self.path}: start offset {start_s} s is past the bag's end "
+                           f"({(self.bag_end_ns - self.bag_start_ns) / NS:.3f} s long)")
+        self.stop_ns = self.bag_end_ns if max_duration_s is None else \
+            min(self.bag_end_ns, self.start_ns + round(max_duration_s * NS))
+
+    @property
+    def duration_s(self) -> float:
+        """Bag time replayed per pass."""
+        return (self.stop_ns - self.start_ns) / NS
+
+    def messages(self, stop: threading.Event | None = None) -> Iterator[BagMessage]:
+        """Selected messages in log-time order; with ``loop``, pass after pass.
+
+        The bag is (re)opened here, in the consumer's thread: the sqlite3 storage refuses a
+        connection made in another thread. A pass that yields nothing ends a loop rather than
+        spinning on an empty window.
+        """
+        pass_index = 0
+        while True:
+            reader = _open(self.path)
+            yielded = False
+            try:
+                conns = [c for c in reader.connections if c.topic in self.topics]
+                it = reader.messages(connections=conns, start=self.start_ns, stop=self.stop_ns)
+                while not (stop is not None and stop.is_set()):
+                    try:
+                        conn, log_time, raw = next(it)
+                    except StopIteration:
+                        break
+                    except Exception as exc:  # rosbags raises several kinds on bad chunks
+                        raise BagError(f"{self.path}: bag is corrupt or truncated "
+                                       f"({type(exc).__name__}: {exc})") from exc
+                    yielded = True
+                    yield BagMessage(conn.topic, conn.msgtype, bytes(raw), int(log_time),
+                                     pass_index)
+            finally:
+                reader.close()
+            if not self.loop or not yielded or (stop is not None and stop.is_set()):
+                return
+            pass_index += 1
+
+
+def _open(path: Path) -> Reader:
+    try:
+        reader = Reader(path)
+        reader.open()
+    except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml, mcap)
+        raise BagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: {exc}). "
+                       "Pass a rosbag2 directory (metadata.yaml + .mcap/.db3) or an .mcap "
+                       "file; if it is one, it may be truncated or corrupt.") from exc
+    return reader
+
+
+class Pacer:
+    """Maps bag time to ``time.monotonic`` time at a rate factor.
+
+    rate 1.0 replays at recorded speed, 2.0 twice as fast; 0 or inf means as fast as
+    possible (``unpaced``). ``anchor`` pins a bag time to "now" at the start of each pass
+    (a loop jumps back in bag time). A publisher that falls behind is not re-anchored: it
+    catches up, so the replay's total duration stays that of the bag.
+    """
+
+    def __init__(self, rate: float, now: Callable[[], float] = time.monotonic) -> None:
+        if math.isnan(rate) or rate < 0:
+            raise ValueError(f"rate must be >= 0 (0 or inf: as fast as possible), got {rate}")
+        self.rate = rate
+        self.unpaced = rate == 0 or math.isinf(rate)
+        self._now = now
+        self._bag0 = 0
+        self._wall0 = now()
+
+    def anchor(self, bag_ns: int) -> None:
+        self._bag0, self._wall0 = bag_ns, self._now()
+
+    def due(self, bag_ns: int) -> float:
+        """The monotonic time at which ``bag_ns`` is due (-inf when unpaced)."""
+        if self.unpaced:
+            return -math.inf
+        return self._wall0 + (bag_ns - self._bag0) / NS / self.rate
+
+    def bag_now(self) -> int:
+        """The bag time due now (the anchor when unpaced)."""
+        if self.unpaced:
+            return self._bag0
+        return self._bag0 + round((self._now() - self._wall0) * self.rate * NS)
+
+    def wait(self, bag_ns: int, stop: threading.Event, tick_s: float = 0.01,
+             on_tick: Callable[[], None] | None = None) -> bool:
+        """Sleep until ``bag_ns`` is due, calling ``on_tick`` every ``tick_s`` meanwhile.
+
+        Returns False as soon as ``stop`` is set (the sleep is an Event wait, so stopping is
+        immediate, never a full gap between two messages).
+        """
+        due = self.due(bag_ns)
+        while (remaining := due - self._now()) > 0:
+            if stop.wait(min(remaining, tick_s)):
+                return False
+            if on_tick is not None and due - self._now() > 0:
+                on_tick()
+        return not stop.is_set()

@@ -1,0 +1,274 @@
+"""`crossspec drive`: the whole ROS graph in one process on a bag, with a live terminal view.
+
+Replays the bag (the bundled sample bag by default) at its recorded rate with /clock, runs the
+draft, verifier and viz nodes (composed: one process, models loaded once, each on its own
+worker thread and CUDA stream) exactly as `ros2 launch crossspec drive.launch.py` does, and
+prints per window the draft caption with its latency, then the confirmed caption, its latency
+and acceptance. ``--check-lossless`` runs the verifier alone on every window afterwards and
+compares token for token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from crossspec_ros.paths import sample_bag
+
+STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "drive", help="run the ROS graph on a bag in one process, live (no ros2 launch needed)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bag", type=Path, default=sample_bag(),
+                        help="ROS 2 bag to replay (default: the bundled sample bag)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="ROS parameter YAML (default: config/drive.yaml)")
+    parser.add_argument("--rate", type=float, default=1.0,
+                        help="replay rate (1 = recorded speed)")
+    parser.add_argument("--max-windows", type=int, default=0,
+                        help="stop after N finished windows (0: the whole bag)")
+    parser.add_argument("--foxglove", action="store_true",
+                        help="serve live on a Foxglove WebSocket (127.0.0.1)")
+    parser.add_argument("--foxglove-port", type=int, default=8765)
+    parser.add_argument("--record", type=Path, metavar="OUT.mcap",
+                        help="record captions and annotated frames to MCAP (for Foxglove)")
+    parser.add_argument("--json", type=Path, metavar="OUT",
+                        help="write one JSON object per window (JSON lines) and a summary")
+    parser.add_argument("--check-lossless", action="store_true",
+                        help="afterwards, run the verifier alone on each window and compare")
+    parser.add_argument("--no-viz", action="store_true", help="do not run the viz node")
+    parser.set_defaults(func=run)
+
+
+class DriveMonitor:
+    """Collects the graph's outputs per window and prints the live view."""
+
+    def __init__(self, out=sys.stdout) -> None:
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.windows: dict[int, Any] = {}  # sync.Window per verified window (lossless check)
+        self.results: dict[int, Any] = {}
+        self.lock = threading.Lock()
+        self.last_activity = time.monotonic()
+        self.out = out
+
+    def finished(self) -> int:
+        with self.lock:
+            return sum(r["status"] in ("FINAL", "UNVERIFIED") for r in self.rows.values())
+
+    def on_caption(self, msg: Any) -> None:
+        status = STATUS.get(msg.status, str(msg.status))
+        wid = int(msg.window_id)
+        with self.lock:
+            self.last_activity = time.monotonic()
+            row = self.rows.setdefault(wid, {
+                "window": wid, "t0": _sec(msg.window_start), "t1": _sec(msg.window_end),
+                "draft_text": "", "draft_first_token_ms": None, "confirmed_text": "",
+                "confirmed_done_ms": None, "accepted": 0, "proposed": 0, "status": status})
+            if row["t0"] == 0.0:
+                row["t0"], row["t1"] = _sec(msg.window_start), _sec(msg.window_end)
+            # the draft is shown once complete (its text is the unconfirmed part while nothing
+            # is confirmed yet)
+            first_draft = not row["draft_text"] and not math.isnan(msg.draft_done_ms) \
+                and not msg.confirmed_text
+            if first_draft:
+                row["draft_text"] = msg.unconfirmed_text
+            row["draft_first_token_ms"] = _num(msg.draft_first_token_ms)
+            if status == "FINAL" and row["status"] != "FINAL":
+                row["confirmed_text"] = msg.confirmed_text
+                row["confirmed_done_ms"] = _num(msg.confirmed_done_ms)
+                row["acceptance"] = _num(msg.acceptance)
+            if status == "UNVERIFIED":
+                row["draft_text"] = msg.unconfirmed_text or row["draft_text"]
+            changed = status != row["status"]
+            row["status"] = status if row["status"] != "FINAL" else "FINAL"
+        if first_draft:
+            self._print(f"[{wid}] draft     {_ms(msg.draft_first_token_ms)}  "
+                        f"{msg.unconfirmed_text}")
+        if changed and status == "FINAL":
+            self._print(f"[{wid}] confirmed {_ms(msg.confirmed_done_ms)}  {msg.confirmed_text}"
+                        f"   (acceptance {_pct(msg.acceptance)})")
+        elif changed and status == "UNVERIFIED":
+            self._print(f"[{wid}] no RGB: UNVERIFIED draft only  {msg.unconfirmed_text}")
+
+    def on_result(self, window: Any, result: Any) -> None:
+        with self.lock:
+            wid = int(window.id)
+            self.windows[wid], self.results[wid] = window, result
+            row = self.rows.setdefault(wid, {"window": wid, "t0": window.t0 / 1e9,
+                                             "t1": window.t1 / 1e9, "status": "FINAL",
+                                             "draft_text": result.draft_text,
+                                             "draft_first_token_ms": None})
+            s = result.stats
+            row.update(confirmed_text=result.text, confirmed_done_ms=_num(s.confirmed_done_ms),
+                       accepted=s.total_accepted, proposed=s.total_proposed, rounds=s.rounds,
+                       verifier_prefill_ms=_num(s.verifier_prefill_ms),
+                       confirmed_first_ms=_num(s.confirmed_first_ms),
+                       final_draft_text=result.draft_text)
+            self.last_activity = time.monotonic()
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
+    import rclpy
+    from crossspec import msg as cs_msg
+    from rclpy.executors import MultiThreadedExecutor
+
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.nodes.graph import KINDS, create_nodes, default_config
+    from crossspec_ros.nodes.player import BagPlayer
+    from crossspec_ros.params import ParameterError
+
+    if not args.bag.exists():
+        print(f"crossspec drive: {args.bag}: no such bag (pass --bag DIR)", file=sys.stderr)
+        return 1
+    config = args.config or default_config()
+    viz = {"foxglove": args.foxglove, "foxglove_port": args.foxglove_port,
+           "record_mcap": str(args.record or "")}
+    kinds = tuple(k for k in KINDS if not (args.no_viz and k == "viz"))
+    monitor = DriveMonitor()
+    rclpy.init()
+    nodes: list = []
+    executor = MultiThreadedExecutor(num_threads=4)
+    interrupted = False
+    try:
+        nodes = create_nodes(kinds, config=config, extra={"viz": viz},
+                             on_result=monitor.on_result)
+        watcher = rclpy.create_node("crossspec_drive_monitor")
+        watcher.create_subscription(cs_msg.Caption, nodes[1].params["caption_topic"],
+                                    monitor.on_caption, 100)
+        player = BagPlayer(args.bag, rate=args.rate)
+        nodes += [watcher, player]
+        for node in nodes:
+            executor.add_node(node)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}",
+              file=sys.stderr)
+        _wait(player, nodes[1], monitor, args.max_windows)
+    except (ParameterError, ModelLoadError) as err:
+        print(f"crossspec drive: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: shutting down", file=sys.stderr)
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        for node in nodes:
+            node.destroy_node()  # the viz node closes its MCAP here: readable after Ctrl-C
+        if rclpy.ok():
+            rclpy.shutdown()
+    rows = [monitor.rows[w] for w in sorted(monitor.rows)]
+    if args.check_lossless:
+        _check_lossless(nodes[1].engine if len(nodes) > 1 else None, monitor, rows)
+    summary = summarize(rows, nodes)
+    print(summary["line"])
+    if args.json:
+        with args.json.open("w") as out:
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+            out.write(json.dumps({"summary": summary}) + "\n")
+    if interrupted:
+        return 130
+    return 0 if all(r.get("lossless", True) for r in rows) else 1
+
+
+def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -> None:
+    """Until the bag is replayed and every window is finished (or ``max_windows``)."""
+    settle = verifier.params["max_lateness_s"] + verifier.params["window_length_s"] + 2.5
+    while True:
+        time.sleep(0.1)
+        if max_windows and monitor.finished() >= max_windows:
+            player.stop()
+            return
+        if player.done.is_set():
+            busy = len(verifier.queue) or any(s.started for s in list(verifier.windows.values()))
+            if not busy and time.monotonic() - monitor.last_activity > settle:
+                return
+
+
+def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> None:
+    """The verifier alone on each verified window, after the fact, in the same process."""
+    for row in rows:
+        window = monitor.windows.get(row["window"])
+        if window is None or engine is None:
+            continue
+        t0 = time.perf_counter()
+        alone = engine.verifier_only(window)
+        row["verifier_only_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
+        row["verifier_only_text"] = engine.verifier.tokenizer.decode(alone,
+                                                                     skip_special_tokens=True)
+        row["lossless"] = alone == monitor.results[row["window"]].tokens
+        if not row["lossless"]:
+            print(f"[{row['window']}] NOT LOSSLESS: verifier alone says "
+                  f"{row['verifier_only_text']}")
+
+
+def summarize(rows: list[dict], nodes: list) -> dict[str, Any]:
+    final = [r for r in rows if r["status"] == "FINAL"]
+    first = [r["draft_first_token_ms"] for r in rows if r.get("draft_first_token_ms") is not None]
+    done = [r["confirmed_done_ms"] for r in final if r.get("confirmed_done_ms") is not None]
+    accepted, proposed = sum(r.get("accepted", 0) for r in final), \
+        sum(r.get("proposed", 0) for r in final)
+    dropped = sum(getattr(getattr(n, "queue", None), "dropped", 0) for n in nodes)
+    summary: dict[str, Any] = {
+        "windows": len(rows), "final": len(final),
+        "unverified": sum(r["status"] == "UNVERIFIED" for r in rows),
+        "dropped_windows": dropped,
+        "draft_first_token_ms_p50": _pct_of(first, 50), "draft_first_token_ms_p95":
+            _pct_of(first, 95),
+        "confirmed_done_ms_median": _pct_of(done, 50),
+        "acceptance": round(accepted / proposed, 3) if proposed else None,
+        "accepted": accepted, "proposed": proposed}
+    alone = [r["verifier_only_ms"] for r in final if "verifier_only_ms" in r]
+    if alone:
+        summary["verifier_only_ms_median"] = _pct_of(alone, 50)
+        summary["lossless"] = sum(bool(r.get("lossless")) for r in final)
+    line = (f"{summary['windows']} windows ({summary['final']} FINAL, {summary['unverified']} "
+            f"UNVERIFIED, {dropped} dropped): draft first token p50 "
+            f"{summary['draft_first_token_ms_p50']} ms, p95 "
+            f"{summary['draft_first_token_ms_p95']} ms; confirmed median "
+            f"{summary['confirmed_done_ms_median']} ms; acceptance {accepted}/{proposed}")
+    if alone:
+        line += (f"; verifier alone median {summary['verifier_only_ms_median']} ms; lossless "
+                 f"{summary['lossless']}/{len(final)}")
+    summary["line"] = line
+    return summary
+
+
+def _pct_of(values: list[float], q: int) -> float | None:
+    if not values:
+        return None
+    if q == 50:
+        return round(statistics.median(values), 1)
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1)], 1)
+
+
+def _sec(t: Any) -> float:
+    return t.sec + t.nanosec / 1e9
+
+
+def _num(x: float) -> float | None:
+    return None if x != x else round(float(x), 2)
+
+
+def _ms(x: float) -> str:
+    return "   --   " if x != x else f"{x:6.1f} ms"
+
+
+def _pct(x: float) -> str:
+    return "--" if x != x else f"{100 * x:.0f}%"

@@ -1,0 +1,53 @@
+"""`crossspec node KIND [--ros-args ...]`: run one node of the graph (or all, composed).
+
+What launch files and `ros2 run crossspec crossspec node draft` start. ROS arguments
+(`--ros-args --params-file config/drive.yaml -r __node:=...`) go to rclpy unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from crossspec_ros.nodes.graph import COMPOSED, GRAPH, KINDS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    kinds = "; ".join(f"{s.kind}: {s.summary}" for s in (*GRAPH, COMPOSED))
+    parser = subparsers.add_parser(
+        "node", help="run a crossspec ROS node (draft, verifier, viz, or all composed)",
+        description=f"{__doc__}\nKinds: {kinds}.")
+    parser.add_argument("kind", choices=(*KINDS, COMPOSED.kind))
+    parser.add_argument("ros_args", nargs=argparse.REMAINDER,
+                        help="--ros-args ... (parameters, remappings) passed to rclpy")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.nodes.graph import create_nodes
+    from crossspec_ros.params import ParameterError
+
+    rclpy.init(args=["crossspec", *args.ros_args])
+    kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
+    nodes: list = []
+    try:
+        nodes = create_nodes(kinds, use_overrides=False)
+        executor = MultiThreadedExecutor()
+        for node in nodes:
+            executor.add_node(node)
+        executor.spin()
+    except (ParameterError, ModelLoadError) as err:
+        print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0

@@ -1,0 +1,55 @@
+"""Which drafter and verifier to run, from node parameters: the bundled tiny pair by default,
+or a Video-LLaVA and an EventGPT given by path (or hub id in the local cache)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+from crossspec_ros.models.video_llava import VideoLlavaVerifier
+
+BUNDLED_PAIR = Path(__file__).resolve().parents[1] / "data" / "tiny_pair"
+
+
+def _trained_question(directory: Path) -> dict[str, str]:
+    """A pair trained by crossspec records the question it was trained on; ask it that."""
+    meta = directory.parent / "training.json"
+    if meta.is_file():
+        return {"question": str(json.loads(meta.read_text())["question"])}
+    return {}
+
+
+def _quantization(value: str) -> str | None:
+    return None if value in ("", "none") else value
+
+
+def load_verifier(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
+                  quantization: str = "none") -> VideoLlavaVerifier:
+    """Video-LLaVA from ``source`` (empty: the bundled tiny verifier)."""
+    directory = Path(source) if source else BUNDLED_PAIR / "verifier"
+    kwargs: dict[str, Any] = _trained_question(directory) if directory.is_dir() else {}
+    return VideoLlavaVerifier.load(str(directory) if directory.is_dir() else source,
+                                   dtype=dtype, device=device,
+                                   quantization=_quantization(quantization), **kwargs)
+
+
+def load_drafter(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
+                 quantization: str = "none") -> EventGPTDrafter:
+    """EventGPT from ``source`` (empty: the bundled tiny drafter)."""
+    directory = Path(source) if source else BUNDLED_PAIR / "drafter"
+    kwargs = _trained_question(directory)
+    if "question" in kwargs:
+        kwargs = {"query": kwargs["question"]}
+    return EventGPTDrafter.load(directory, dtype=dtype, device=device,
+                                quantization=_quantization(quantization), **kwargs)
+
+
+def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: bool = True
+                     ) -> tuple[VideoLlavaVerifier | None, EventGPTDrafter | None]:
+    """The models a node needs, from validated MODEL_PARAMS values."""
+    common = {"device": params["device"], "dtype": params["dtype"],
+              "quantization": params["quantization"]}
+    return (load_verifier(params["verifier_model"], **common) if verifier else None,
+            load_drafter(params["drafter_model"], **common) if drafter else None)

@@ -1,0 +1,178 @@
+"""What every crossspec node shares: parameters declared from one spec, QoS, time and
+message conversions, a bounded work queue and a diagnostics publisher."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import rclpy
+from builtin_interfaces.msg import Time
+from crossspec import msg as cs_msg
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from crossspec_ros.params import Param, ParameterError, validate
+from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.sync.synchronizer import WindowSynchronizer
+
+NS = 1_000_000_000
+
+
+def declare_params(node: Node, spec: list[Param]) -> dict[str, Any]:
+    """Declare ``spec`` on the node (defaults and docs from one place) and validate the
+    values it was started with; raises ParameterError naming the node and the parameter."""
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    values = {}
+    for param in spec:
+        declared = node.declare_parameter(
+            param.name, param.default, ParameterDescriptor(description=param.doc))
+        values[param.name] = declared.value
+    return validate(values, spec, where=f"node '{node.get_name()}' parameters")
+
+
+def sensor_qos(depth: int) -> QoSProfile:
+    """Camera inputs: best effort (matches both reliable and best-effort publishers), a queue
+    deep enough for a burst of event packets."""
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
+                      reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+def reliable_qos(depth: int = 50) -> QoSProfile:
+    """crossspec's own topics: every token message matters (a lost draft only costs speed,
+    a lost confirmation would leave a caption unfinished)."""
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
+                      reliability=ReliabilityPolicy.RELIABLE)
+
+
+def ns_to_msg(t_ns: int) -> Time:
+    sec, nanosec = divmod(int(t_ns), NS)
+    return Time(sec=sec, nanosec=nanosec)
+
+
+def msg_to_ns(t: Any) -> int:
+    return int(t.sec) * NS + int(t.nanosec)
+
+
+def sync_from_params(p: dict[str, Any], streams: tuple[str, ...]) -> WindowSynchronizer:
+    return WindowSynchronizer(
+        window_len_ns=round(p["window_length_s"] * NS),
+        frames_per_window=p["frames_per_window"],
+        max_lateness_ns=round(p["max_lateness_s"] * NS),
+        reorder_slack_ns=round(p["reorder_slack_s"] * NS),
+        reset_threshold_ns=round(p["reset_threshold_s"] * NS),
+        max_pending_windows=p["max_pending_windows"],
+        streams=streams)
+
+
+def _f(x: float) -> float:
+    return float(x) if x == x else math.nan
+
+
+def stats_msg(stats: WindowStats, prefill_slowdown: float = math.nan) -> Any:
+    """crossspec/WindowStats from the engine's per-window statistics."""
+    names = list(stats.proposer_names)
+    return cs_msg.WindowStats(
+        rounds=stats.rounds, proposed=stats.total_proposed, accepted=stats.total_accepted,
+        acceptance=_f(stats.acceptance), mean_accepted_length=_f(stats.mean_accepted_length),
+        proposer_names=names,
+        proposer_proposed=[stats.proposed.get(n, 0) for n in names],
+        proposer_accepted=[stats.accepted.get(n, 0) for n in names],
+        verifier_prefill_ms=_f(stats.verifier_prefill_ms), prefill_slowdown=_f(prefill_slowdown),
+        draft_first_token_ms=_f(stats.draft_first_token_ms),
+        draft_done_ms=_f(stats.draft_done_ms),
+        confirmed_first_ms=_f(stats.confirmed_first_ms),
+        confirmed_done_ms=_f(stats.confirmed_done_ms))
+
+
+class WindowQueue:
+    """Windows waiting for a model: bounded, the oldest dropped (and counted) when full, so a
+    slow model falls behind by at most ``maxlen`` windows and never grows memory."""
+
+    def __init__(self, maxlen: int) -> None:
+        self._items: deque[tuple[Any, float]] = deque()
+        self.maxlen = maxlen
+        self.cond = threading.Condition()
+        self.dropped = 0
+        self.closed = False
+
+    def put(self, window: Any, t_close: float) -> Any | None:
+        """Queue a window; returns the window dropped to make room, if any."""
+        with self.cond:
+            dropped = None
+            if len(self._items) >= self.maxlen:
+                dropped = self._items.popleft()[0]
+                self.dropped += 1
+            self._items.append((window, t_close))
+            self.cond.notify_all()
+            return dropped
+
+    def get(self, timeout: float = 0.2) -> tuple[Any, float] | None:
+        with self.cond:
+            if not self._items and not self.closed:
+                self.cond.wait(timeout)
+            return self._items.popleft() if self._items else None
+
+    def ids(self) -> list[int]:
+        with self.cond:
+            return [int(w.id) for w, _ in self._items]
+
+    def __len__(self) -> int:
+        with self.cond:
+            return len(self._items)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+class Worker:
+    """A daemon thread running ``step`` until stopped: inference never runs in an executor
+    callback, so subscriptions keep flowing while a model works."""
+
+    def __init__(self, name: str, step: Callable[[], None], on_error: Callable[[str], None]
+                 ) -> None:
+        self._stop = threading.Event()
+        self._step, self._on_error = step, on_error
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._step()
+            except Exception as err:  # a bad window must not end the node
+                self._on_error(f"{type(err).__name__}: {err}")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+
+def diagnostics(node: Node, name: str, values: dict[str, Any], level: int = 0,
+                message: str = "ok") -> DiagnosticArray:
+    """One DiagnosticArray with a status named ``name`` holding ``values``."""
+    status = DiagnosticStatus(level=bytes([level]), name=name, message=message,
+                              hardware_id=node.get_fully_qualified_name(),
+                              values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+    array = DiagnosticArray(status=[status])
+    array.header.stamp = node.get_clock().now().to_msg()
+    return array
+
+
+def init_once(args: list[str] | None = None) -> None:
+    """rclpy.init unless already initialised (composed mode starts several nodes)."""
+    if not rclpy.ok():
+        rclpy.init(args=args)
+
+
+__all__ = ["ParameterError", "declare_params"]

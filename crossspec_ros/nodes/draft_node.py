@@ -1,0 +1,181 @@
+"""The draft node: event packets in, a speculative caption per window out, at once.
+
+Subscribes to the event camera (event_camera_msgs/EventPacket, evt3) and to the verifier's
+confirmed tokens. Windows the events (ids from time, so the verifier agrees without talking),
+runs the event drafter on a worker thread and publishes crossspec/DraftTokens the moment each
+token exists. When the verifier confirms tokens that disagree with the draft, the drafter rolls
+back to the confirmed prefix and drafts on from there (re-sync). A newer window always wins:
+the drafter leaves the old one as soon as the next window closes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from crossspec import msg as cs_msg
+from diagnostic_msgs.msg import DiagnosticArray
+from event_camera_msgs.msg import EventPacket
+from rclpy.node import Node
+
+from crossspec_ros.events.decode import EventPacketDecoder
+from crossspec_ros.events.packet import from_msg
+from crossspec_ros.nodes.common import (
+    WindowQueue,
+    Worker,
+    declare_params,
+    diagnostics,
+    ns_to_msg,
+    reliable_qos,
+    sensor_qos,
+    sync_from_params,
+)
+from crossspec_ros.params import DRAFT_NODE_PARAMS
+from crossspec_ros.speculative.drafting import DraftChannel, confirmed_in_drafter_ids, run_drafter
+from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.stats import WindowStats
+
+LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
+
+
+class DraftNode(Node):
+    """See the module docstring. ``drafter``: a loaded model (composed mode shares one);
+    None loads it from the parameters."""
+
+    def __init__(self, drafter: Any = None, *, node_name: str = "crossspec_draft",
+                 parameter_overrides: list | None = None, **kwargs: Any) -> None:
+        super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
+        self.params = p = declare_params(self, DRAFT_NODE_PARAMS)
+        if drafter is None:
+            from crossspec_ros.models.pair import load_from_params
+
+            drafter = load_from_params(p, verifier=False)[1]
+        self.drafter = drafter
+        self.sync = sync_from_params(p, streams=("events",))
+        self.decoder = EventPacketDecoder(name=p["event_topic"])
+        self.queue = WindowQueue(p["max_queued_windows"])
+        self._lock = threading.Lock()  # guards the current window
+        self._current: tuple[int, DraftChannel] | None = None
+        self._current_done_at: float | None = None
+        self._confirmed: list[int] = []  # the current window's confirmed verifier ids
+        self.windows_drafted = 0
+        self.last_first_token_ms = float("nan")
+        self.pub_draft = self.create_publisher(cs_msg.DraftTokens, p["draft_topic"],
+                                               reliable_qos())
+        self.pub_diag = self.create_publisher(DiagnosticArray, p["diagnostics_topic"], 10)
+        self.create_subscription(EventPacket, p["event_topic"], self._on_events,
+                                 sensor_qos(p["sensor_qos_depth"]))
+        self.create_subscription(cs_msg.ConfirmedTokens, p["confirmed_topic"],
+                                 self._on_confirmed, reliable_qos())
+        self.create_timer(0.1, self._tick)
+        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        self.worker = Worker(f"{node_name}-worker", self._step,
+                             lambda e: self.get_logger().error(f"drafting failed: {e}"))
+        self.worker.start()
+        self.get_logger().info(
+            f"drafting {p['event_topic']} -> {p['draft_topic']} "
+            f"({type(drafter).__name__} on {getattr(drafter, 'device', 'cpu')})")
+
+    # ------------------------------------------------------------ callbacks (executor)
+    def _on_events(self, msg: EventPacket) -> None:
+        batch = self.decoder.decode(from_msg(msg))
+        if len(batch):
+            self._enqueue(self.sync.add_events(batch))
+
+    def _tick(self) -> None:
+        self._enqueue(self.sync.poll(time.monotonic_ns()))
+        with self._lock:  # a finished draft nobody confirms any more is let go
+            current, done_at = self._current, self._current_done_at
+        if current is not None and done_at is not None and time.monotonic() - done_at > LINGER_S:
+            current[1].stop()
+
+    def _enqueue(self, windows: list) -> None:
+        now = time.monotonic()
+        for window in windows:
+            if not window.has_events:
+                continue
+            dropped = self.queue.put(window, now)
+            if dropped is not None:
+                self.get_logger().warning(
+                    f"drafter busy: dropped window {dropped.id} ({self.queue.dropped} so far)")
+        if windows:
+            with self._lock:
+                if self._current is not None:
+                    self._current[1].stop()  # a newer window closed: move on to it
+
+    def _on_confirmed(self, msg: Any) -> None:
+        with self._lock:
+            current = self._current
+        if current is None or current[0] != msg.window_id:
+            return
+        channel = current[1]
+        if msg.done:
+            channel.stop()
+            return
+        # rounds arrive in order on a reliable topic; each carries its new tokens at a base
+        self._confirmed = self._confirmed[:msg.base_index] + [int(t) for t in msg.new_token_ids]
+        channel.push_confirmed(confirmed_in_drafter_ids(self.drafter, self._confirmed, msg.text))
+
+    # ------------------------------------------------------------ worker thread
+    def _step(self) -> None:
+        item = self.queue.get()
+        if item is None:
+            return
+        window, t_close = item
+        channel = DraftChannel(lookahead=self.params["max_new_tokens"])
+        with self._lock:
+            self._current, self._current_done_at = (int(window.id), channel), None
+            self._confirmed = []
+        stats = WindowStats(proposer_names=["draft_stream"])
+
+        def emit(kind: EventKind, **fields: Any) -> EngineEvent:
+            event = EngineEvent(kind, int(window.id), (time.monotonic() - t_close) * 1e3,
+                                **fields)
+            if kind is EventKind.DRAFT:
+                if len(event.tokens) == 1 and event.revision == 0:
+                    stats.draft_first_token_ms = event.t_ms  # before the first publication
+                self._publish_draft(window, event, stats)
+            elif kind is EventKind.DRAFT_ERROR:
+                self.get_logger().error(f"window {window.id}: drafter failed: {event.text}")
+            return event
+
+        run_drafter(self.drafter, window, channel, emit, stats, self.params["max_new_tokens"])
+        with self._lock:
+            self._current = None
+        self.windows_drafted += 1
+        self.last_first_token_ms = stats.draft_first_token_ms
+
+    def _publish_draft(self, window: Any, event: EngineEvent, stats: WindowStats) -> None:
+        msg = cs_msg.DraftTokens(
+            window_id=int(window.id), epoch=int(window.epoch),
+            window_start=ns_to_msg(window.t0), window_end=ns_to_msg(window.t1),
+            revision=event.revision, base_index=0, token_ids=[int(t) for t in event.tokens],
+            text=event.text, done=event.done,
+            first_token_latency_ms=float(stats.draft_first_token_ms))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = "event_camera"
+        self.pub_draft.publish(msg)
+        if event.done:
+            with self._lock:
+                if self._current is not None and self._current[0] == window.id:
+                    self._current_done_at = time.monotonic()
+
+    def _publish_diagnostics(self) -> None:
+        s = self.sync.stats
+        values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
+                  "sync_dropped_windows": s.dropped_windows, "windows_drafted":
+                  self.windows_drafted, "late_events": s.late_events, "resets": s.resets,
+                  "bad_packets": self.decoder.stats.bad_packets,
+                  "last_first_token_ms": round(self.last_first_token_ms, 1)}
+        level = 1 if self.queue.dropped or self.decoder.stats.bad_packets else 0
+        self.pub_diag.publish(diagnostics(self, "crossspec: draft", values, level,
+                                          "dropping windows" if self.queue.dropped else "ok"))
+
+    def destroy_node(self) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current[1].stop()
+        self.queue.close()
+        self.worker.stop()
+        super().destroy_node()

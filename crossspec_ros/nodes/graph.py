@@ -1,0 +1,110 @@
+"""The crossspec ROS graph, defined once: which nodes exist, what runs them, what they get.
+
+``launch/drive.launch.py`` turns ``GRAPH`` into launch_ros actions (one process per node, or
+all in one with ``composed``); ``crossspec node`` and ``crossspec drive`` build the same nodes
+in-process with ``create_nodes``. Topics come from the parameters (config/drive.yaml), so the
+graph needs no remappings by default.
+
+  events  --> [crossspec_draft]    --draft-->   [crossspec_verifier] <-- RGB
+                     ^-------------confirmed-------------|
+                                    caption --> [crossspec_viz] --> Marker, annotated Image
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+EXECUTABLE = "crossspec"  # installed in lib/crossspec (ros2 run) and on PATH
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    kind: str        # the `crossspec node KIND` that runs it
+    name: str        # the ROS node name (parameter file sections use it)
+    summary: str
+
+    @property
+    def arguments(self) -> list[str]:
+        return ["node", self.kind]
+
+
+GRAPH = (
+    NodeSpec("draft", "crossspec_draft", "event drafter: EventPacket -> DraftTokens"),
+    NodeSpec("verifier", "crossspec_verifier",
+             "video verifier: Image + DraftTokens -> ConfirmedTokens, Caption"),
+    NodeSpec("viz", "crossspec_viz", "Caption + Image -> Marker, annotated Image, Foxglove"),
+)
+KINDS = tuple(spec.kind for spec in GRAPH)
+COMPOSED = NodeSpec("composed", "crossspec_composed", "all of the above in one process")
+
+
+def spec(kind: str) -> NodeSpec:
+    for item in GRAPH:
+        if item.kind == kind:
+            return item
+    raise ValueError(f"unknown node kind '{kind}'; known: {', '.join(KINDS)}")
+
+
+def default_config() -> Path:
+    """config/drive.yaml from the source tree or the installed share/crossspec."""
+    here = Path(__file__).resolve().parents[2] / "config" / "drive.yaml"
+    if here.is_file():
+        return here
+    from crossspec_ros.paths import package_share_dir
+
+    return package_share_dir("crossspec") / "config" / "drive.yaml"
+
+
+def parameter_overrides(config: str | Path | None, node_name: str,
+                        extra: dict[str, Any] | None = None) -> list:
+    """rclpy Parameters for ``node_name`` from a ROS parameter YAML (``/**`` and the node's
+    own section) plus ``extra``: the in-process equivalent of ``--params-file``."""
+    from rclpy.parameter import Parameter
+
+    from crossspec_ros.params import load_yaml_params
+
+    values = load_yaml_params(config, node_name) if config else {}
+    values.update(extra or {})
+    return [Parameter(name, value=value) for name, value in values.items()]
+
+
+def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = None,
+                 extra: dict[str, dict[str, Any]] | None = None,
+                 models: tuple[Any, Any] | None = None,
+                 on_result: Callable[[Any, Any], None] | None = None,
+                 use_overrides: bool = True) -> list:
+    """The graph's nodes in this process (composed mode: one CUDA context, the models loaded
+    once; each model runs on its own worker thread and CUDA stream).
+
+    ``extra``: per-kind parameter values over the config's. ``models``: (verifier, drafter)
+    already loaded; None loads them from the draft/verifier parameters. ``use_overrides``:
+    False leaves parameters to the process's --ros-args (``crossspec node``).
+    """
+    from crossspec_ros.nodes.draft_node import DraftNode
+    from crossspec_ros.nodes.verifier_node import VerifierNode
+
+    extra = extra or {}
+
+    def overrides(kind: str) -> list:
+        if not use_overrides:
+            return []
+        return parameter_overrides(config, spec(kind).name, extra.get(kind))
+
+    verifier, drafter = models if models is not None else (None, None)
+    nodes: list = []
+    if "draft" in kinds:
+        nodes.append(DraftNode(drafter, parameter_overrides=overrides("draft")))
+        drafter = nodes[-1].drafter
+    if "verifier" in kinds:
+        # the drafter object (if here) lets the verifier bridge vocabularies exactly
+        nodes.append(VerifierNode(verifier, drafter if "draft" in kinds else None,
+                                  parameter_overrides=overrides("verifier"),
+                                  on_result=on_result))
+    if "viz" in kinds:
+        from crossspec_ros.nodes.viz_node import VizNode
+
+        nodes.append(VizNode(parameter_overrides=overrides("viz")))
+    return nodes

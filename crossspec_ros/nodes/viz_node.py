@@ -1,0 +1,114 @@
+"""The visualization node: captions drawn where people look.
+
+Subscribes to crossspec/Caption and the RGB stream; publishes a visualization_msgs/Marker
+(TEXT_VIEW_FACING: RViz) and an annotated sensor_msgs/Image (the frame with the confirmed text
+in one style and the unconfirmed draft tail in another: RViz and Foxglove). Optionally serves
+the same live on a Foxglove WebSocket (127.0.0.1 by default) and records it to MCAP.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from crossspec import msg as cs_msg
+from rclpy.node import Node
+from sensor_msgs.msg import CompressedImage, Image
+from visualization_msgs.msg import Marker
+
+from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
+from crossspec_ros.nodes.common import declare_params, msg_to_ns, reliable_qos, sensor_qos
+from crossspec_ros.params import VIZ_NODE_PARAMS, Param
+from crossspec_ros.viz.overlay import annotate_frame, marker_text
+
+FOXGLOVE_PARAMS = [
+    Param("foxglove", False, "serve captions and annotated frames on a Foxglove WebSocket"),
+    Param("foxglove_host", "127.0.0.1", "Foxglove server address (loopback unless you mean it)"),
+    Param("foxglove_port", 8765, "Foxglove server port (0: any free port)",
+          lambda x: 0 <= x <= 65535, "0..65535"),
+    Param("record_mcap", "", "also record the outputs to this MCAP file (empty: no)"),
+]
+
+
+class VizNode(Node):
+    """See the module docstring."""
+
+    def __init__(self, *, node_name: str = "crossspec_viz",
+                 parameter_overrides: list | None = None, **kwargs: Any) -> None:
+        super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
+        self.params = p = declare_params(self, [*VIZ_NODE_PARAMS, *FOXGLOVE_PARAMS])
+        self._lock = threading.Lock()
+        self._latest: Any = None   # the newest Caption
+        self._frames = 0
+        self.annotated = 0
+        self.foxglove = None
+        if p["foxglove"] or p["record_mcap"]:
+            from crossspec_ros.viz.foxglove_out import FoxgloveOutput
+
+            self.foxglove = FoxgloveOutput(serve=p["foxglove"], host=p["foxglove_host"],
+                                           port=p["foxglove_port"],
+                                           mcap_path=p["record_mcap"] or None, overwrite=True)
+            if p["foxglove"]:
+                self.get_logger().info(
+                    f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
+        self.pub_marker = self.create_publisher(Marker, p["marker_topic"], reliable_qos(10))
+        self.pub_image = self.create_publisher(Image, p["annotated_image_topic"], 5)
+        self.create_subscription(cs_msg.Caption, p["caption_topic"], self._on_caption,
+                                 reliable_qos())
+        self.create_subscription(Image, p["rgb_topic"], self._on_image, sensor_qos(5))
+        self.create_subscription(CompressedImage, p["rgb_topic"] + "/compressed",
+                                 self._on_compressed, sensor_qos(5))
+
+    def _on_caption(self, msg: Any) -> None:
+        with self._lock:
+            self._latest = msg
+        marker = Marker(ns="crossspec", id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD,
+                        text=marker_text(msg.confirmed_text, msg.unconfirmed_text, msg.status))
+        marker.header.frame_id = self.params["marker_frame"]
+        marker.header.stamp = msg.header.stamp
+        marker.pose.position.z = 2.0
+        marker.pose.orientation.w = 1.0
+        marker.scale.z = 0.3
+        marker.color.r = marker.color.g = marker.color.b = marker.color.a = 1.0
+        self.pub_marker.publish(marker)
+        if self.foxglove is not None:
+            self.foxglove.log_caption(msg.window_id, msg.status, msg.confirmed_text,
+                                      msg.unconfirmed_text, _latencies(msg),
+                                      msg_to_ns(msg.header.stamp))
+
+    def _on_image(self, msg: Image) -> None:
+        self._annotate(msg, image_to_rgb)
+
+    def _on_compressed(self, msg: CompressedImage) -> None:
+        self._annotate(msg, compressed_to_rgb)
+
+    def _annotate(self, msg: Any, convert: Any) -> None:
+        self._frames += 1
+        with self._lock:
+            caption = self._latest
+        if caption is None or self._frames % self.params["annotate_every_n_frames"]:
+            return
+        try:
+            rgb = convert(msg)
+        except UnsupportedImageError:
+            return  # the verifier node counts and reports bad frames
+        out = annotate_frame(rgb, caption.confirmed_text, caption.unconfirmed_text,
+                             caption.status, caption.window_id, _latencies(caption))
+        image = Image(height=out.shape[0], width=out.shape[1], encoding="rgb8", is_bigendian=0,
+                      step=out.shape[1] * 3, data=out.tobytes())
+        image.header = msg.header
+        self.pub_image.publish(image)
+        self.annotated += 1
+        if self.foxglove is not None:
+            self.foxglove.log_image(self.params["annotated_image_topic"], out,
+                                    msg_to_ns(msg.header.stamp), msg.header.frame_id)
+
+    def destroy_node(self) -> None:
+        if self.foxglove is not None:
+            self.foxglove.close()
+        super().destroy_node()
+
+
+def _latencies(msg: Any) -> dict[str, float]:
+    return {k: float(getattr(msg, k)) for k in
+            ("draft_first_token_ms", "confirmed_first_ms", "confirmed_done_ms", "acceptance")}
