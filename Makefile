@@ -11,9 +11,11 @@ PYTEST_ARGS ?=
 setup:
 	@bash scripts/setup.sh
 
+DRIVE_ARGS ?=
+
 drive: setup
-	$(CROSSSPEC) events $(BAG)
-	$(CROSSSPEC) caption $(BAG) --check-lossless
+	@mkdir -p build
+	$(CROSSSPEC) drive --bag $(BAG) --check-lossless --json build/drive.jsonl $(DRIVE_ARGS)
 
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -2,7 +2,15 @@
 
 import pytest
 
-from crossspec_ros.params import SYNC_PARAMS, ParameterError, load_yaml_params, validate
+from crossspec_ros.params import (
+    DRAFT_NODE_PARAMS,
+    SYNC_PARAMS,
+    VERIFIER_NODE_PARAMS,
+    VIZ_NODE_PARAMS,
+    ParameterError,
+    load_yaml_params,
+    validate,
+)
 
 ROOT_CONFIG = "config/drive.yaml"
 
@@ -16,10 +24,18 @@ def test_node_section_overrides_the_wildcard_section(tmp_path):
     assert load_yaml_params(path, "other")["frames_per_window"] == 4
 
 
-def test_shipped_config_validates_and_documents_every_sync_parameter():
-    values = load_yaml_params(ROOT_CONFIG, "any_node")
-    assert set(values) == {p.name for p in SYNC_PARAMS}
-    assert validate(values, SYNC_PARAMS)["frames_per_window"] == 8
+def test_shipped_config_validates_and_documents_every_node_parameter():
+    from crossspec_ros.nodes.viz_node import FOXGLOVE_PARAMS
+
+    shared = load_yaml_params(ROOT_CONFIG, "any_node")
+    assert set(shared) == {p.name for p in DRAFT_NODE_PARAMS}
+    assert validate(shared, DRAFT_NODE_PARAMS)["frames_per_window"] == 8
+    assert validate(shared, VERIFIER_NODE_PARAMS)["max_new_tokens"] == 48
+    viz_spec = [*VIZ_NODE_PARAMS, *FOXGLOVE_PARAMS]
+    viz = load_yaml_params(ROOT_CONFIG, "crossspec_viz")
+    assert {p.name for p in viz_spec} <= set(viz)
+    known = {p.name for p in viz_spec}
+    assert validate({k: v for k, v in viz.items() if k in known}, viz_spec)["foxglove"] is False
 
 
 def test_validation_names_the_parameter_the_problem_and_the_fix():

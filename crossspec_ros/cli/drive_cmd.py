@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     import rclpy
     from crossspec import msg as cs_msg
     from rclpy.executors import MultiThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.nodes.graph import KINDS, create_nodes, default_config
@@ -140,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
            "record_mcap": str(args.record or "")}
     kinds = tuple(k for k in KINDS if not (args.no_viz and k == "viz"))
     monitor = DriveMonitor()
-    rclpy.init()
+    # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
     executor = MultiThreadedExecutor(num_threads=4)
     interrupted = False
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         if rclpy.ok():
             rclpy.shutdown()
     rows = [monitor.rows[w] for w in sorted(monitor.rows)]
-    if args.check_lossless:
+    if args.check_lossless and not interrupted:
         _check_lossless(nodes[1].engine if len(nodes) > 1 else None, monitor, rows)
     summary = summarize(rows, nodes)
     print(summary["line"])

@@ -33,6 +33,7 @@ from crossspec_ros.nodes.common import (
 )
 from crossspec_ros.params import DRAFT_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel, confirmed_in_drafter_ids, run_drafter
+from crossspec_ros.speculative.engine import assign_cuda_streams
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.stats import WindowStats
 
@@ -52,6 +53,7 @@ class DraftNode(Node):
 
             drafter = load_from_params(p, verifier=False)[1]
         self.drafter = drafter
+        assign_cuda_streams(drafter)  # its own CUDA stream, also when composed with a verifier
         self.sync = sync_from_params(p, streams=("events",))
         self.decoder = EventPacketDecoder(name=p["event_topic"])
         self.queue = WindowQueue(p["max_queued_windows"])

@@ -102,7 +102,7 @@ class SpeculativeEngine:
         self.verifier, self.drafter = verifier, drafter
         self.config = config or EngineConfig()
         self.remote_drafter = remote_drafter
-        _assign_cuda_streams(verifier, drafter)
+        assign_cuda_streams(verifier, drafter)
         self.bridge = self._make_bridge()
         self.history = NgramProposer("history_ngram", max_ngram=self.config.ngram_max,
                                      min_ngram=0, max_sources=self.config.history_windows)
@@ -393,7 +393,7 @@ def _strip_eos(tokens: list[int], eos: int) -> list[int]:
     return [t for t in tokens if t != eos]
 
 
-def _assign_cuda_streams(*models: CaptionModel | None) -> None:
+def assign_cuda_streams(*models: CaptionModel | None) -> None:
     """Give each CUDA model its own stream (kept if it has one), so the drafter's kernels
     overlap the verifier's on one GPU. Backends run their work on ``model.stream``."""
     for model in models:
