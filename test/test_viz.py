@@ -1,23 +1,22 @@
 """crossspec_ros.viz: caption overlay, RViz marker text, Foxglove server/MCAP output, configs.
 
-The MCAP check reads the file with a small reader written here from the MCAP specification
-(records, chunks, statistics), so the test does not trust the writer's own library to read back
-what it wrote. The live-server check is a real WebSocket client on loopback with short timeouts.
+The MCAP check reads the file with the `mcap` library (test/mcap_helpers.py), not with the
+writer's own library (foxglove-sdk), so the writer is not trusted to read back what it wrote.
+The live-server check is a real WebSocket client on loopback with short timeouts.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 import time
-import zlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
 import yaml
+from mcap_helpers import read_mcap
 
 from crossspec_ros.viz.foxglove_out import CAPTION_TOPIC, FoxgloveOutput
 from crossspec_ros.viz.overlay import (
@@ -138,80 +137,6 @@ def test_marker_text_wraps_long_captions_and_handles_empty():
     assert marker_text("", "", "FINAL") == "[FINAL]"
 
 
-# -- MCAP reader (from the MCAP spec) --------------------------------------------------------
-
-_MAGIC = b"\x89MCAP0\r\n"
-
-
-def _string(buf: io.BytesIO) -> str:
-    (n,) = struct.unpack("<I", buf.read(4))
-    return buf.read(n).decode()
-
-
-def _decompress(kind: str, data: bytes) -> bytes:
-    if kind == "":
-        return data
-    if kind == "zstd":
-        try:
-            from compression import zstd  # Python >= 3.14
-        except ImportError:
-            zstd = pytest.importorskip("backports.zstd")  # installed with rosbags
-        return zstd.decompress(data)
-    if kind == "lz4":
-        lz4_frame = pytest.importorskip("lz4.frame")
-        return lz4_frame.decompress(data)
-    raise AssertionError(f"unexpected chunk compression {kind!r}")
-
-
-def _read_mcap(path: Path) -> dict:
-    """Schemas, channels, messages and the statistics record of a finished MCAP file."""
-    raw = path.read_bytes()
-    assert raw[:8] == _MAGIC and raw[-8:] == _MAGIC, "not a finished MCAP file"
-    out: dict = {"schemas": {}, "channels": {}, "messages": [], "statistics": None}
-
-    def records(buf: io.BytesIO, end: int):
-        while buf.tell() < end:
-            op, length = struct.unpack("<BQ", buf.read(9))
-            yield op, io.BytesIO(buf.read(length))
-
-    def handle(op: int, rec: io.BytesIO, in_summary: bool) -> bool:
-        if op == 0x03 and not in_summary:  # Schema
-            (sid,) = struct.unpack("<H", rec.read(2))
-            name, encoding = _string(rec), _string(rec)
-            (n,) = struct.unpack("<I", rec.read(4))
-            out["schemas"][sid] = (name, encoding, rec.read(n))
-        elif op == 0x04 and not in_summary:  # Channel
-            cid, sid = struct.unpack("<HH", rec.read(4))
-            out["channels"][cid] = {"schema_id": sid, "topic": _string(rec),
-                                    "encoding": _string(rec)}
-        elif op == 0x05:  # Message
-            cid, _seq, log_time, _pub = struct.unpack("<HIQQ", rec.read(22))
-            out["messages"].append((cid, log_time, rec.read()))
-        elif op == 0x06:  # Chunk
-            _start, _end, size, crc = struct.unpack("<QQQI", rec.read(28))
-            kind = _string(rec)
-            (n,) = struct.unpack("<Q", rec.read(8))
-            data = _decompress(kind, rec.read(n))
-            assert len(data) == size
-            assert crc == 0 or zlib.crc32(data) == crc, "chunk CRC mismatch"
-            inner = io.BytesIO(data)
-            for inner_op, inner_rec in records(inner, len(data)):
-                handle(inner_op, inner_rec, in_summary)
-        elif op == 0x0B:  # Statistics
-            message_count, _schemas, channel_count = struct.unpack("<QHI", rec.read(14))
-            out["statistics"] = {"message_count": message_count, "channel_count": channel_count}
-        return op == 0x0F  # DataEnd: the summary section follows
-
-    buf = io.BytesIO(raw)
-    buf.seek(8)
-    in_summary = False
-    for op, rec in records(buf, len(raw) - 8):
-        if op == 0x02:  # Footer
-            break
-        in_summary = handle(op, rec, in_summary) or in_summary
-    return out
-
-
 # -- Foxglove output ------------------------------------------------------------------------
 
 
@@ -228,20 +153,21 @@ def test_foxglove_mcap_records_captions_images_and_stats_on_their_timeline(tmp_p
                                           "queue": np.int64(2), "nan": float("nan")}, t0 + 20)
     out.close()  # idempotent
 
-    mcap = _read_mcap(path)
-    topics = {c["topic"]: c for c in mcap["channels"].values()}
+    mcap = read_mcap(path)
+    topics = {c.topic: c for c in mcap["channels"].values()}
     assert set(topics) == {CAPTION_TOPIC, "/crossspec/annotated_image", "/crossspec/stats"}
-    caption_schema = mcap["schemas"][topics[CAPTION_TOPIC]["schema_id"]]
-    assert caption_schema[:2] == ("crossspec.Caption", "jsonschema")
-    assert topics[CAPTION_TOPIC]["encoding"] == "json"
-    image_channel = topics["/crossspec/annotated_image"]
-    assert mcap["schemas"][image_channel["schema_id"]][:2] == ("foxglove.RawImage", "protobuf")
+    caption_schema = mcap["schemas"][topics[CAPTION_TOPIC].schema_id]
+    assert (caption_schema.name, caption_schema.encoding) == ("crossspec.Caption", "jsonschema")
+    assert topics[CAPTION_TOPIC].message_encoding == "json"
+    image_schema = mcap["schemas"][topics["/crossspec/annotated_image"].schema_id]
+    assert (image_schema.name, image_schema.encoding) == ("foxglove.RawImage", "protobuf")
     assert len(mcap["messages"]) == 4
-    assert mcap["statistics"]["message_count"] == 4
+    assert mcap["statistics"].message_count == 4
 
     by_topic: dict[str, list] = {}
-    for cid, log_time, data in mcap["messages"]:
-        by_topic.setdefault(mcap["channels"][cid]["topic"], []).append((log_time, data))
+    for topic, log_time, data, schema_name in mcap["messages"]:
+        assert schema_name == mcap["schemas"][topics[topic].schema_id].name
+        by_topic.setdefault(topic, []).append((log_time, data))
     captions = [(t, json.loads(d)) for t, d in by_topic[CAPTION_TOPIC]]
     assert [t for t, _ in captions] == [t0, t0 + 500_000_000]  # log_time = stamp, not wall clock
     first, final = captions[0][1], captions[1][1]
