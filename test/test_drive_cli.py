@@ -53,7 +53,9 @@ def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_mcap(tmp_path):
     try:
         for line in process.stdout:
             seen.append(line)
-            if "confirmed" in line or time.monotonic() > deadline:
+            # a live-view line of a confirmed caption: "[window] confirmed  ... ms  text"
+            if (line.startswith("[17") and " confirmed " in line) \
+                    or time.monotonic() > deadline:
                 break
         time.sleep(1.0)
         process.send_signal(signal.SIGINT)

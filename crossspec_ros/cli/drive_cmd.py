@@ -99,7 +99,8 @@ class DriveMonitor:
             self._print(f"[{wid}] confirmed {_ms(msg.confirmed_done_ms)}  {msg.confirmed_text}"
                         f"   (acceptance {_pct(msg.acceptance)})")
         elif changed and status == "UNVERIFIED":
-            self._print(f"[{wid}] no RGB: UNVERIFIED draft only  {msg.unconfirmed_text}")
+            self._print(f"[{wid}] UNVERIFIED (no RGB, or dropped by a busy verifier)  "
+                        f"{msg.unconfirmed_text}")
 
     def on_result(self, window: Any, result: Any) -> None:
         with self.lock:
@@ -129,7 +130,12 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.nodes.graph import KINDS, create_nodes, default_config
+    from crossspec_ros.nodes.graph import (
+        KINDS,
+        create_nodes,
+        default_config,
+        tune_process_for_models,
+    )
     from crossspec_ros.nodes.player import BagPlayer
     from crossspec_ros.params import ParameterError
 
@@ -141,11 +147,13 @@ def run(args: argparse.Namespace) -> int:
            "record_mcap": str(args.record or "")}
     kinds = tuple(k for k in KINDS if not (args.no_viz and k == "viz"))
     monitor = DriveMonitor()
+    tune_process_for_models()
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
     executor = MultiThreadedExecutor(num_threads=4)
     interrupted = False
+    spinner = None
     try:
         nodes = create_nodes(kinds, config=config, extra={"viz": viz},
                              on_result=monitor.on_result)
@@ -156,7 +164,13 @@ def run(args: argparse.Namespace) -> int:
         nodes += [watcher, player]
         for node in nodes:
             executor.add_node(node)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
+        stop_spinning = threading.Event()
+
+        def spin() -> None:  # spin_once in a loop: shutdown then never races a running spin
+            while not stop_spinning.is_set():
+                executor.spin_once(timeout_sec=0.1)
+
+        spinner = threading.Thread(target=spin, daemon=True)
         spinner.start()
         print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}",
               file=sys.stderr)
@@ -168,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
         print("interrupted: shutting down", file=sys.stderr)
     finally:
+        if spinner is not None:
+            stop_spinning.set()
+            spinner.join(timeout=5.0)
         executor.shutdown(timeout_sec=2.0)
         for node in nodes:
             node.destroy_node()  # the viz node closes its MCAP here: readable after Ctrl-C

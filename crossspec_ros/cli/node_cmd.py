@@ -7,6 +7,7 @@ What launch files and `ros2 run crossspec crossspec node draft` start. ROS argum
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from crossspec_ros.nodes.graph import COMPOSED, GRAPH, KINDS
@@ -28,10 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.nodes.graph import create_nodes
+    from crossspec_ros.nodes.graph import create_nodes, tune_process_for_models
     from crossspec_ros.params import ParameterError
 
     rclpy.init(args=["crossspec", *args.ros_args])
+    tune_process_for_models()
     kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
     nodes: list = []
     try:
@@ -46,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        # a terminal's Ctrl-C reaches the node and launch forwards it again: the second one
+        # must not abort the cleanup
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for node in nodes:
             node.destroy_node()
         if rclpy.ok():

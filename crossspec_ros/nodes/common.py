@@ -152,7 +152,7 @@ class Worker:
             except Exception as err:  # a bad window must not end the node
                 self._on_error(f"{type(err).__name__}: {err}")
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
         if self.thread.is_alive():
             self.thread.join(timeout)

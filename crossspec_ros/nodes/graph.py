@@ -71,6 +71,19 @@ def parameter_overrides(config: str | Path | None, node_name: str,
     return [Parameter(name, value=value) for name, value in values.items()]
 
 
+def tune_process_for_models(device: str = "cpu") -> None:
+    """Several models and the executor share one Python process: hand the GIL over often (a
+    thread returning from a torch op otherwise waits up to 5 ms for it, per op) and, on CPU,
+    give each model thread one intra-op thread (concurrent OpenMP pools oversubscribe)."""
+    import sys
+
+    import torch
+
+    sys.setswitchinterval(2e-4)
+    if device == "cpu":
+        torch.set_num_threads(1)
+
+
 def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = None,
                  extra: dict[str, dict[str, Any]] | None = None,
                  models: tuple[Any, Any] | None = None,

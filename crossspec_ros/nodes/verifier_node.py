@@ -153,6 +153,18 @@ class VerifierNode(Node):
             if dropped is not None:
                 self.get_logger().warning(
                     f"verifier busy: dropped window {dropped.id} ({self.queue.dropped} so far)")
+                self._give_up(dropped)
+
+    def _give_up(self, window: Any) -> None:
+        """A window the verifier dropped is final as it is: UNVERIFIED, draft only."""
+        wid = int(window.id)
+        with self._lock:
+            state = self.windows.pop(wid, None) or WindowState(wid)
+            state.epoch, state.t0, state.t1 = window.epoch, window.t0, window.t1
+            state.status = cs_msg.Caption.STATUS_UNVERIFIED
+            self.finished[wid] = time.monotonic()
+        self.counters["windows_unverified"] += 1
+        self._publish_caption(state)
 
     def _on_draft(self, msg: Any) -> None:
         wid = int(msg.window_id)
@@ -270,6 +282,8 @@ class VerifierNode(Node):
         self.pub_caption.publish(msg)
 
     def _on_error(self, error: str) -> None:
+        if not self.context.ok():
+            return  # shutting down mid-window: publishing fails, nothing is wrong
         self.counters["errors"] += 1
         self.get_logger().error(f"verifying a window failed: {error}")
 
