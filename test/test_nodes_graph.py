@@ -22,7 +22,7 @@ from crossspec import msg as cs_msg  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
-from crossspec_ros.nodes.graph import create_nodes  # noqa: E402
+from crossspec_ros.nodes.graph import create_nodes, tune_process_for_models  # noqa: E402
 from crossspec_ros.nodes.player import BagPlayer  # noqa: E402
 from crossspec_ros.params import ParameterError  # noqa: E402
 from crossspec_ros.paths import sample_bag  # noqa: E402
@@ -49,6 +49,7 @@ class Run:
     captions: dict[int, list] = field(default_factory=dict)   # window -> Caption messages
     results: dict[int, tuple] = field(default_factory=dict)   # window -> (Window, result)
     diagnostics: list = field(default_factory=list)
+    drafts: dict[int, list] = field(default_factory=dict)    # window -> DraftTokens messages
     nodes: list = field(default_factory=list)
 
     def last(self, wid: int):
@@ -63,6 +64,7 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
     if verifier_wrapper is not None:
         verifier = verifier_wrapper(verifier)
     run = Run()
+    tune_process_for_models()  # as `crossspec drive` and `crossspec node` do
     rclpy.init()
     process = None
     try:
@@ -80,6 +82,9 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
             cs_msg.Caption, "/crossspec/caption",
             lambda m: run.captions.setdefault(m.window_id, []).append(m), 200)
         probe.create_subscription(DiagnosticArray, "/diagnostics", run.diagnostics.append, 50)
+        probe.create_subscription(
+            cs_msg.DraftTokens, "/crossspec/draft",
+            lambda m: run.drafts.setdefault(m.window_id, []).append(m), 500)
         executor = MultiThreadedExecutor(num_threads=4)
         for node in [*run.nodes, probe]:
             executor.add_node(node)
@@ -148,10 +153,13 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
         statuses = [m.status for m in run.captions[wid]]
         # a draft is shown before the verifier finishes, and FINAL comes last
         assert statuses[-1] == FINAL and FINAL not in statuses[:-1]
-    # the draft node's tokens reached the verifier (as proposals) for the windows; whether a
-    # draft is shown before the first confirmation depends on the CPU's load, so not asserted
-    drafted = [wid for wid, (_, result) in run.results.items() if result.draft_text]
-    assert len(drafted) >= len(run.results) - 1, drafted
+    # the draft node drafted every window to the end; whether a draft arrives before the
+    # verifier's first confirmation depends on the CPU's load, so that is not asserted
+    # (a newer window preempts the drafter, so on a loaded CPU a draft may end unfinished)
+    for wid in run.results:
+        assert run.drafts.get(wid), f"no draft published for window {wid}"
+    complete = [w for w in run.results if run.drafts[w][-1].done and run.drafts[w][-1].text]
+    assert len(complete) >= len(run.results) // 2, complete
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
     assert verifier_node.queue.dropped == 0
 
