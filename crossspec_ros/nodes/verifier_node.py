@@ -44,6 +44,7 @@ from crossspec_ros.sync.window import StampedFrame
 
 FINISHED_MEMORY_S = 10.0  # finished window ids are remembered this long (late drafts ignored)
 NAN = math.nan
+TERMINAL = (cs_msg.Caption.STATUS_FINAL, cs_msg.Caption.STATUS_UNVERIFIED)
 
 
 @dataclass
@@ -163,8 +164,8 @@ class VerifierNode(Node):
             state.epoch, state.t0, state.t1 = window.epoch, window.t0, window.t1
             state.status = cs_msg.Caption.STATUS_UNVERIFIED
             self.finished[wid] = time.monotonic()
+            self.pub_caption.publish(self._caption_msg(state))
         self.counters["windows_unverified"] += 1
-        self._publish_caption(state)
 
     def _on_draft(self, msg: Any) -> None:
         wid = int(msg.window_id)
@@ -172,10 +173,12 @@ class VerifierNode(Node):
             if msg.epoch != self._draft_epoch:  # the draft node's time jumped (bag loop)
                 self._draft_epoch = msg.epoch
                 self.finished.clear()
-            if wid in self.finished:
+            state = self.windows.get(wid)
+            # FINAL is checked too: the worker publishes it just before it marks the window
+            # finished, and a draft slipping in between must not repeat the FINAL caption
+            if wid in self.finished or (state is not None and state.status in TERMINAL):
                 self.counters["late_drafts"] += 1
                 return
-            state = self.windows.get(wid)
             if state is None:
                 state = self.windows[wid] = WindowState(
                     wid, int(msg.epoch), msg_to_ns(msg.window_start), msg_to_ns(msg.window_end))
@@ -183,8 +186,8 @@ class VerifierNode(Node):
             state.draft_first_token_ms = msg.first_token_latency_ms
             if msg.done and math.isnan(state.draft_done_ms):
                 state.draft_done_ms = (time.monotonic() - state.first_seen) * 1e3
+            self.pub_caption.publish(self._caption_msg(state))
         state.channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
-        self._publish_caption(state)
 
     def _tick(self) -> None:
         self._enqueue(self.sync.poll(time.monotonic_ns()))
@@ -196,21 +199,20 @@ class VerifierNode(Node):
         patience = p["max_lateness_s"] + p["window_length_s"] + 0.5
         closed = self.sync.closed_before
         waiting = set(self.sync.pending_ids()) | set(self.queue.ids())
-        expired = []
+        expired = 0
         with self._lock:
             for wid, state in list(self.windows.items()):
                 if state.started or wid in waiting:
                     continue
                 if (closed is not None and wid < closed) or now - state.first_seen > patience:
                     state.status = cs_msg.Caption.STATUS_UNVERIFIED
-                    expired.append(self.windows.pop(wid))
+                    self.pub_caption.publish(self._caption_msg(self.windows.pop(wid)))
                     self.finished[wid] = now
+                    expired += 1
             for wid, t in list(self.finished.items()):
                 if now - t > FINISHED_MEMORY_S:
                     del self.finished[wid]
-        for state in expired:
-            self.counters["windows_unverified"] += 1
-            self._publish_caption(state)
+        self.counters["windows_unverified"] += expired
 
     # ------------------------------------------------------------ worker thread
     def _step(self) -> None:
@@ -242,15 +244,19 @@ class VerifierNode(Node):
         if event.kind is not EventKind.CONFIRMED:
             return
         stats = self.engine.current_stats
-        state.confirmed_text = event.text
-        if stats is not None:
-            state.acceptance = stats.acceptance
-        if event.base == 0:
-            state.confirmed_first_ms = event.t_ms
-        state.status = cs_msg.Caption.STATUS_FINAL if event.done else \
-            cs_msg.Caption.STATUS_PARTIAL
-        if event.done:
-            state.confirmed_done_ms = event.t_ms
+        # under the lock: the executor's _on_draft updates and publishes the same window, and
+        # captions must leave in order (never a PARTIAL after the FINAL)
+        with self._lock:
+            state.confirmed_text = event.text
+            if stats is not None:
+                state.acceptance = stats.acceptance
+            if event.base == 0:
+                state.confirmed_first_ms = event.t_ms
+            state.status = cs_msg.Caption.STATUS_FINAL if event.done else \
+                cs_msg.Caption.STATUS_PARTIAL
+            if event.done:
+                state.confirmed_done_ms = event.t_ms
+            self.pub_caption.publish(self._caption_msg(state))
         msg = cs_msg.ConfirmedTokens(
             window_id=state.window_id, epoch=int(state.epoch), window_start=ns_to_msg(state.t0),
             window_end=ns_to_msg(state.t1), base_index=event.base,
@@ -258,9 +264,10 @@ class VerifierNode(Node):
             stats=stats_msg(stats) if stats is not None else cs_msg.WindowStats())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.pub_confirmed.publish(msg)
-        self._publish_caption(state)
 
-    def _publish_caption(self, state: WindowState) -> None:
+    def _caption_msg(self, state: WindowState) -> Any:
+        """The Caption for ``state`` as it is now; callers hold ``self._lock`` and publish it
+        before releasing it, so captions leave in the order their states changed."""
         confirmed, draft = state.confirmed_text, state.draft_text
         unconfirmed = ""
         if state.status != cs_msg.Caption.STATUS_FINAL:
@@ -279,7 +286,7 @@ class VerifierNode(Node):
             confirmed_done_ms=float(state.confirmed_done_ms),
             acceptance=float(state.acceptance))
         msg.header.stamp = self.get_clock().now().to_msg()
-        self.pub_caption.publish(msg)
+        return msg
 
     def _on_error(self, error: str) -> None:
         if not self.context.ok():
