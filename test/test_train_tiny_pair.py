@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from crossspec_ros.events.batch import EventBatch
-from crossspec_ros.train.data import caption_ids, encode_windows, tokenizer_words
+from crossspec_ros.train.data import caption_ids, encode_windows, tokenizer_words, training_keys
 from crossspec_ros.train.tiny_pair import PairConfig, build_pair, load_pair, save_pair, train_pair
 
 
@@ -31,7 +31,9 @@ def fake_windows(n: int) -> list[FakeWindow]:
         events = EventBatch(np.sort(rng.integers(0, 10**9, k)), rng.integers(0, 64, k),
                             rng.integers(0, 48, k), rng.integers(0, 2, k), 64, 48)
         frames = [np.full((48, 64, 3), 40 + 150 * (i % 2), np.uint8) for _ in range(8)]
-        out.append(FakeWindow(frames, events, *captions[i % 2], {}))
+        attributes = {"road": ("straight", "intersection")[i % 2],
+                      "ego": ("driving", "stopped")[i % 2]}
+        out.append(FakeWindow(frames, events, *captions[i % 2], attributes))
     return out
 
 
@@ -69,3 +71,42 @@ def test_captions_outside_the_vocabulary_are_refused_clearly():
     verifier, _ = build_pair(SMALL, tokenizer_words())
     with pytest.raises(ValueError, match="outside the tokenizer's vocabulary"):
         caption_ids(verifier.tokenizer, "The ego car flies to the moon.", 2)
+
+
+def test_rgb_only_windows_train_the_verifier_alone():
+    verifier, drafter = build_pair(SMALL, tokenizer_words())
+    data = encode_windows(fake_windows(6), verifier, drafter, rgb_only=fake_windows(4))
+    assert len(data.verifier_captions) == len(data.attributes) == len(data) == 10
+    assert data.verifier_pixels.shape[0] == 10
+    assert data.drafter_pixels.shape[0] == len(data.drafter_captions) == 6
+
+
+def test_training_keys_take_one_window_from_each_of_n_training_drives():
+    from crossspec_ros.sim.dataset import HELDOUT_SEED_START, TRAIN_SEEDS
+
+    keys = training_keys(500, seed=3)
+    drives = [d for d, _ in keys]
+    assert len(set(drives)) == 500 and all(d in TRAIN_SEEDS for d in drives)
+    assert max(drives) < HELDOUT_SEED_START
+    assert keys == training_keys(500, seed=3) and keys != training_keys(500, seed=4)
+    with pytest.raises(ValueError, match="one per drive"):
+        training_keys(len(TRAIN_SEEDS) + 1)
+
+
+def test_attribute_probe_labels_values_and_learns_a_separable_attribute():
+    from crossspec_ros.train.probe import AttributeProbe, attribute_labels
+
+    attrs = [{"road": r, "ego": "driving"} for r in ("straight", "curve_left") * 16]
+    values, labels = attribute_labels(attrs, ["road", "ego"])
+    assert values == {"road": ["curve_left", "straight"], "ego": ["driving"]}
+    assert labels.shape == (32, 2) and labels[:2, 0].tolist() == [1, 0]
+    torch.manual_seed(0)
+    features = torch.randn(32, 3, 4) + 2.0 * labels[:, :1, None].float()  # road is visible
+    probe = AttributeProbe(values, 12)
+    optimizer = torch.optim.Adam(probe.parameters(), lr=0.05)
+    first = probe.loss(features, labels).item()
+    for _ in range(50):
+        optimizer.zero_grad()
+        probe.loss(features, labels).backward()
+        optimizer.step()
+    assert probe.loss(features, labels).item() < 0.2 * first

@@ -25,9 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=f"output directory (default: the bundled {BUNDLED_DIR})")
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--windows", type=int, default=defaults.train_windows,
-                       help="training windows to simulate")
-    train.add_argument("--steps", type=int, default=defaults.verifier_steps,
-                       help="optimizer steps per model")
+                       help="verifier training windows (one per drive, RGB frames)")
+    train.add_argument("--drafter-windows", type=int, default=defaults.drafter_windows,
+                       help="how many of them also get events and train the drafter "
+                       "(events cost ~10x the frames to simulate)")
+    train.add_argument("--steps", type=int, default=None,
+                       help="optimizer steps for each model (default: "
+                       f"{defaults.verifier_steps} verifier, {defaults.drafter_steps} drafter)")
     train.add_argument("--workers", type=int, default=2, help="simulation processes")
     train.add_argument("--eval-windows", type=int, default=100,
                        help="held-out windows evaluated after training (0: skip)")
@@ -73,19 +77,28 @@ def run_train(args: argparse.Namespace) -> int:
     from crossspec_ros.train.plots import plot_losses
     from crossspec_ros.train.tiny_pair import build_pair, save_pair, train_pair
 
-    if args.windows < 16 or args.steps < 1:
-        print("crossspec train-tiny: --windows must be >= 16 and --steps >= 1", file=sys.stderr)
+    bad_steps = args.steps is not None and args.steps < 1
+    if not 16 <= args.drafter_windows <= args.windows or bad_steps:
+        print("crossspec train-tiny: need 16 <= --drafter-windows <= --windows and --steps >= 1 "
+              f"(got {args.drafter_windows}, {args.windows}, {args.steps})", file=sys.stderr)
         return 2
     started = time.perf_counter()
     torch.manual_seed(args.seed)
+    steps = {} if args.steps is None else {"verifier_steps": args.steps,
+                                           "drafter_steps": args.steps}
     config = PairConfig(seed=args.seed, train_windows=args.windows,
-                        verifier_steps=args.steps, drafter_steps=args.steps)
+                        drafter_windows=args.drafter_windows, **steps)
     verifier, drafter = build_pair(config, tokenizer_words())
     keys = training_keys(args.windows, seed=args.seed)
+    split = config.drafter_windows
     t0 = time.perf_counter()
     with _progress(len(keys), "simulating training windows") as bar:
-        data = encode_windows(generate_windows(keys, SIM_IMAGE_SIZE, args.workers,
-                                               progress=bar.update), verifier, drafter)
+        data = encode_windows(
+            generate_windows(keys[:split], SIM_IMAGE_SIZE, args.workers, progress=bar.update,
+                             event_render_hz=config.event_render_hz),
+            verifier, drafter,
+            rgb_only=generate_windows(keys[split:], SIM_IMAGE_SIZE, args.workers,
+                                      progress=bar.update, events=False))
     sim_s = time.perf_counter() - t0
     print(f"simulated and encoded {len(data)} windows in {sim_s:.0f} s", file=sys.stderr)
 
@@ -95,11 +108,12 @@ def run_train(args: argparse.Namespace) -> int:
         if name not in bars:
             for bar in bars.values():
                 bar.close()
-            bars[name] = _progress(args.steps, f"training {name}")
+            bars[name] = _progress(getattr(config, f"{name}_steps"), f"training {name}")
         bars[name].update(1)
         bars[name].set_postfix(loss=f"{loss:.3f}", refresh=False)
         if not sys.stderr.isatty() and (step + 1) % 100 == 0:
-            print(f"{name} step {step + 1}/{args.steps} loss {loss:.3f}", file=sys.stderr)
+            total = getattr(config, f"{name}_steps")
+            print(f"{name} step {step + 1}/{total} loss {loss:.3f}", file=sys.stderr)
 
     t0 = time.perf_counter()
     losses = train_pair(verifier, drafter, data, config, progress=progress)
@@ -147,6 +161,8 @@ def run_eval(args: argparse.Namespace) -> int:
     for key in ("verifier_attribute_accuracy", "drafter_visible_attribute_accuracy",
                 "token_agreement", "positional_agreement", "verifier_exact_caption_rate"):
         print(f"  {key:<36} {report[key]:.3f}")
+    for key in ("verifier_per_attribute", "drafter_per_visible_attribute"):
+        print(f"  {key}: " + ", ".join(f"{k} {v:.2f}" for k, v in report[key].items()))
     for example in report["examples"]:
         print(f"  truth:    {example['truth']}\n  verifier: {example['verifier']}\n"
               f"  drafter:  {example['drafter']}")

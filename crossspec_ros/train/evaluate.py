@@ -20,11 +20,20 @@ import torch
 from crossspec_ros.train.data import caption_ids
 
 
-def attribute_accuracy(predicted: dict, truth: dict, names: set[str] | None = None
-                       ) -> tuple[int, int]:
-    """(correct, total) over ``names`` (default: every ground-truth attribute)."""
+def attribute_accuracy(predicted: dict, truth: dict, names: set[str] | None = None,
+                       per_attribute: dict[str, list[int]] | None = None) -> tuple[int, int]:
+    """(correct, total) over ``names`` (default: every ground-truth attribute); adds
+    [correct, total] per attribute name to ``per_attribute`` when given."""
     keys = sorted(truth if names is None else names & set(truth))
+    for k in keys if per_attribute is not None else ():
+        counts = per_attribute.setdefault(k, [0, 0])
+        counts[0] += predicted.get(k) == truth[k]
+        counts[1] += 1
     return sum(predicted.get(k) == truth[k] for k in keys), len(keys)
+
+
+def _rates(counts: dict[str, list[int]]) -> dict[str, float]:
+    return {k: round(ok / n, 4) for k, (ok, n) in sorted(counts.items()) if n}
 
 
 @torch.inference_mode()
@@ -44,16 +53,18 @@ def evaluate_pair(verifier: Any, drafter: Any, windows: list[Any], parse: Callab
                   ) -> dict[str, Any]:
     v_ok = v_n = d_ok = d_n = tf_ok = tf_n = pos_ok = pos_n = exact = 0
     examples = []
+    v_per: dict[str, list[int]] = {}
+    d_per: dict[str, list[int]] = {}
     for window in windows:
         frames = [getattr(f, "image", f) for f in window.frames]
         v_tokens = verifier.generate_greedy(verifier.prepare_frames(frames), max_new_tokens)
         d_tokens = drafter.generate_greedy(drafter.prepare(window), max_new_tokens)
         v_text = verifier.tokenizer.decode(v_tokens, skip_special_tokens=True)
         d_text = drafter.tokenizer.decode(d_tokens, skip_special_tokens=True)
-        ok, n = attribute_accuracy(parse(v_text), window.attributes)
+        ok, n = attribute_accuracy(parse(v_text), window.attributes, per_attribute=v_per)
         v_ok, v_n = v_ok + ok, v_n + n
         ok, n = attribute_accuracy(parse(d_text), window.attributes,
-                                   set(window.visible_attributes))
+                                   set(window.visible_attributes), per_attribute=d_per)
         d_ok, d_n = d_ok + ok, d_n + n
         ok, n = teacher_forced_agreement(drafter, window, v_tokens)
         tf_ok, tf_n = tf_ok + ok, tf_n + n
@@ -74,5 +85,7 @@ def evaluate_pair(verifier: Any, drafter: Any, windows: list[Any], parse: Callab
         "token_agreement": round(tf_ok / max(tf_n, 1), 4),
         "positional_agreement": round(pos_ok / max(pos_n, 1), 4),
         "verifier_exact_caption_rate": round(exact / max(len(windows), 1), 4),
+        "verifier_per_attribute": _rates(v_per),
+        "drafter_per_visible_attribute": _rates(d_per),
         "examples": examples,
     }

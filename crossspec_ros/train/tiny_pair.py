@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,10 @@ from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
 from crossspec_ros.models.pair import BUNDLED_PAIR
 from crossspec_ros.models.tiny import tiny_eventgpt, tiny_tokenizer, tiny_video_llava
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
+from crossspec_ros.sim.scene import ATTRIBUTES
+from crossspec_ros.sim.visibility import EVENT_VISIBLE
 from crossspec_ros.train.data import PairData
+from crossspec_ros.train.probe import AttributeProbe, attribute_labels
 
 BUNDLED_DIR = BUNDLED_PAIR  # the committed pair (crossspec_ros/data/tiny_pair)
 QUESTION = "Describe the driving scene."
@@ -45,12 +48,15 @@ class PairConfig:
     drafter_layers: int = 2
     drafter_image: int = 56
     heads: int = 4
-    train_windows: int = 2400
-    verifier_steps: int = 2000
+    train_windows: int = 2400       # verifier windows (RGB); the first drafter_windows of
+    drafter_windows: int = 1200     # them are simulated with events too and train the drafter
+    event_render_hz: float = 50.0   # training events' render rate (data.TRAIN_EVENT_RENDER_HZ)
+    verifier_steps: int = 1800
     drafter_steps: int = 2000
     batch_size: int = 16
     lr: float = 2e-3
     warmup_steps: int = 50
+    probe_weight: float = 1.0       # attribute probes on the visual tokens (train/probe.py)
 
 
 def build_pair(config: PairConfig, words: list[str]) -> tuple[VideoLlavaVerifier,
@@ -88,8 +94,12 @@ def _pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def verifier_loss(verifier: VideoLlavaVerifier, pixels: torch.Tensor,
-                  captions: list[list[int]]) -> torch.Tensor:
-    """Next-token loss on the caption tokens, given the video prompt (prompt not scored)."""
+                  captions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token loss on the caption tokens, given the video prompt (prompt not scored), and
+    the visual tokens the language model read, averaged over frames: [B, tokens, hidden]."""
+    projector = verifier.model.model.multi_modal_projector
+    seen: list[torch.Tensor] = []
+    hook = projector.register_forward_hook(lambda _m, _i, out: seen.append(out))
     prompt = verifier.prompt_ids(verifier.num_frames * verifier.tokens_per_frame)[0].tolist()
     caption_ids, caption_mask = _pad(captions, verifier.info.eos_token_id)
     batch = len(captions)
@@ -98,14 +108,19 @@ def verifier_loss(verifier: VideoLlavaVerifier, pixels: torch.Tensor,
     mask = torch.cat([torch.ones_like(prompt_ids), caption_mask], dim=1)
     labels = torch.cat([torch.full_like(prompt_ids, -100),
                         caption_ids.masked_fill(caption_mask == 0, -100)], dim=1)
-    out = verifier.model(input_ids=ids, attention_mask=mask, labels=labels,
-                         pixel_values_videos=pixels.float())
-    return out.loss
+    try:
+        out = verifier.model(input_ids=ids, attention_mask=mask, labels=labels,
+                             pixel_values_videos=pixels.float())
+    finally:
+        hook.remove()
+    tokens = seen[0].reshape(batch, pixels.shape[1], *seen[0].shape[-2:]).mean(dim=1)
+    return out.loss, tokens
 
 
 def drafter_loss(drafter: EventGPTDrafter, pixels: torch.Tensor,
-                 captions: list[list[int]]) -> torch.Tensor:
-    """The same loss for the drafter: event tokens pooled per window, batched."""
+                 captions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same loss for the drafter (event tokens pooled per window, batched), and those
+    pooled event tokens: [B, T + N, hidden]."""
     model = drafter.model
     batch, images = pixels.shape[:2]
     features = model.visual_tower(pixel_values=pixels.flatten(0, 1).float()).last_hidden_state
@@ -123,17 +138,23 @@ def drafter_loss(drafter: EventGPTDrafter, pixels: torch.Tensor,
     mask = torch.cat([torch.ones(batch, n_prompt, dtype=torch.long), caption_mask], dim=1)
     labels = torch.cat([torch.full((batch, n_prompt), -100, dtype=torch.long),
                         caption_ids.masked_fill(caption_mask == 0, -100)], dim=1)
-    return model.language_model(inputs_embeds=embeds, attention_mask=mask, labels=labels).loss
+    loss = model.language_model(inputs_embeds=embeds, attention_mask=mask, labels=labels).loss
+    return loss, events
 
 
-def train_model(module: nn.Module, loss_fn: Callable[[torch.Tensor, list[list[int]]],
-                                                     torch.Tensor],
-                pixels: torch.Tensor, captions: list[list[int]], *, steps: int,
-                batch_size: int, lr: float, warmup: int, seed: int,
+LossFn = Callable[[torch.Tensor, list[list[int]]], tuple[torch.Tensor, torch.Tensor]]
+
+
+def train_model(module: nn.Module, loss_fn: LossFn, pixels: torch.Tensor,
+                captions: list[list[int]], *, steps: int, batch_size: int, lr: float,
+                warmup: int, seed: int, probe: AttributeProbe | None = None,
+                probe_labels: torch.Tensor | None = None, probe_weight: float = 0.0,
                 progress: Callable[[int, float], None] | None = None) -> list[float]:
-    """AdamW with warm-up and cosine decay over shuffled mini-batches; returns the losses."""
+    """AdamW with warm-up and cosine decay over shuffled mini-batches; returns the caption
+    losses. With a ``probe``, its attribute loss on the visual tokens (weighted) joins in."""
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.01)
+    params = [*module.parameters(), *(probe.parameters() if probe is not None else ())]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     module.train()
     losses: list[float] = []
     order = torch.randperm(len(captions), generator=generator)
@@ -145,12 +166,15 @@ def train_model(module: nn.Module, loss_fn: Callable[[torch.Tensor, list[list[in
         cursor += batch_size
         for group in optimizer.param_groups:
             group["lr"] = lr * _schedule(step, steps, warmup)
-        loss = loss_fn(pixels[index], [captions[i] for i in index.tolist()])
+        caption_loss, visual = loss_fn(pixels[index], [captions[i] for i in index.tolist()])
+        loss = caption_loss
+        if probe is not None and probe_labels is not None and probe_weight > 0:
+            loss = loss + probe_weight * probe.loss(visual, probe_labels[index])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(caption_loss.item())
         if progress:
             progress(step, losses[-1])
     module.eval()
@@ -162,17 +186,37 @@ def train_pair(verifier: VideoLlavaVerifier, drafter: EventGPTDrafter, data: Pai
                ) -> dict[str, list[float]]:
     """Train both models on ``data``; deterministic from ``config.seed``."""
     torch.manual_seed(config.seed)
-    common = {"batch_size": config.batch_size, "lr": config.lr, "warmup": config.warmup_steps}
+    common = {"batch_size": config.batch_size, "lr": config.lr, "warmup": config.warmup_steps,
+              "probe_weight": config.probe_weight}
     losses = {}
+    with torch.no_grad():  # one row through each model: the probes' input sizes
+        v_visual = verifier_loss(verifier, data.verifier_pixels[:1], data.verifier_captions[:1])[1]
+        d_visual = drafter_loss(drafter, data.drafter_pixels[:1], data.drafter_captions[:1])[1]
+    probe, labels = _probe(data.attributes, ATTRIBUTES, v_visual)
     losses["verifier"] = train_model(
         verifier.model, lambda p, c: verifier_loss(verifier, p, c), data.verifier_pixels,
         data.verifier_captions, steps=config.verifier_steps, seed=config.seed, **common,
+        probe=probe, probe_labels=labels,
         progress=(lambda s, v: progress("verifier", s, v)) if progress else None)
+    # the drafter's probe asks only what events can show (colours would teach it to guess)
+    probe, labels = _probe(data.attributes[:len(data.drafter_captions)],
+                           sorted(EVENT_VISIBLE), d_visual)
     losses["drafter"] = train_model(
         drafter.model, lambda p, c: drafter_loss(drafter, p, c), data.drafter_pixels,
         data.drafter_captions, steps=config.drafter_steps, seed=config.seed + 1, **common,
+        probe=probe, probe_labels=labels,
         progress=(lambda s, v: progress("drafter", s, v)) if progress else None)
     return losses
+
+
+def _probe(attributes: list[dict], names: Sequence[str], visual: torch.Tensor
+           ) -> tuple[AttributeProbe | None, torch.Tensor | None]:
+    """A probe for ``names`` sized to one batch's ``visual`` tokens (None without labels)."""
+    names = [k for k in names if attributes and all(k in a for a in attributes)]
+    if not names:
+        return None, None
+    values, labels = attribute_labels(attributes, names)
+    return AttributeProbe(values, visual[0].numel()), labels
 
 
 def save_pair(verifier: VideoLlavaVerifier, drafter: EventGPTDrafter, out: Path,
