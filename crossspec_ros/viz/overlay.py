@@ -167,19 +167,24 @@ def _split_long_word(font, word: list[_Segment], avail: float) -> list[list[_Seg
 
 def _wrap(font, words: list[list[_Segment]], avail: float) -> list[list[list[_Segment]]]:
     """Greedy word wrap: lines of words, each word a list of segments."""
-    space = font.getlength(" ")
-    lines: list[list[list[_Segment]]] = []
-    line: list[list[_Segment]] = []
+    pieces = [piece for word in words
+              for piece in ([word] if _width(font, word) <= avail
+                            else _split_long_word(font, word, avail))]
+    return _greedy_lines(pieces, lambda piece: _width(font, piece), font.getlength(" "), avail)
+
+
+def _greedy_lines(items: list, width_of, gap: float, avail: float) -> list[list]:
+    """Fill lines of at most ``avail`` with ``items`` in order, ``gap`` between neighbours."""
+    lines: list[list] = []
+    line: list = []
     used = 0.0
-    for word in words:
-        pieces = [word] if _width(font, word) <= avail else _split_long_word(font, word, avail)
-        for piece in pieces:
-            w = _width(font, piece)
-            if line and used + space + w > avail:
-                lines.append(line)
-                line, used = [], 0.0
-            used += (space if line else 0.0) + w
-            line.append(piece)
+    for item in items:
+        w = width_of(item)
+        if line and used + gap + w > avail:
+            lines.append(line)
+            line, used = [], 0.0
+        used += (gap if line else 0.0) + w
+        line.append(item)
     if line:
         lines.append(line)
     return lines
@@ -197,22 +202,6 @@ def _ellipsize(font, line: list[list[_Segment]], avail: float) -> list[list[_Seg
             return candidate
         line.pop()
     return [[(_ELLIPSIS, False)]]
-
-
-def _wrap_header(font, items: list[str], avail: float, gap: float) -> list[list[str]]:
-    lines: list[list[str]] = []
-    line: list[str] = []
-    used = 0.0
-    for item in items:
-        w = font.getlength(item)
-        if line and used + gap + w > avail:
-            lines.append(line)
-            line, used = [], 0.0
-        used += (gap if line else 0.0) + w
-        line.append(item)
-    if line:
-        lines.append(line)
-    return lines
 
 
 def annotate_frame(
@@ -259,7 +248,7 @@ def annotate_frame(
     gap = small.getlength("  ")
     # the tag is measured with its pill padding so the header wraps where it is drawn
     header_items = [tag, f"#{int(window_id)}", *_format_latencies(latency_ms)]
-    header_lines = _wrap_header(small, header_items, avail - 2 * tag_pad, gap)
+    header_lines = _greedy_lines(header_items, small.getlength, gap, avail - 2 * tag_pad)
 
     words = _styled_words(confirmed or "", unconfirmed or "")
     caption_lines = _wrap(font, words, avail) if words else []
