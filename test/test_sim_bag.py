@@ -17,6 +17,7 @@ from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.sim.captions import caption
 from crossspec_ros.sim.scene import Drive
 from crossspec_ros.sim.stream import DRIVE_START_NS, WINDOW_NS, record
+from crossspec_ros.sim.visibility import seen_facts
 
 
 def canonical(batch: EventBatch) -> np.ndarray:
@@ -51,7 +52,8 @@ def test_ground_truth_captions_are_final_and_name_their_windows(bag):
         conns = [c for c in reader.connections if c.topic == GROUND_TRUTH_TOPIC]
         msgs = [reader.deserialize(raw, c.msgtype)
                 for c, _, raw in reader.messages(connections=conns)]
-    assert [m.confirmed_text for m in msgs] == [caption(drive.facts_at(k)) for k in (0, 1)]
+    assert [m.confirmed_text for m in msgs] == [caption(seen_facts(drive.state(k + 0.5)))
+                                              for k in (0, 1)]
     assert all(m.status == 2 for m in msgs)
     assert [m.window_id for m in msgs] == [DRIVE_START_NS // WINDOW_NS + k for k in (0, 1)]
     assert msgs[0].window_end.sec == msgs[0].window_start.sec + 1

@@ -34,7 +34,7 @@ from crossspec_ros.sim.events import EventConfig, simulate
 from crossspec_ros.sim.render import render_log, render_rgb
 from crossspec_ros.sim.scene import Drive
 from crossspec_ros.sim.stream import DRIVE_START_NS, NS_PER_S, WINDOW_NS, frame_stamps
-from crossspec_ros.sim.visibility import visible_attributes
+from crossspec_ros.sim.visibility import seen_facts, visible_attributes
 from crossspec_ros.sync.window import StampedFrame, Window, sample_frames
 
 TRAIN_SEEDS = range(0, 10_000)
@@ -113,7 +113,7 @@ def make_window(seed: int, index: int, *, image_size: int | tuple[int, int] = 96
                          ew, eh, t0, t1, config, np.random.default_rng([seed, index, 0xE7]))
     else:
         batch = EventBatch.empty(ew, eh)
-    facts = d.facts_at(float(index))
+    facts = seen_facts(d.state(index + 0.5))  # what the frames show mid-window
     return SimWindow(seed, index, t0, t1, frames, stamps, batch, caption(facts, "verifier"),
                      caption(facts, "drafter"), facts.as_dict(), visible_attributes(facts))
 

@@ -294,6 +294,25 @@ def build_segment(rng: np.random.Generator, prev: Segment | None, facts: Facts,
 
 # Actors ------------------------------------------------------------------------------------
 
+# Oncoming traffic, parked cars and walkers come in rows along the road, so the nearest one is
+# always within one spacing of ROW_NEAR: a caption never names a road user that is only a
+# speck at the horizon (one lone parked car 60 m ahead is a pixel to a 56-pixel model).
+ROW_NEAR = 4.0
+ROW_FAR = 90.0
+PARKED_SPACING = 20.0
+WALKER_SPACING = 22.0
+
+
+def _row(kind: str, x: float, z: float, spacing: float, yaw: float, color: str,
+         phase: float) -> tuple[Actor, ...]:
+    """Actors every ``spacing`` metres at lateral ``x`` through ``z`` (any real number),
+    from the first beyond ROW_NEAR out to ROW_FAR."""
+    first = ROW_NEAR + (z - ROW_NEAR) % spacing
+    count = max(math.ceil((ROW_FAR - first) / spacing), 1)
+    return tuple(Actor(kind, x, first + k * spacing, yaw, color, phase + 1.7 * k)
+                 for k in range(count))
+
+
 
 def _actors(seg: Segment, tau: float, cruise: float) -> tuple[Actor, ...]:
     f = seg.facts
@@ -310,11 +329,12 @@ def _actors(seg: Segment, tau: float, cruise: float) -> tuple[Actor, ...]:
         z = 9.0 + 5.0 * rel + 1.2 * rel * math.sin(2 * math.pi * (tau / 5.0 + seg.phase))
         x = 0.0 if kind == "car" else 1.0
         return (Actor(kind, x, z, 0.0, color, step * rel),)
+    travelled = seg.distance(tau) - seg.s0
     if action == "oncoming":
-        period, far = (3.0, 70.0) if kind == "car" else (5.0, 40.0)
-        z = 2.0 + (far - 2.0) * (1.0 - (tau / period + seg.phase) % 1.0)
+        own_speed, spacing = (9.0, 30.0) if kind == "car" else (4.0, 25.0)
         x = -LANE_WIDTH if kind == "car" else -4.6
-        return (Actor(kind, x, z, math.pi, color, step),)
+        z0 = (seg.phase - 1.0) * spacing - travelled - own_speed * tau
+        return _row(kind, x, z0, spacing, math.pi, color, step)
     if action == "crossing":
         # spans keep the user in view the whole segment (the ego car waits STOP_GAP back)
         if kind == "car":
@@ -325,15 +345,15 @@ def _actors(seg: Segment, tau: float, cruise: float) -> tuple[Actor, ...]:
         return (Actor(kind, x, z, side * math.pi / 2, color, step),)
     z_u = seg.user_s - seg.distance(tau)
     if action == "parked":
-        return (Actor(kind, 2.9, z_u, 0.0, color, 0.0),)
+        return _row(kind, 2.9, z_u, PARKED_SPACING, 0.0, color, 0.0)
     if action in ("turning_left", "turning_right"):
         turn = -1.0 if action == "turning_left" else 1.0
         x = turn * 6.0 * u * u
         z = z_a + CROSSWALK_LEN + 2.0 + 4.0 * math.sin(u * math.pi / 2)
         return (Actor(kind, x, z, turn * u * math.pi / 2, color, step),)
     if action == "sidewalk":
-        z = z_u + side * 1.3 * tau
-        return (Actor(kind, 3.2, z, 0.0 if side > 0 else math.pi, color, step),)
+        return _row(kind, 3.2, z_u + side * 1.3 * tau, WALKER_SPACING,
+                    0.0 if side > 0 else math.pi, color, step)
     raise ValueError(f"unknown action {action!r}")
 
 

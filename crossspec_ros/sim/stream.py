@@ -18,6 +18,7 @@ from crossspec_ros.sim.captions import caption
 from crossspec_ros.sim.events import EventConfig, EventSimulator, simulate
 from crossspec_ros.sim.render import render_log, render_rgb
 from crossspec_ros.sim.scene import Drive, Facts
+from crossspec_ros.sim.visibility import seen_facts
 
 DRIVE_START_NS = 1_700_000_000 * 1_000_000_000
 WINDOW_NS = 1_000_000_000
@@ -68,6 +69,6 @@ def record(seed: int, duration_s: float, *, event_size: tuple[int, int] = (320, 
         events = simulate(log_frame, ew, eh, t0, t1, simulator=sim)
         frames = [(t, render_rgb(drive.state((t - start_ns) / NS_PER_S), *rgb_size))
                   for t in frame_stamps(t0, t1, start_ns, rgb_hz)]
-        facts = drive.facts_at((t0 - start_ns) / NS_PER_S)
+        facts = seen_facts(drive.state(((t0 + t1) / 2 - start_ns) / NS_PER_S))
         yield Chunk(index, t0, t1, events, frames, facts, caption(facts, "verifier"),
                     caption(facts, "drafter"))

@@ -48,11 +48,11 @@ class PairConfig:
     drafter_layers: int = 2
     drafter_image: int = 56
     heads: int = 4
-    train_windows: int = 2400       # verifier windows (RGB); the first drafter_windows of
-    drafter_windows: int = 1200     # them are simulated with events too and train the drafter
-    event_render_hz: float = 50.0   # training events' render rate (data.TRAIN_EVENT_RENDER_HZ)
-    verifier_steps: int = 1800
-    drafter_steps: int = 2000
+    train_windows: int = 5000       # verifier windows (RGB); the first drafter_windows of
+    drafter_windows: int = 1800     # them are simulated with events too and train the drafter
+    event_render_hz: float = 25.0   # training events' render rate (data.TRAIN_EVENT_RENDER_HZ)
+    verifier_steps: int = 1700
+    drafter_steps: int = 2400
     batch_size: int = 16
     lr: float = 2e-3
     warmup_steps: int = 50
@@ -96,7 +96,8 @@ def _pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
 def verifier_loss(verifier: VideoLlavaVerifier, pixels: torch.Tensor,
                   captions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token loss on the caption tokens, given the video prompt (prompt not scored), and
-    the visual tokens the language model read, averaged over frames: [B, tokens, hidden]."""
+    the visual tokens the language model read: [B, frames * tokens, hidden] (frames kept
+    apart, so a probe can see motion between them)."""
     projector = verifier.model.model.multi_modal_projector
     seen: list[torch.Tensor] = []
     hook = projector.register_forward_hook(lambda _m, _i, out: seen.append(out))
@@ -113,8 +114,7 @@ def verifier_loss(verifier: VideoLlavaVerifier, pixels: torch.Tensor,
                              pixel_values_videos=pixels.float())
     finally:
         hook.remove()
-    tokens = seen[0].reshape(batch, pixels.shape[1], *seen[0].shape[-2:]).mean(dim=1)
-    return out.loss, tokens
+    return out.loss, seen[0].reshape(batch, -1, seen[0].shape[-1])
 
 
 def drafter_loss(drafter: EventGPTDrafter, pixels: torch.Tensor,
