@@ -20,9 +20,12 @@ rclpy = pytest.importorskip("rclpy")
 
 from crossspec import msg as cs_msg  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
-from crossspec_ros.nodes.graph import create_nodes, tune_process_for_models  # noqa: E402
+from crossspec_ros.nodes.graph import (  # noqa: E402
+    create_nodes,
+    make_executor,
+    tune_process_for_models,
+)
 from crossspec_ros.nodes.player import BagPlayer  # noqa: E402
 from crossspec_ros.params import ParameterError  # noqa: E402
 from crossspec_ros.paths import sample_bag  # noqa: E402
@@ -85,10 +88,16 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
         probe.create_subscription(
             cs_msg.DraftTokens, "/crossspec/draft",
             lambda m: run.drafts.setdefault(m.window_id, []).append(m), 500)
-        executor = MultiThreadedExecutor(num_threads=4)
+        executor = make_executor()  # as the CLI spins the graph
         for node in [*run.nodes, probe]:
             executor.add_node(node)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
+        stop = threading.Event()
+
+        def spin() -> None:
+            while not stop.is_set():
+                executor.spin_once(timeout_sec=0.1)
+
+        spinner = threading.Thread(target=spin, daemon=True)
         spinner.start()
         if draft_process:
             _wait_for_subscriber(probe, "/event_camera/events", process)
@@ -103,6 +112,8 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
                 break
             time.sleep(0.1)
         _wait_idle(run, settle_s)
+        stop.set()
+        spinner.join(timeout=5)
         executor.shutdown(timeout_sec=2)
         for node in [*run.nodes, probe, player]:
             node.destroy_node()
@@ -153,13 +164,13 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
         statuses = [m.status for m in run.captions[wid]]
         # a draft is shown before the verifier finishes, and FINAL comes last
         assert statuses[-1] == FINAL and FINAL not in statuses[:-1]
-    # the draft node drafted every window to the end; whether a draft arrives before the
-    # verifier's first confirmation depends on the CPU's load, so that is not asserted
-    # (a newer window preempts the drafter, so on a loaded CPU a draft may end unfinished)
+    # the draft node drafted every window; whether a draft arrives before the verifier's
+    # first confirmation depends on the CPU's load, so that is not asserted, nor that it ran
+    # to its end (the draft node stops drafting a window once its verifier is done, and a
+    # newer window preempts it)
     for wid in run.results:
         assert run.drafts.get(wid), f"no draft published for window {wid}"
-    complete = [w for w in run.results if run.drafts[w][-1].done and run.drafts[w][-1].text]
-    assert len(complete) >= len(run.results) // 2, complete
+        assert max(len(m.token_ids) for m in run.drafts[wid]) >= 5, wid
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
     assert verifier_node.queue.dropped == 0
 

@@ -1,5 +1,6 @@
 """The tiny-pair trainer: losses fall on a memorisable set, save/load keeps the weights."""
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,3 +111,16 @@ def test_attribute_probe_labels_values_and_learns_a_separable_attribute():
         probe.loss(features, labels).backward()
         optimizer.step()
     assert probe.loss(features, labels).item() < 0.2 * first
+
+
+def test_progress_in_a_log_prints_a_line_every_tenth_of_the_way(capsys, monkeypatch):
+    from crossspec_ros.cli import train_cmd
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    with train_cmd._progress(25, "training verifier") as bar:
+        for step in range(25):
+            bar.set_postfix(loss=f"{1 / (step + 1):.3f}")
+            bar.update(1)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 10
+    assert lines[-1].startswith("training verifier: 25/25") and lines[-1].endswith("loss 0.040")

@@ -126,7 +126,6 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
     import rclpy
     from crossspec import msg as cs_msg
-    from rclpy.executors import MultiThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
@@ -134,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         KINDS,
         create_nodes,
         default_config,
+        make_executor,
         tune_process_for_models,
     )
     from crossspec_ros.nodes.player import BagPlayer
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
-    executor = MultiThreadedExecutor(num_threads=4)
+    executor = make_executor()
     interrupted = False
     spinner = None
     try:

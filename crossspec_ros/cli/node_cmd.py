@@ -26,10 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.executors import ExternalShutdownException
 
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.nodes.graph import create_nodes, tune_process_for_models
+    from crossspec_ros.nodes.graph import create_nodes, make_executor, tune_process_for_models
     from crossspec_ros.params import ParameterError
 
     rclpy.init(args=["crossspec", *args.ros_args])
@@ -38,10 +38,11 @@ def run(args: argparse.Namespace) -> int:
     nodes: list = []
     try:
         nodes = create_nodes(kinds, use_overrides=False)
-        executor = MultiThreadedExecutor()
+        executor = make_executor()
         for node in nodes:
             executor.add_node(node)
-        executor.spin()
+        while rclpy.ok():  # SIGINT/SIGTERM shut the context down; the loop then ends
+            executor.spin_once(timeout_sec=0.1)
     except (ParameterError, ModelLoadError) as err:
         print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
         return 2

@@ -50,10 +50,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _progress(total: int, desc: str):
+    """A tqdm bar on a terminal; in a log (stderr redirected), a line every tenth of the way."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not sys.stderr.isatty(),
-                mininterval=1.0)
+    if sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0)
+    return _LogLines(total, desc)
+
+
+class _LogLines:
+    """The part of tqdm's interface used here, printing plain lines for log files."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.n = max(total, 1), desc, 0
+        self.postfix = ""
+        self.started = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        before, self.n = self.n, self.n + n
+        if before * 10 // self.total != self.n * 10 // self.total or self.n == self.total:
+            elapsed = time.perf_counter() - self.started
+            print(f"{self.desc}: {self.n}/{self.total} ({elapsed:.0f} s){self.postfix}",
+                  file=sys.stderr, flush=True)
+
+    def set_postfix(self, refresh: bool = False, **values: object) -> None:
+        self.postfix = "".join(f" {k} {v}" for k, v in values.items())
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _LogLines:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 def heldout_windows(n: int, workers: int, image_size: int) -> list:
@@ -109,11 +139,8 @@ def run_train(args: argparse.Namespace) -> int:
             for bar in bars.values():
                 bar.close()
             bars[name] = _progress(getattr(config, f"{name}_steps"), f"training {name}")
-        bars[name].update(1)
         bars[name].set_postfix(loss=f"{loss:.3f}", refresh=False)
-        if not sys.stderr.isatty() and (step + 1) % 100 == 0:
-            total = getattr(config, f"{name}_steps")
-            print(f"{name} step {step + 1}/{total} loss {loss:.3f}", file=sys.stderr)
+        bars[name].update(1)
 
     t0 = time.perf_counter()
     losses = train_pair(verifier, drafter, data, config, progress=progress)

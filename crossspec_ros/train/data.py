@@ -6,7 +6,9 @@ so training sees what the engine will feed. Pixel tensors are kept in float16 to
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
@@ -105,11 +107,32 @@ def generate_windows(keys: list[tuple[int, int]], image_size: int | tuple[int, i
             if progress:
                 progress(1)
         return
-    with get_context("spawn").Pool(workers) as pool:
+    with _one_thread_per_child(), get_context("spawn").Pool(workers) as pool:
         for window in pool.imap(_make, jobs, chunksize=4):
             yield window
             if progress:
                 progress(1)
+
+
+# Each simulation worker is meant to fill one core. With BLAS threads of their own (numpy's
+# matmul in the renderer uses OpenBLAS) two workers oversubscribed the two cores here: each
+# window took 2.4x longer than alone, so two workers were slower than one process.
+ONE_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@contextmanager
+def _one_thread_per_child() -> Iterator[None]:
+    """Environment for spawning workers (read by their fresh imports), then restored."""
+    saved = {k: os.environ.get(k) for k in ONE_THREAD_ENV}
+    os.environ.update(ONE_THREAD_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def encode_windows(windows: Iterable[Any], verifier: Any, drafter: Any,

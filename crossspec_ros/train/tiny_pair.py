@@ -48,10 +48,10 @@ class PairConfig:
     drafter_layers: int = 2
     drafter_image: int = 56
     heads: int = 4
-    train_windows: int = 5000       # verifier windows (RGB); the first drafter_windows of
-    drafter_windows: int = 1800     # them are simulated with events too and train the drafter
+    train_windows: int = 6500       # verifier windows (RGB); the first drafter_windows of
+    drafter_windows: int = 2200     # them are simulated with events too and train the drafter
     event_render_hz: float = 25.0   # training events' render rate (data.TRAIN_EVENT_RENDER_HZ)
-    verifier_steps: int = 1700
+    verifier_steps: int = 1750
     drafter_steps: int = 2400
     batch_size: int = 16
     lr: float = 2e-3
