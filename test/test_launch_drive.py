@@ -18,7 +18,6 @@ pytest.importorskip("launch_ros")  # PyPI's `launch` is an unrelated package: ch
 
 import launch
 import launch_testing.actions
-import launch_testing.asserts
 from launch.actions import IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 
@@ -59,5 +58,9 @@ class TestCaptions(unittest.TestCase):
 @launch_testing.post_shutdown_test()
 class TestShutdown(unittest.TestCase):
     def test_every_process_exits_cleanly(self, proc_info):
-        # SIGINT from launch: nodes and the bag player stop with 0 (Ctrl-C is a clean stop)
-        launch_testing.asserts.assertExitCodes(proc_info)
+        # launch stops everything with SIGINT: the nodes exit 0; the bag player, if stopped
+        # mid-bag, exits 130 (`crossspec play`'s documented Ctrl-C exit), 0 if it had finished
+        for process in proc_info.processes():
+            info = proc_info[process]
+            allowed = (0, 130) if "play" in info.cmd else (0,)
+            self.assertIn(info.returncode, allowed, " ".join(info.cmd))

@@ -24,15 +24,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     import rclpy
-    from rclpy.executors import ExternalShutdownException
+    from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.nodes.graph import create_nodes, make_executor, tune_process_for_models
     from crossspec_ros.params import ParameterError
 
-    rclpy.init(args=["crossspec", *args.ros_args])
+    # Ctrl-C and SIGTERM (what launch sends) raise KeyboardInterrupt here, so the nodes stop
+    # their model workers while the ROS context is still valid, then the context goes
+    # (rclpy's own handler would invalidate it first, under workers still publishing).
+    rclpy.init(args=["crossspec", *args.ros_args],
+               signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     tune_process_for_models()
     kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
     nodes: list = []
@@ -41,17 +51,17 @@ def run(args: argparse.Namespace) -> int:
         executor = make_executor()
         for node in nodes:
             executor.add_node(node)
-        while rclpy.ok():  # SIGINT/SIGTERM shut the context down; the loop then ends
+        while True:
             executor.spin_once(timeout_sec=0.1)
     except (ParameterError, ModelLoadError) as err:
         print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except KeyboardInterrupt:
         pass
     finally:
-        # a terminal's Ctrl-C reaches the node and launch forwards it again: the second one
-        # must not abort the cleanup
+        # launch forwards a terminal's Ctrl-C again: a second one must not abort the cleanup
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for node in nodes:
             node.destroy_node()
         if rclpy.ok():
