@@ -171,6 +171,7 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
     for wid in run.results:
         assert run.drafts.get(wid), f"no draft published for window {wid}"
         assert max(len(m.token_ids) for m in run.drafts[wid]) >= 5, wid
+        assert all(len(m.log_probs) == len(m.token_ids) for m in run.drafts[wid]), wid
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
     assert verifier_node.queue.dropped == 0
 

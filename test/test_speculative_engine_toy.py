@@ -106,3 +106,39 @@ def test_invalid_config_is_rejected_with_a_clear_message():
         EngineConfig(mode="beam")
     with pytest.raises(ValueError, match="unknown proposers"):
         EngineConfig(proposers=("oracle",))
+
+
+def test_draft_log_probs_are_the_drafters_own_and_nan_where_taken_from_the_verifier():
+    import math
+
+    from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
+    from crossspec_ros.speculative.events import EngineEvent
+    from crossspec_ros.speculative.stats import WindowStats
+
+    drafter, window = ToyModel(noise=0.5), ToyWindow(4, 11)
+    channel = DraftChannel(lookahead=8)
+    drafts: list[EngineEvent] = []
+
+    def emit(kind, **fields):
+        event = EngineEvent(kind, 0, 0.0, **fields)
+        if kind is EventKind.DRAFT:
+            drafts.append(event)
+            if len(event.tokens) == 3 and event.revision == 0:  # the verifier disagrees
+                channel.push_confirmed([event.tokens[0], (event.tokens[1] + 1) % 7])
+            elif event.done or len(event.tokens) >= 6:
+                channel.stop()
+        return event
+
+    run_drafter(drafter, window, channel, emit, WindowStats(), 8)
+    first = drafts[2]  # revision 0, three drafted tokens: the drafter's log-softmax
+    assert (first.revision, len(first.tokens)) == (0, 3)
+    session = drafter.prefill(drafter.prepare(window))
+    rows = [session.last_logits, *session.feed(first.tokens[:2]).unbind(0)]
+    expected = [float(torch.log_softmax(r.float(), -1)[t])
+                for r, t in zip(rows, first.tokens, strict=True)]
+    assert first.log_probs == pytest.approx(expected, abs=1e-5)
+    resynced = drafts[-1]
+    assert resynced.revision == 1 and len(resynced.log_probs) == len(resynced.tokens) > 2
+    assert resynced.log_probs[0] == pytest.approx(first.log_probs[0])  # drafted and confirmed
+    assert math.isnan(resynced.log_probs[1])                          # the verifier's token
+    assert all(lp <= 0 for lp in resynced.log_probs[2:])              # drafted after it

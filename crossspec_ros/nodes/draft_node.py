@@ -153,6 +153,7 @@ class DraftNode(Node):
             window_id=int(window.id), epoch=int(window.epoch),
             window_start=ns_to_msg(window.t0), window_end=ns_to_msg(window.t1),
             revision=event.revision, base_index=0, token_ids=[int(t) for t in event.tokens],
+            log_probs=[float(x) for x in event.log_probs],
             text=event.text, done=event.done,
             first_token_latency_ms=float(stats.draft_first_token_ms))
         msg.header.stamp = self.get_clock().now().to_msg()

@@ -13,6 +13,7 @@ drafting from there.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,8 @@ class DraftChannel:
         self.cond = threading.Condition()
         self.session: ModelSession | None = None  # the drafter's, once prefilled (local only)
         self.tokens: list[int] = []      # the draft, caption positions 0..
+        self.log_probs: list[float] = []  # drafter log-probability per token (NaN: a
+        # confirmed token the drafter took over on a re-sync rather than drafted)
         self.revision = 0                # +1 whenever draft tokens were replaced
         self.done = False                # the drafter finished (EOS, length limit or error)
         self.confirmed: list[int] = []   # confirmed caption in drafter ids, for re-sync
@@ -120,13 +123,17 @@ def _draft(drafter: CaptionModel, window: Any, channel: DraftChannel,
                 logits = resynced
             continue  # re-check the budget with the re-synced draft
         token = draft_token(logits, info)
+        log_prob = float(torch.log_softmax(logits.float(), dim=-1)[token])
         with channel.cond:
             channel.tokens.append(token)
+            channel.log_probs.append(log_prob)
             channel.done = token == info.eos_token_id
             tokens, revision, done = list(channel.tokens), channel.revision, channel.done
+            log_probs = list(channel.log_probs)
             channel.cond.notify_all()
         text = drafter.tokenizer.decode(tokens, skip_special_tokens=True)
-        event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done, text=text)
+        event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done, text=text,
+                     log_probs=log_probs)
         if len(tokens) == 1 and revision == 0:
             stats.draft_first_token_ms = event.t_ms
         if done or len(tokens) >= max_new_tokens:
@@ -168,6 +175,8 @@ def _resync(drafter: CaptionModel, session: ModelSession, channel: DraftChannel,
         if common < len(draft):  # tokens were replaced: a new revision of the draft
             channel.revision += 1
         channel.tokens = list(target)
+        kept = channel.log_probs[:common]  # drafted and confirmed: the drafter's own
+        channel.log_probs = kept + [math.nan] * (len(target) - len(kept))
         channel.done = bool(target) and target[-1] == drafter.info.eos_token_id
     return logits
 

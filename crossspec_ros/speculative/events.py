@@ -32,3 +32,4 @@ class EngineEvent:
     revision: int = 0
     done: bool = False
     prefill_ms: float = float("nan")
+    log_probs: list[float] = field(default_factory=list)  # DRAFT: per token, as ``tokens``
