@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from crossspec_ros.nodes.graph import (  # noqa: E402
     create_nodes,
     make_executor,
+    spin_in_thread,
     tune_process_for_models,
 )
 from crossspec_ros.nodes.player import BagPlayer  # noqa: E402
@@ -91,14 +91,7 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
         executor = make_executor()  # as the CLI spins the graph
         for node in [*run.nodes, probe]:
             executor.add_node(node)
-        stop = threading.Event()
-
-        def spin() -> None:
-            while not stop.is_set():
-                executor.spin_once(timeout_sec=0.1)
-
-        spinner = threading.Thread(target=spin, daemon=True)
-        spinner.start()
+        stop_spinning = spin_in_thread(executor)
         if draft_process:
             _wait_for_subscriber(probe, "/event_camera/events", process)
         player = BagPlayer(sample_bag(), rate=rate, topics=topics, max_duration_s=seconds,
@@ -112,8 +105,7 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
                 break
             time.sleep(0.1)
         _wait_idle(run, settle_s)
-        stop.set()
-        spinner.join(timeout=5)
+        stop_spinning()
         executor.shutdown(timeout_sec=2)
         for node in [*run.nodes, probe, player]:
             node.destroy_node()

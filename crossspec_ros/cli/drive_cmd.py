@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         create_nodes,
         default_config,
         make_executor,
+        spin_in_thread,
         tune_process_for_models,
     )
     from crossspec_ros.nodes.player import BagPlayer
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     nodes: list = []
     executor = make_executor()
     interrupted = False
-    spinner = None
+    stop_spinning = None
     try:
         nodes = create_nodes(kinds, config=config, extra={"viz": viz},
                              on_result=monitor.on_result)
@@ -164,14 +165,7 @@ def run(args: argparse.Namespace) -> int:
         nodes += [watcher, player]
         for node in nodes:
             executor.add_node(node)
-        stop_spinning = threading.Event()
-
-        def spin() -> None:  # spin_once in a loop: shutdown then never races a running spin
-            while not stop_spinning.is_set():
-                executor.spin_once(timeout_sec=0.1)
-
-        spinner = threading.Thread(target=spin, daemon=True)
-        spinner.start()
+        stop_spinning = spin_in_thread(executor)
         print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}",
               file=sys.stderr)
         _wait(player, nodes[1], monitor, args.max_windows)
@@ -182,9 +176,8 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
         print("interrupted: shutting down", file=sys.stderr)
     finally:
-        if spinner is not None:
-            stop_spinning.set()
-            spinner.join(timeout=5.0)
+        if stop_spinning is not None:
+            stop_spinning()
         executor.shutdown(timeout_sec=2.0)
         for node in nodes:
             node.destroy_node()  # the viz node closes its MCAP here: readable after Ctrl-C

@@ -98,6 +98,27 @@ def make_executor() -> Any:
     return EventsExecutor()
 
 
+def spin_in_thread(executor: Any) -> Callable[[], None]:
+    """Spin ``executor`` on a daemon thread; returns ``stop()``, which ends the loop and joins
+    the thread. spin_once in a loop, so a shutdown after stop() never races a running spin."""
+    import threading
+
+    stopped = threading.Event()
+
+    def spin() -> None:
+        while not stopped.is_set():
+            executor.spin_once(timeout_sec=0.1)
+
+    thread = threading.Thread(target=spin, name="crossspec_spin", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        stopped.set()
+        thread.join(timeout=5.0)
+
+    return stop
+
+
 def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = None,
                  extra: dict[str, dict[str, Any]] | None = None,
                  models: tuple[Any, Any] | None = None,

@@ -313,7 +313,6 @@ def _row(kind: str, x: float, z: float, spacing: float, yaw: float, color: str,
                  for k in range(count))
 
 
-
 def _actors(seg: Segment, tau: float, cruise: float) -> tuple[Actor, ...]:
     f = seg.facts
     if f.other == "none":

@@ -29,7 +29,7 @@ from crossspec_ros.models.tiny import tiny_eventgpt, tiny_tokenizer, tiny_video_
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
 from crossspec_ros.sim.scene import ATTRIBUTES
 from crossspec_ros.sim.visibility import EVENT_VISIBLE
-from crossspec_ros.train.data import PairData
+from crossspec_ros.train.data import TRAIN_EVENT_RENDER_HZ, PairData
 from crossspec_ros.train.probe import AttributeProbe, attribute_labels
 
 BUNDLED_DIR = BUNDLED_PAIR  # the committed pair (crossspec_ros/data/tiny_pair)
@@ -50,7 +50,7 @@ class PairConfig:
     heads: int = 4
     train_windows: int = 6500       # verifier windows (RGB); the first drafter_windows of
     drafter_windows: int = 2200     # them are simulated with events too and train the drafter
-    event_render_hz: float = 25.0   # training events' render rate (data.TRAIN_EVENT_RENDER_HZ)
+    event_render_hz: float = TRAIN_EVENT_RENDER_HZ  # training events' render rate (see data)
     verifier_steps: int = 1750
     drafter_steps: int = 2400
     batch_size: int = 16
