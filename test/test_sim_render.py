@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from crossspec_ros.sim.render import LOG_EPS, LUMA, render_linear, render_log, render_rgb
+from crossspec_ros.sim.render import (
+    FOCAL_PER_WIDTH,
+    LOG_EPS,
+    LUMA,
+    render_linear,
+    render_log,
+    render_rgb,
+)
 from crossspec_ros.sim.scene import Drive, Facts
 
 
@@ -36,6 +45,19 @@ def test_driving_changes_the_frame_and_standing_still_does_not():
     assert not np.array_equal(render_rgb(moving.state(1.0)), render_rgb(moving.state(1.01)))
     stopped = Drive.scripted(1, [(Facts("intersection", "stopped", "red"), 4.0)])
     assert np.array_equal(render_rgb(stopped.state(1.0)), render_rgb(stopped.state(3.0)))
+
+
+def test_a_nose_down_pitch_shifts_the_view_up_by_its_angle():
+    level = scene(Facts("straight", "stopped", other="car", other_color="red",
+                        other_action="parked"))
+    rows = 6  # at 320 x 240, f = 288 px: atan(6 / 288) = 1.2 degrees
+    pitched = replace(level, pitch=float(np.arctan(rows / (FOCAL_PER_WIDTH * 320))))
+    a = render_linear(level).mean(axis=2)
+    b = render_linear(pitched).mean(axis=2)
+    # the best vertical alignment of the two frames: row y of the level frame is row y - rows
+    # of the pitched one (the sky's gradient stretches a little, so compare the ground half)
+    errors = {k: np.abs(a[120 + k:230 + k] - b[120:230]).mean() for k in range(-2, 11)}
+    assert min(errors, key=errors.get) == rows, errors
 
 
 def test_night_is_darker_than_day():

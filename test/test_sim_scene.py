@@ -58,6 +58,36 @@ def test_ego_motions_match_their_speed_profiles():
                 assert min(v) > 0
 
 
+def test_braking_dips_the_camera_and_pulling_away_raises_it():
+    found = set()
+    for seed in range(40):
+        drive = Drive(seed)
+        drive.segment_at(60.0)
+        for seg in drive.segments:
+            settled = seg.pitch(seg.duration_s)
+            ego = seg.facts.ego
+            if ego == "slowing":
+                # a stop from cruise speed in 3-4 s: about a degree nose down
+                assert np.radians(0.5) < settled < np.radians(1.6)
+            elif ego == "accelerating":
+                assert -np.radians(1.6) < settled < -np.radians(0.5)
+            else:  # steady, or the gentle change of speed into and out of a turn
+                assert abs(settled) < np.radians(0.5)
+            found.add(ego)
+    assert {"slowing", "accelerating", "driving"} <= found
+
+
+def test_pitch_is_continuous_across_segments_and_settles_within_the_first_second():
+    for seed in range(30):
+        drive = Drive(seed)
+        drive.segment_at(60.0)
+        first = drive.segments[0]
+        assert first.pitch(0.0) == first.pitch(first.duration_s)  # a drive starts settled
+        for prev, seg in zip(drive.segments, drive.segments[1:], strict=False):
+            assert seg.pitch(0.0) == pytest.approx(prev.pitch(prev.duration_s))
+            assert seg.pitch(0.5) == pytest.approx(seg.pitch1)
+
+
 def test_a_stop_continues_at_the_place_the_ego_car_slowed_down_for():
     found = 0
     for seed in range(60):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from crossspec_ros.models.preprocess import ClipPreprocess
+from crossspec_ros.sim.render import FOCAL_PER_WIDTH
 from crossspec_ros.sim.scene import ATTRIBUTES, Drive, Facts
 from crossspec_ros.sim.visibility import (
     EVENT_VISIBLE,
@@ -55,11 +57,34 @@ def test_in_view_needs_the_frame_and_a_nameable_size():
     assert not in_view(0.0, 20.0, 0.2, 0.0, 1.5)     # swept aside by a sharp curve
 
 
-@pytest.mark.parametrize("action", ["parked", "oncoming", "sidewalk"])
-def test_road_users_along_the_road_are_always_near_enough_to_name(action):
-    other = "pedestrian" if action == "sidewalk" else "car"
+def test_in_view_is_the_models_centre_square_not_the_whole_frame():
+    # 0.58 frame heights right of centre: inside the 4:3 frame (0.67), outside the centre
+    # square both models' CLIP preprocessing keeps (0.5)
+    z = 10.0
+    x = 0.58 * z / (FOCAL_PER_WIDTH * 4 / 3)
+    assert not in_view(x, z, 0.0, 0.0, 1.5)
+    assert in_view(x / 2, z, 0.0, 0.0, 1.5)
+    verifier_crop = ClipPreprocess(56, 56).one(np.zeros((240, 320, 3), np.uint8))
+    assert verifier_crop.shape[-2:] == (56, 56)  # the square the view models
+
+
+@pytest.mark.parametrize(("other", "action"), [
+    ("car", "parked"), ("car", "oncoming"), ("cyclist", "oncoming"), ("pedestrian", "sidewalk")])
+def test_road_users_along_the_road_are_always_near_enough_to_name(other, action):
     facts = Facts("straight", "driving", other=other,
                   other_color="red" if other == "car" else "none", other_action=action)
-    drive = Drive.scripted(6, [(facts, 6.0)])
-    for t in np.arange(0.0, 6.0, 0.25):
-        assert seen_facts(drive.state(float(t))) == facts, t
+    for seed in range(6):
+        drive = Drive.scripted(seed, [(facts, 6.0)])
+        for t in np.arange(0.0, 6.0, 0.25):
+            assert seen_facts(drive.state(float(t))) == facts, (seed, t)
+
+
+@pytest.mark.parametrize("other", ["car", "cyclist", "pedestrian"])
+def test_a_road_user_crossing_in_front_of_a_waiting_car_stays_in_view(other):
+    stop = Facts("intersection", "stopped", "red", other=other,
+                 other_color="red" if other == "car" else "none", other_action="crossing")
+    for seed in range(6):
+        drive = Drive.scripted(seed, [(Facts("intersection", "slowing", "red"), 3.0),
+                                      (stop, 4.0)])
+        for t in np.arange(3.0, 7.0, 0.25):
+            assert seen_facts(drive.state(float(t))) == stop, (seed, t)

@@ -61,11 +61,12 @@ def _paint(rgb: tuple[float, float, float], grey: bool) -> np.ndarray:
     return np.array([c @ LUMA], dtype=np.float32) if grey else c
 
 
-@lru_cache(maxsize=16)
-def _geometry(width: int, height: int) -> dict[str, np.ndarray | float | int]:
-    """Per-row distances and per-column ray slopes of the ground (fixed for a size)."""
+@lru_cache(maxsize=64)
+def _geometry(width: int, height: int, pitch: float = 0.0) -> dict[str, np.ndarray | float | int]:
+    """Per-row distances and per-column ray slopes of the ground (fixed for a size and a
+    camera pitch; a pitch of a degree or two is a vertical shift of the image)."""
     f = FOCAL_PER_WIDTH * width
-    horizon = HORIZON_PER_HEIGHT * height
+    horizon = HORIZON_PER_HEIGHT * height - f * math.tan(pitch)  # nose down: horizon rises
     rows = np.arange(height, dtype=np.float64) + 0.5
     first = math.floor(horizon + 0.5)  # first row whose centre is below the horizon
     dy = np.maximum(rows[first:] - horizon, 1e-3)
@@ -373,7 +374,7 @@ def render_linear(state: SceneState, width: int = 320, height: int = 240,
     """H x W x C float32 image in [0, 1] (C = 3, or 1 luminance channel with ``grey``)."""
     if width < 8 or height < 8:
         raise ValueError(f"render size must be at least 8x8, got {width}x{height}")
-    g = _geometry(int(width), int(height))
+    g = _geometry(int(width), int(height), float(state.pitch))
     img = np.empty((height, width, 1 if grey else 3), dtype=np.float32)
     _sky(img, state, g, grey)
     _ground(img, state, g, grey)

@@ -6,6 +6,8 @@ user), so every 1 s window lies in one segment and consecutive windows mostly sh
 facts, as real drives do (crossspec proposes tokens from previous captions). The chain keeps
 the drive coherent: speed is continuous (slowing ends at 0, a stop is followed by pulling
 away at the same place), and a stop at a red light turns green when the ego car leaves.
+Braking and pulling away pitch the car (and its camera) as a real suspension does: the nose
+dips about a degree under a firm stop and rises as the car pulls away (``Segment.pitch``).
 
 Geometry (metres, ego camera frame): ``z`` ahead, ``x`` to the right of the ego lane
 centre (before the road's curve offset ``curvature * z**2 / 2``, which the renderer adds).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -41,6 +43,15 @@ CROSSWALK_LEN = 3.0
 CROSS_STREET_LEN = 9.0
 # A new segment's curvature blends in over this long, so the road bends without a jump.
 CURVE_BLEND_S = 0.6
+# Body pitch per longitudinal deceleration [rad per m/s^2], nose down when braking: 0.35
+# degrees per m/s^2 (3.4 degrees per g), a soft passenger car's suspension. A stop from
+# 10 m/s in 3 s dips the camera 1.2 degrees: about a pixel of a 56-pixel model frame.
+PITCH_PER_DECEL = math.radians(0.35)
+# The suspension settles into a new pitch over this long (a linear blend, like the curve).
+PITCH_BLEND_S = 0.4
+# Slowing to a stop and pulling away take this many whole seconds (2-4.3 m/s^2 at the
+# drive's cruise speeds: firm, ordinary town driving); other segments 3-6 s, a stop 2-6 s.
+SPEED_CHANGE_DURATIONS = (3, 4)
 
 
 @dataclass(frozen=True)
@@ -90,10 +101,20 @@ class Segment:
     side: int = 1        # +1/-1: direction of crossing / walking
     phase: float = 0.0   # animation and distance phase of the other user
     look: int = 0        # clothing colour index of a cyclist / pedestrian
+    pitch0: float = 0.0  # body pitch at the start (the previous segment's) [rad, nose down]
 
     @property
     def end_s(self) -> float:
         return self.start_s + self.duration_s
+
+    @property
+    def pitch1(self) -> float:
+        """The body pitch this segment's constant deceleration settles into."""
+        return PITCH_PER_DECEL * (self.v0 - self.v1) / self.duration_s
+
+    def pitch(self, tau: float) -> float:
+        b = min(PITCH_BLEND_S, self.duration_s)
+        return self.pitch1 if tau >= b else self.pitch0 + (self.pitch1 - self.pitch0) * tau / b
 
     def speed(self, tau: float) -> float:
         u = tau / self.duration_s  # this form is exact at both ends (a stop is 0.0)
@@ -150,6 +171,7 @@ class SceneState:
     crosswalk_z: float | None     # near edge of a zebra crossing
     world: int                    # seed of the scenery (skyline, textures)
     cruise_speed: float = 10.0
+    pitch: float = 0.0            # camera pitch [rad], positive nose down (braking)
 
     @property
     def night(self) -> bool:
@@ -256,11 +278,12 @@ def build_segment(rng: np.random.Generator, prev: Segment | None, facts: Facts,
                "turning_left": 0.7 * cruise, "turning_right": 0.7 * cruise}
     if prev is None:
         v0 = 0.0 if facts.ego in ("stopped", "accelerating") else targets[facts.ego]
-        start, s0, heading0, kappa0 = 0.0, 0.0, 0.0, 0.0
+        start, s0, heading0, kappa0, pitch0 = 0.0, 0.0, 0.0, 0.0, None
     else:
         v0 = prev.v1
         start, s0 = prev.end_s, prev.distance(prev.duration_s)
         heading0, kappa0 = prev.heading(prev.duration_s), prev.kappa1
+        pitch0 = prev.pitch(prev.duration_s)
     v1 = targets[facts.ego]
     if facts.ego == "stopped":
         v0 = 0.0  # only reachable from a stop or a slowdown, which end at 0
@@ -285,22 +308,27 @@ def build_segment(rng: np.random.Generator, prev: Segment | None, facts: Facts,
                                  prev.facts.other_action) == (
         facts.other, facts.other_color, facts.other_action)
     user_s = prev.user_s if kept and _same_place(prev, facts.ego) else s0 + travel + 8.0
-    return Segment(
+    seg = Segment(
         index=0 if prev is None else prev.index + 1, start_s=start, duration_s=duration_s,
         facts=facts, v0=v0, v1=v1, s0=s0, heading0=heading0, kappa0=kappa0, kappa1=kappa1,
         anchor_s=anchor, user_s=user_s, side=1 if rng.random() < 0.5 else -1,
         phase=float(rng.uniform(0, 1)), look=int(rng.integers(0, 8)))
+    # a drive starts settled into its first segment's pitch
+    return replace(seg, pitch0=seg.pitch1 if pitch0 is None else pitch0)
 
 
 # Actors ------------------------------------------------------------------------------------
 
-# Oncoming traffic, parked cars and walkers come in rows along the road, so the nearest one is
-# always within one spacing of ROW_NEAR: a caption never names a road user that is only a
-# speck at the horizon (one lone parked car 60 m ahead is a pixel to a 56-pixel model).
+# Oncoming traffic, parked cars and walkers come in rows along the road, so the nearest one in
+# the models' view (visibility.py) is always within one spacing of where the view begins: a
+# caption never names a road user that is only a speck at the horizon (one lone parked car
+# 60 m ahead is a pixel to a model reading 56-pixel frames). People are small: they come
+# closer together, so the nearest one in view is always within ~22 m (oncoming cars ~38 m).
 ROW_NEAR = 4.0
 ROW_FAR = 90.0
 PARKED_SPACING = 20.0
-WALKER_SPACING = 22.0
+WALKER_SPACING = 14.0
+ONCOMING_SPACING = {"car": 30.0, "cyclist": 15.0}
 
 
 def _row(kind: str, x: float, z: float, spacing: float, yaw: float, color: str,
@@ -330,17 +358,18 @@ def _actors(seg: Segment, tau: float, cruise: float) -> tuple[Actor, ...]:
         return (Actor(kind, x, z, 0.0, color, step * rel),)
     travelled = seg.distance(tau) - seg.s0
     if action == "oncoming":
-        own_speed, spacing = (9.0, 30.0) if kind == "car" else (4.0, 25.0)
+        own_speed, spacing = 9.0 if kind == "car" else 4.0, ONCOMING_SPACING[kind]
         x = -LANE_WIDTH if kind == "car" else -4.6
         z0 = (seg.phase - 1.0) * spacing - travelled - own_speed * tau
         return _row(kind, x, z0, spacing, math.pi, color, step)
     if action == "crossing":
-        # spans keep the user in view the whole segment (the ego car waits STOP_GAP back)
+        # spans keep the user in the models' view the whole segment (the ego car waits
+        # STOP_GAP back; the view's half-width is 0.42 z)
         if kind == "car":
-            z, span = z_a + CROSSWALK_LEN + CROSS_STREET_LEN / 2, 6.0
+            z, centre, span = z_a + CROSSWALK_LEN + CROSS_STREET_LEN / 2, -1.0, 4.5
         else:
-            z, span = z_a + CROSSWALK_LEN / 2, 3.0
-        x = -1.0 + side * span * (2 * u - 1)
+            z, centre, span = z_a + CROSSWALK_LEN / 2, -0.5, 2.5
+        x = centre + side * span * (2 * u - 1)
         return (Actor(kind, x, z, side * math.pi / 2, color, step),)
     z_u = seg.user_s - seg.distance(tau)
     if action == "parked":
@@ -390,8 +419,9 @@ class Drive:
             facts, duration = self.script[min(len(self.segments), len(self.script) - 1)]
         else:
             facts = random_facts(self._rng, prev, self.lighting)
-            low = 2 if facts.ego == "stopped" else 3
-            duration = float(self._rng.integers(low, 7))
+            low, high = {"stopped": (2, 6), "slowing": SPEED_CHANGE_DURATIONS,
+                         "accelerating": SPEED_CHANGE_DURATIONS}.get(facts.ego, (3, 6))
+            duration = float(self._rng.integers(low, high + 1))
         seg = build_segment(self._rng, prev, facts, duration, self.cruise_speed)
         self.segments.append(seg)
         self._starts.append(seg.start_s)
@@ -422,4 +452,4 @@ class Drive:
             light_z=z_a + CROSSWALK_LEN + CROSS_STREET_LEN + 1.0 if f.light != "none" else None,
             cross_street_z=z_a + CROSSWALK_LEN if inter else None,
             crosswalk_z=z_a if (inter or ped_crossing) else None,
-            world=self.world, cruise_speed=self.cruise_speed)
+            world=self.world, cruise_speed=self.cruise_speed, pitch=seg.pitch(tau))

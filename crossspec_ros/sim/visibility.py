@@ -1,9 +1,11 @@
 """What a window's caption may state, and which of it an event camera can see.
 
-``seen_facts``: a segment's facts minus what is out of the camera's view at that instant. A
+``seen_facts``: a segment's facts minus what is out of the models' view at that instant. A
 traffic light the ego car has passed (or turned away from), or one still too far to show its
-colour, is not stated; neither is a road user outside the frame or too small to make out.
-Captions describe the frames, so a model is never taught to name what it cannot see.
+colour, is not stated; neither is a road user outside the view or too small to make out.
+The view is the centre square of the 4:3 frame: both models' CLIP preprocessing resizes the
+short side and crops the centre, so the frame's outer eighths never reach them. Captions
+describe what the models see, so a model is never taught to name what it cannot see.
 
 ``visible_attributes``: an event camera sees change only. Colours never reach it (the car's
 colour, the traffic light's colour), and a static scene gives (almost) no events: when the ego
@@ -29,20 +31,22 @@ SELF_MOVING = frozenset({"oncoming", "crossing", "turning_left", "turning_right"
 # frames; a car 50 m away, a traffic light's lamp housing 38 m away).
 MIN_HEIGHT_FRACTION = 1 / 28
 ASPECT = 4 / 3       # the camera's width / height
+VIEW_HALF_WIDTH = 0.5  # half the models' centre-square crop, in frame heights
 USER_HEIGHT = 1.5    # metres; cars, cyclists and pedestrians alike (a conservative size)
 LIGHT_X, LIGHT_BOTTOM, LIGHT_TOP = 0.4, 2.45, 3.6   # the lamp housing (render._traffic_light)
 
 
 def in_view(x: float, z: float, curvature: float, bottom: float, top: float) -> bool:
     """Whether an upright box centred at road-frame ``x``, ``z`` metres ahead, spanning
-    ``bottom``..``top`` metres above the road, is in the frame and large enough to name."""
+    ``bottom``..``top`` metres above the road, is in the models' view and large enough to
+    name (the camera's pitch, at most a degree or two, is neglected)."""
     if z <= 1.0:
         return False
     f = FOCAL_PER_WIDTH * ASPECT  # focal length in frame heights
     centre = (x + curvature * z * z / 2) / z * f  # frame heights from the centre column
     y_top = HORIZON_PER_HEIGHT + f * (CAMERA_HEIGHT - top) / z
     y_bottom = HORIZON_PER_HEIGHT + f * (CAMERA_HEIGHT - bottom) / z
-    return (abs(centre) <= ASPECT / 2 and y_bottom > 0.0 and y_top < 1.0
+    return (abs(centre) <= VIEW_HALF_WIDTH and y_bottom > 0.0 and y_top < 1.0
             and f * (top - bottom) / z >= MIN_HEIGHT_FRACTION)
 
 

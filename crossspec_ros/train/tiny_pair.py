@@ -47,6 +47,7 @@ class PairConfig:
     drafter_hidden: int = 64
     drafter_layers: int = 2
     drafter_image: int = 56
+    patch_size: int = 14            # 4 x 4 patches + CLS = 17 tokens per image
     heads: int = 4
     train_windows: int = 6500       # verifier windows (RGB); the first drafter_windows of
     drafter_windows: int = 2200     # them are simulated with events too and train the drafter
@@ -67,11 +68,11 @@ def build_pair(config: PairConfig, words: list[str]) -> tuple[VideoLlavaVerifier
     verifier_model = tiny_video_llava(
         v_tok, seed=config.seed, hidden=config.verifier_hidden, layers=config.verifier_layers,
         heads=config.heads, vision_hidden=config.verifier_hidden // 2, vision_layers=2,
-        image_size=config.verifier_image)
+        image_size=config.verifier_image, patch_size=config.patch_size)
     drafter_model = tiny_eventgpt(
         d_tok, seed=config.seed + 1, hidden=config.drafter_hidden, layers=config.drafter_layers,
         heads=config.heads, vision_hidden=config.drafter_hidden // 2, vision_layers=2,
-        image_size=config.drafter_image)
+        image_size=config.drafter_image, patch_size=config.patch_size)
     verifier = VideoLlavaVerifier(verifier_model, v_tok, question=QUESTION)
     drafter = EventGPTDrafter(drafter_model, d_tok, query=QUESTION)
     return verifier, drafter
