@@ -88,6 +88,17 @@ def test_pitch_is_continuous_across_segments_and_settles_within_the_first_second
             assert seg.pitch(0.5) == pytest.approx(seg.pitch1)
 
 
+def test_road_vibration_shakes_a_moving_car_by_its_rms_and_a_standing_one_not_at_all():
+    from crossspec_ros.sim.scene import VIBRATION_RAD
+
+    driving = Drive.scripted(4, [(Facts("straight", "driving"), 30.0)])
+    times = np.arange(1.0, 30.0, 0.01)
+    shake = np.array([driving.state(float(t)).pitch for t in times])  # steady: pitch is all shake
+    assert np.sqrt(np.mean(shake ** 2)) == pytest.approx(VIBRATION_RAD, rel=0.15)
+    stopped = Drive.scripted(4, [(Facts("intersection", "stopped", "red"), 5.0)])
+    assert {stopped.state(float(t)).pitch for t in np.arange(0.0, 5.0, 0.1)} == {0.0}
+
+
 def test_a_stop_continues_at_the_place_the_ego_car_slowed_down_for():
     found = 0
     for seed in range(60):

@@ -49,6 +49,13 @@ CURVE_BLEND_S = 0.6
 PITCH_PER_DECEL = math.radians(0.35)
 # The suspension settles into a new pitch over this long (a linear blend, like the curve).
 PITCH_BLEND_S = 0.4
+# Road roughness shakes a moving car: a pitch jitter of this RMS at cruise speed (scaled by
+# speed, none at a stop), a sum of slow body and wheel modes. It is a few tenths of a pixel
+# of the 320x240 event camera (a fifth of one of a model's 56-pixel frames), enough to make
+# strong edges fire events as on a real car: a car ahead at constant distance shows in the
+# event stream by its outline, not only by its relative motion.
+VIBRATION_RAD = math.radians(0.12)
+VIBRATION_HZ = (1.3, 2.9, 4.7)  # below 12.5 Hz: training renders events at 25 Hz
 # Slowing to a stop and pulling away take this many whole seconds (2-4.3 m/s^2 at the
 # drive's cruise speeds: firm, ordinary town driving); other segments 3-6 s, a stop 2-6 s.
 SPEED_CHANGE_DURATIONS = (3, 4)
@@ -171,7 +178,7 @@ class SceneState:
     crosswalk_z: float | None     # near edge of a zebra crossing
     world: int                    # seed of the scenery (skyline, textures)
     cruise_speed: float = 10.0
-    pitch: float = 0.0            # camera pitch [rad], positive nose down (braking)
+    pitch: float = 0.0            # camera pitch [rad], nose down positive: braking + road
 
     @property
     def night(self) -> bool:
@@ -403,6 +410,9 @@ class Drive:
         night = self._rng.random() < NIGHT_PROBABILITY
         self.lighting = "night" if night else "day"
         self.cruise_speed = float(self._rng.uniform(8.0, 13.0))
+        # its own generator: the drive's chain of segments stays what it was without it
+        self._shake_phases = np.random.default_rng([int(self.seed), 0x5A1B]).uniform(
+            0.0, 2 * math.pi, len(VIBRATION_HZ))
         self._starts: list[float] = []
 
     @classmethod
@@ -434,6 +444,13 @@ class Drive:
             self._extend()
         return self.segments[bisect_right(self._starts, t_s) - 1]
 
+    def vibration(self, t_s: float, speed: float) -> float:
+        """Pitch jitter [rad] from the road at drive time ``t_s`` and ``speed``."""
+        shake = sum(math.sin(2 * math.pi * hz * t_s + phase)
+                    for hz, phase in zip(VIBRATION_HZ, self._shake_phases, strict=True))
+        # a sum of n unit sines has RMS sqrt(n / 2)
+        return VIBRATION_RAD * speed / self.cruise_speed * shake / math.sqrt(len(VIBRATION_HZ) / 2)
+
     def facts_at(self, t_s: float) -> Facts:
         return self.segment_at(t_s).facts
 
@@ -445,11 +462,13 @@ class Drive:
         z_a = seg.anchor_s - seg.distance(tau)
         ped_crossing = f.other_action == "crossing" and f.other != "car"
         inter = f.road == "intersection"
+        speed = seg.speed(tau)
         return SceneState(
-            t_s=t_s, facts=f, speed=seg.speed(tau), distance=seg.distance(tau),
+            t_s=t_s, facts=f, speed=speed, distance=seg.distance(tau),
             heading=seg.heading(tau), curvature=seg.curvature(tau),
             actors=_actors(seg, tau, self.cruise_speed),
             light_z=z_a + CROSSWALK_LEN + CROSS_STREET_LEN + 1.0 if f.light != "none" else None,
             cross_street_z=z_a + CROSSWALK_LEN if inter else None,
             crosswalk_z=z_a if (inter or ped_crossing) else None,
-            world=self.world, cruise_speed=self.cruise_speed, pitch=seg.pitch(tau))
+            world=self.world, cruise_speed=self.cruise_speed,
+            pitch=seg.pitch(tau) + self.vibration(t_s, speed))
