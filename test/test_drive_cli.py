@@ -46,8 +46,10 @@ def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_mcap(tmp_path):
     from mcap_helpers import read_mcap
 
     mcap = tmp_path / "out.mcap"
+    # Ctrl-C must reach it even where this test runs in the background (which ignores SIGINT)
     process = subprocess.Popen([*DRIVE, "--record", str(mcap)], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+                               stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     deadline = time.monotonic() + 180
     try:

@@ -126,12 +126,13 @@ def _wait_for_subscriber(node, topic: str, process, timeout: float = 60) -> None
 
 
 def _wait_idle(run: Run, settle_s: float) -> None:
-    """Until no caption arrived for ``settle_s`` (bounded)."""
+    """Until no caption and no draft arrived for ``settle_s`` (bounded): on a loaded machine
+    the last window's draft can come after its verifier's FINAL caption."""
     deadline = time.monotonic() + 120
     count = -1
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:
-        now = sum(len(v) for v in run.captions.values())
+        now = sum(len(v) for v in run.captions.values()) + sum(len(v) for v in run.drafts.values())
         if now != count:
             count, quiet_since = now, time.monotonic()
         elif time.monotonic() - quiet_since > settle_s:

@@ -347,9 +347,11 @@ def test_play_exits_130_with_a_summary_on_ctrl_c():
               "p = argparse.ArgumentParser(prog='crossspec'); "
               "play_cmd.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); "
               "sys.exit(a.func(a))")
+    # Ctrl-C must reach it even where this test runs in the background (which ignores SIGINT)
     proc = subprocess.Popen([sys.executable, "-c", script, "play", str(SAMPLE), "--delay", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ.copy())
+                            env=os.environ.copy(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert "crossspec play:" in proc.stderr.readline()  # the player is running
         time.sleep(0.5)
