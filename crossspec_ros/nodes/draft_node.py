@@ -94,14 +94,16 @@ class DraftNode(Node):
 
     def _enqueue(self, windows: list) -> None:
         now = time.monotonic()
+        queued = False
         for window in windows:
             if not window.has_events:
-                continue
+                continue  # nothing to draft (and no reason to stop the current draft)
+            queued = True
             dropped = self.queue.put(window, now)
             if dropped is not None:
                 self.get_logger().warning(
                     f"drafter busy: dropped window {dropped.id} ({self.queue.dropped} so far)")
-        if windows:
+        if queued:
             with self._lock:
                 if self._current is not None:
                     self._current[1].stop()  # a newer window closed: move on to it
