@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -237,5 +237,26 @@ def test_invalid_parameters_are_refused_naming_node_and_parameter(pair):
         with pytest.raises(ParameterError, match=r"crossspec_verifier.*window_length_s"):
             create_nodes(("verifier",), extra={"verifier": {"window_length_s": -1.0}},
                          models=pair)
+    finally:
+        rclpy.shutdown()
+
+
+def test_only_a_newer_window_with_events_preempts_the_current_draft(pair):
+    from crossspec_ros.events.batch import EventBatch
+    from crossspec_ros.sim.dataset import make_window
+    from crossspec_ros.speculative.drafting import DraftChannel
+
+    with_events = make_window(23, 1, image_size=(64, 48), event_size=(64, 48)).as_window()
+    empty = replace(with_events, id=with_events.id + 1, events=EventBatch.empty(64, 48))
+    rclpy.init()
+    try:
+        (node,) = create_nodes(("draft",), models=pair)
+        channel = DraftChannel(lookahead=4)
+        node._current = (int(with_events.id) - 1, channel)  # a draft in progress
+        node._enqueue([empty])  # nothing to draft in it: the draft goes on
+        assert not channel.stopped and len(node.queue) == 0
+        node._enqueue([with_events])  # the drafter is needed for the newer window
+        assert channel.stopped
+        node.destroy_node()
     finally:
         rclpy.shutdown()

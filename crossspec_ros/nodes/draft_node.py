@@ -131,6 +131,8 @@ class DraftNode(Node):
         with self._lock:
             self._current, self._current_done_at = (int(window.id), channel), None
             self._confirmed = []
+            if self.queue.closed:  # shutting down after this window was taken: nobody would
+                channel.stop()     # stop its draft, and the worker's join would wait it out
         stats = WindowStats(proposer_names=["draft_stream"])
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
@@ -178,9 +180,9 @@ class DraftNode(Node):
                                           "dropping windows" if self.queue.dropped else "ok"))
 
     def destroy_node(self) -> None:
-        with self._lock:
+        with self._lock:  # close under the lock: _step sees either the closed queue or is
+            self.queue.close()  # current already, and then it is stopped here
             if self._current is not None:
                 self._current[1].stop()
-        self.queue.close()
         self.worker.stop()
         super().destroy_node()
