@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -89,6 +89,11 @@ class Facts:
         return {name: getattr(self, name) for name in ATTRIBUTES}
 
 
+def settled_pitch(v0: float, v1: float, duration_s: float) -> float:
+    """Body pitch [rad, nose down] under the constant deceleration from v0 to v1."""
+    return PITCH_PER_DECEL * (v0 - v1) / duration_s
+
+
 @dataclass(frozen=True)
 class Segment:
     """One stretch of the drive with constant facts; kinematics in closed form."""
@@ -117,7 +122,7 @@ class Segment:
     @property
     def pitch1(self) -> float:
         """The body pitch this segment's constant deceleration settles into."""
-        return PITCH_PER_DECEL * (self.v0 - self.v1) / self.duration_s
+        return settled_pitch(self.v0, self.v1, self.duration_s)
 
     def pitch(self, tau: float) -> float:
         b = min(PITCH_BLEND_S, self.duration_s)
@@ -285,12 +290,11 @@ def build_segment(rng: np.random.Generator, prev: Segment | None, facts: Facts,
                "turning_left": 0.7 * cruise, "turning_right": 0.7 * cruise}
     if prev is None:
         v0 = 0.0 if facts.ego in ("stopped", "accelerating") else targets[facts.ego]
-        start, s0, heading0, kappa0, pitch0 = 0.0, 0.0, 0.0, 0.0, None
+        start, s0, heading0, kappa0 = 0.0, 0.0, 0.0, 0.0
     else:
         v0 = prev.v1
         start, s0 = prev.end_s, prev.distance(prev.duration_s)
         heading0, kappa0 = prev.heading(prev.duration_s), prev.kappa1
-        pitch0 = prev.pitch(prev.duration_s)
     v1 = targets[facts.ego]
     if facts.ego == "stopped":
         v0 = 0.0  # only reachable from a stop or a slowdown, which end at 0
@@ -315,13 +319,13 @@ def build_segment(rng: np.random.Generator, prev: Segment | None, facts: Facts,
                                  prev.facts.other_action) == (
         facts.other, facts.other_color, facts.other_action)
     user_s = prev.user_s if kept and _same_place(prev, facts.ego) else s0 + travel + 8.0
-    seg = Segment(
+    # a drive starts settled into its first segment's pitch
+    pitch0 = prev.pitch(prev.duration_s) if prev else settled_pitch(v0, v1, duration_s)
+    return Segment(
         index=0 if prev is None else prev.index + 1, start_s=start, duration_s=duration_s,
         facts=facts, v0=v0, v1=v1, s0=s0, heading0=heading0, kappa0=kappa0, kappa1=kappa1,
         anchor_s=anchor, user_s=user_s, side=1 if rng.random() < 0.5 else -1,
-        phase=float(rng.uniform(0, 1)), look=int(rng.integers(0, 8)))
-    # a drive starts settled into its first segment's pitch
-    return replace(seg, pitch0=seg.pitch1 if pitch0 is None else pitch0)
+        phase=float(rng.uniform(0, 1)), look=int(rng.integers(0, 8)), pitch0=pitch0)
 
 
 # Actors ------------------------------------------------------------------------------------
