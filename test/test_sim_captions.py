@@ -43,7 +43,7 @@ def test_a_style_is_a_function_of_the_facts():
     assert caption(facts) == ("The ego car slows down on a road curving left at night. "
                               "A red car is ahead in the same lane.")
     assert caption(facts, "drafter") == ("The ego car is braking in a left-hand bend in the "
-                                         "dark. A red car is in front of our car.")
+                                         "dark. A car painted red is in front of our car.")
 
 
 def test_styles_agree_on_about_half_of_the_verifier_tokens_over_drives():
@@ -51,7 +51,7 @@ def test_styles_agree_on_about_half_of_the_verifier_tokens_over_drives():
     lcs = np.mean([s["lcs"] for s in scores])
     position = np.mean([s["position"] for s in scores])
     prefix = np.mean([s["prefix"] for s in scores])
-    # measured over 200 seeds x 30 windows: lcs 0.556, position 0.259, prefix 0.152
+    # measured over 200 seeds x 30 windows: lcs 0.534, position 0.243, prefix 0.152
     assert 0.45 < lcs < 0.62
     assert 0.2 < position < 0.35
     assert 0.1 < prefix < 0.2  # "the ego car" is shared, the verb differs

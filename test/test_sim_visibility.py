@@ -10,7 +10,12 @@ from crossspec_ros.sim.render import FOCAL_PER_WIDTH
 from crossspec_ros.sim.scene import ATTRIBUTES, Drive, Facts
 from crossspec_ros.sim.visibility import (
     EVENT_VISIBLE,
+    LIGHT_BOTTOM,
+    LIGHT_MIN_HEIGHT_FRACTION,
+    LIGHT_TOP,
+    LIGHT_X,
     NEVER_VISIBLE,
+    ground_in_view,
     in_view,
     seen_facts,
     visible_attributes,
@@ -47,6 +52,45 @@ def test_a_traffic_light_ahead_at_a_stop_is_stated():
     drive = Drive.scripted(5, [(Facts("intersection", "slowing", "red"), 4.0), (stop, 4.0)])
     state = drive.state(5.5)
     assert state.facts == stop and seen_facts(state) == stop
+
+
+def test_a_traffic_light_needs_a_larger_size_than_a_road_user_to_show_its_colour():
+    def light_in_view(z: float, min_height: float) -> bool:
+        return in_view(LIGHT_X, z, 0.0, LIGHT_BOTTOM, LIGHT_TOP, min_height)
+
+    assert light_in_view(20.0, LIGHT_MIN_HEIGHT_FRACTION)
+    assert light_in_view(35.0, 1 / 28)                       # big enough to be a thing...
+    assert not light_in_view(35.0, LIGHT_MIN_HEIGHT_FRACTION)  # ...too small for its colour
+
+
+def test_road_surface_shows_only_ahead_of_the_camera_and_near_enough():
+    assert ground_in_view(10.0, 22.0)
+    assert not ground_in_view(40.0, 52.0)   # a crossing 40 m ahead: a pixel row
+    assert ground_in_view(-5.0, 7.0)        # standing in it: its far part is in view
+    assert not ground_in_view(-12.0, 0.5)   # under and behind the camera
+
+
+def test_an_intersection_is_stated_only_while_it_shows():
+    through = Facts("intersection", "driving", "none")
+    drive = Drive.scripted(3, [(through, 6.0)])
+    road = {}
+    for t in np.arange(0.0, 6.0, 0.1):
+        state = drive.state(float(t))
+        assert state.facts == through
+        road[round(float(state.cross_street_z), 1)] = seen_facts(state).road
+    assert max(road) > 30 and min(road) < -5.5  # the drive covers approach and exit
+    for cross_street_z, seen in road.items():
+        if cross_street_z > 22 or cross_street_z < -5.5:  # far ahead; passed (under the car)
+            assert seen == "straight", cross_street_z
+        elif -5 < cross_street_z < 20:                    # near, or standing in it
+            assert seen == "intersection", cross_street_z
+
+
+def test_a_turning_ego_car_is_always_at_an_intersection():
+    turn = Facts("intersection", "turning_right", "none")
+    drive = Drive.scripted(4, [(turn, 5.0)])
+    assert all(seen_facts(drive.state(float(t))).road == "intersection"
+               for t in np.arange(0.0, 5.0, 0.25))
 
 
 def test_in_view_needs_the_frame_and_a_nameable_size():

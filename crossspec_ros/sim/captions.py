@@ -12,14 +12,19 @@ value, deterministically, so a model trained on one style can learn it exactly:
 - ``"drafter"`` takes the one ``DRAFTER_CHOICE`` names, which differs from the verifier's for
   about half of the slot values and agrees for the rest. The drafter is trained on this mix,
   so the two models' greedy captions agree on only part of their tokens, as EventGPT and
-  Video-LLaVA do. Over drives (300 seeds x 30 windows) the drafter caption shares 55 % of
-  the verifier's tokens by LCS, 26 % position by position and a 15 % common prefix (the
+  Video-LLaVA do. Over drives (200 seeds x 30 windows) the drafter caption shares 53 % of
+  the verifier's tokens by LCS, 24 % position by position and a 15 % common prefix (the
   subject "the ego car" is shared; see ``style_agreement``);
 - ``"random"`` draws every paraphrase from a generator (augmentation; the parser reads it).
 
 Colours: the drafter style *does* name the car colour (the true one in its training
 captions). An event camera cannot see colour, so a trained drafter has to guess it: the
-realistic disagreement with the verifier. ``visibility.py`` lists what events can show.
+realistic disagreement with the verifier. ``visibility.py`` lists what events can show. It
+names the kind first ("a car painted red"): with the colour first ("a red car"), greedy
+decoding split a car's probability over the six colour words and a likelier single word
+won. Measured on a drafter trained that way (100 held-out windows): after "A", the colours
+together outweighed "cyclist" and "person" for 35 of 35 cars, yet its greedy caption named
+the car for 7 of them.
 
 Tokens are lowercase words and the punctuation marks ``.`` and ``,``; ``tokenize`` and
 ``detokenize`` convert between a caption's text and its tokens (they round-trip every
@@ -70,7 +75,7 @@ PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
                   "with the light showing {c}") for c in LIGHT_COLORS},
     "lighting": {"night": ("at night", "in the dark", "after dark")},
     "other": {
-        "car": ("a {c} car", "a {c} vehicle"),
+        "car": ("a {c} car", "a {c} vehicle", "a car painted {c}"),
         "cyclist": ("a cyclist", "a person on a bicycle", "a bike rider"),
         "pedestrian": ("a pedestrian", "a person on foot", "someone walking"),
     },
@@ -99,7 +104,7 @@ DRAFTER_CHOICE: dict[tuple[str, str], int] = {
     ("road", "straight"): 1, ("road", "intersection"): 1,
     ("light", "red"): 1, ("light", "yellow"): 1, ("light", "green"): 1,
     ("lighting", "night"): 1,
-    ("other", "pedestrian"): 1,
+    ("other", "car"): 2, ("other", "pedestrian"): 1,
     ("other_action", "ahead"): 1, ("other_action", "oncoming"): 1,
     ("other_action", "crossing"): 1, ("other_action", "sidewalk"): 1,
     ("none", "none"): 1,

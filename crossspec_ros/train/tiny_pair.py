@@ -53,7 +53,7 @@ class PairConfig:
     drafter_windows: int = 2200     # them are simulated with events too and train the drafter
     event_render_hz: float = TRAIN_EVENT_RENDER_HZ  # training events' render rate (see data)
     verifier_steps: int = 1750
-    drafter_steps: int = 2400
+    drafter_steps: int = 2000
     batch_size: int = 16
     lr: float = 2e-3
     warmup_steps: int = 50
