@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from crossspec_ros.models.preprocess import ClipPreprocess
-from crossspec_ros.sim.render import FOCAL_PER_WIDTH
 from crossspec_ros.sim.scene import ATTRIBUTES, Drive, Facts
 from crossspec_ros.sim.visibility import (
     EVENT_VISIBLE,
+    FOCAL,
     LIGHT_BOTTOM,
     LIGHT_MIN_HEIGHT_FRACTION,
     LIGHT_TOP,
@@ -105,7 +105,7 @@ def test_in_view_is_the_models_centre_square_not_the_whole_frame():
     # 0.58 frame heights right of centre: inside the 4:3 frame (0.67), outside the centre
     # square both models' CLIP preprocessing keeps (0.5)
     z = 10.0
-    x = 0.58 * z / (FOCAL_PER_WIDTH * 4 / 3)
+    x = 0.58 * z / FOCAL
     assert not in_view(x, z, 0.0, 0.0, 1.5)
     assert in_view(x / 2, z, 0.0, 0.0, 1.5)
     verifier_crop = ClipPreprocess(56, 56).one(np.zeros((240, 320, 3), np.uint8))

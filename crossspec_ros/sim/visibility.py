@@ -35,7 +35,7 @@ EVENT_VISIBLE = frozenset(ATTRIBUTES) - NEVER_VISIBLE
 SELF_MOVING = frozenset({"oncoming", "crossing", "turning_left", "turning_right", "sidewalk"})
 
 # Smallest thing worth naming: 1/28 of the frame height (2 pixels to a model reading 56x56
-# frames; a car 50 m away, a traffic light's lamp housing 38 m away).
+# frames; a road user 1.5 m tall 50 m away).
 MIN_HEIGHT_FRACTION = 1 / 28
 # A traffic light shows its colour from 3 pixels of housing (a lit lamp, a third of it, then
 # covers a pixel): at the 2-pixel minimum the lamp is blurred away. Measured with the pair
@@ -43,6 +43,7 @@ MIN_HEIGHT_FRACTION = 1 / 28
 # 30-39 m away that the captions stated, and 24 of 27 lights 15-30 m away.
 LIGHT_MIN_HEIGHT_FRACTION = 3 / 56
 ASPECT = 4 / 3       # the camera's width / height
+FOCAL = FOCAL_PER_WIDTH * ASPECT  # focal length in frame heights
 VIEW_HALF_WIDTH = 0.5  # half the models' centre-square crop, in frame heights
 USER_HEIGHT = 1.5    # metres; cars, cyclists and pedestrians alike (a conservative size)
 LIGHT_X, LIGHT_BOTTOM, LIGHT_TOP = 0.4, 2.45, 3.6   # the lamp housing (render._traffic_light)
@@ -56,21 +57,19 @@ def in_view(x: float, z: float, curvature: float, bottom: float, top: float,
     neglected)."""
     if z <= 1.0:
         return False
-    f = FOCAL_PER_WIDTH * ASPECT  # focal length in frame heights
-    centre = (x + curvature * z * z / 2) / z * f  # frame heights from the centre column
-    y_top = HORIZON_PER_HEIGHT + f * (CAMERA_HEIGHT - top) / z
-    y_bottom = HORIZON_PER_HEIGHT + f * (CAMERA_HEIGHT - bottom) / z
+    centre = (x + curvature * z * z / 2) / z * FOCAL  # frame heights from the centre column
+    y_top = HORIZON_PER_HEIGHT + FOCAL * (CAMERA_HEIGHT - top) / z
+    y_bottom = HORIZON_PER_HEIGHT + FOCAL * (CAMERA_HEIGHT - bottom) / z
     return (abs(centre) <= VIEW_HALF_WIDTH and y_bottom > 0.0 and y_top < 1.0
-            and f * (top - bottom) / z >= min_height)
+            and FOCAL * (top - bottom) / z >= min_height)
 
 
 def ground_in_view(near: float, far: float) -> bool:
     """Whether the road surface from ``near`` to ``far`` metres ahead spans enough rows of the
     frame to make out (what is under or behind the camera does not count)."""
-    f = FOCAL_PER_WIDTH * ASPECT
-    lowest = f * CAMERA_HEIGHT / (1.0 - HORIZON_PER_HEIGHT)  # ground seen by the bottom row
+    lowest = FOCAL * CAMERA_HEIGHT / (1.0 - HORIZON_PER_HEIGHT)  # ground at the bottom row
     near = max(near, lowest)
-    return far > near and f * CAMERA_HEIGHT * (1 / near - 1 / far) >= MIN_HEIGHT_FRACTION
+    return far > near and FOCAL * CAMERA_HEIGHT * (1 / near - 1 / far) >= MIN_HEIGHT_FRACTION
 
 
 def intersection_in_view(state: SceneState) -> bool:
