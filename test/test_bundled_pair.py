@@ -1,6 +1,8 @@
 """The committed tiny pair: it loads, captions held-out scenes well, and crossspec on the
 sample bag's windows equals the verifier alone (greedy) and transformers' generate."""
 
+import math
+
 import pytest
 
 from crossspec_ros.bags.inputs import iter_bag_windows
@@ -48,8 +50,12 @@ def test_crossspec_on_sample_bag_windows_equals_the_verifier_alone(pair):
     engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=48))
     windows = [w for w in iter_bag_windows(sample_bag(), WindowSynchronizer()) if w.has_rgb][:6]
     assert len(windows) == 6
+    drafted = []
     for window in windows:
         result = engine.run_window(window)
         reference = verifier.reference_generate(verifier.prepare(window), 48)
         assert result.tokens == reference
-        assert result.draft_text  # the drafter produced a speculative caption
+        if not math.isnan(result.stats.draft_first_token_ms):  # the gate let it draft
+            drafted.append(window.id)
+            assert result.draft_text  # the drafter produced a speculative caption
+    assert drafted and drafted[0] == windows[0].id  # the gate tries drafting first

@@ -1,15 +1,24 @@
-"""`crossspec bench engine`: the same windows decoded three ways, side by side, in one run.
+"""`crossspec bench engine`: every way of captioning a window, side by side, in one run.
 
-Modes, in alternation per window (so machine noise hits all alike):
-  verifier_alone   plain greedy decoding of the verifier (the losslessness reference)
-  prompt_lookup    transformers' prompt-lookup decoding (``prompt_lookup_num_tokens``), what a
-                   user would pick instead. Video-LLaVA's generate re-sends the video pixels
-                   on assisted steps and fails (transformers 5.23), so the merged prompt
-                   embeddings are passed instead: lookup then searches the generated text.
-  crossspec        the speculative engine with the drafter (and, with --oracle, oracle
-                   drafters of controlled acceptance: crossspec@a=0.2, ...)
-Latency is measured from the moment the window is handed over (window close) to the last
-confirmed token; every crossspec output is compared with the verifier-alone output.
+Modes (every one on every window; the order rotates per window so drift and noise hit all
+alike; the first ``--warmup`` windows run but are not counted; the process has the thread
+settings of the live graph, ``process_tuning``):
+  hf_generate      transformers ``generate`` on the verifier: what a user would write instead
+  verifier_alone   crossspec's plain greedy loop (one forward per token)
+  prompt_lookup    transformers prompt-lookup decoding (``prompt_lookup_num_tokens``). Video-
+                   LLaVA's generate re-sends the video pixels on assisted steps and fails
+                   (transformers 5.23), so the merged prompt embeddings are passed instead
+  history_only     the engine with the suffix trie over earlier captions, no drafter
+  draft_only       the engine with the live drafter (always on) and suffix matches in its
+                   draft only
+  crossspec        the default policy: everything on
+  oracle@a=A       the real drafter's compute, its tokens replaced by the verifier's own,
+                   each right with probability A (draft stream only, always on): speedup
+                   per acceptance
+Latency runs from the moment the window is handed over (its close) to the last confirmed
+token. Ratios are paired: per window, the baseline's latency over the mode's, then the median
+and interquartile range of those ratios. Every mode's tokens are compared with
+``hf_generate``'s, token for token.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,9 @@ from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+from crossspec_ros.speculative.stats import WindowStats
+
+BASELINES = ("verifier_alone", "hf_generate")
 
 
 @dataclass
@@ -131,111 +144,182 @@ def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(clean, q)) if clean else None
 
 
-def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
-                     windows: list[BenchWindow], *, max_new_tokens: int, max_proposal: int,
-                     oracle_acceptances: tuple[float, ...] = (), lookup_k: int = 4,
-                     prompt_lookup: bool = True,
-                     warmup: int = 1, log: Any = print) -> dict[str, Any]:
-    """Run every mode on every window, alternating; returns the report dict."""
-    config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
-    engines = {"crossspec": SpeculativeEngine(verifier, drafter, config)}
-    oracles = {}
-    for a in oracle_acceptances:
-        # the oracle runs the real drafter's compute too, so it competes for the device
-        oracles[a] = OracleDrafter(verifier, a, seed=7, backing=drafter)
-        engines[f"crossspec@a={a:g}"] = SpeculativeEngine(verifier, oracles[a], config)
-    modes = ["verifier_alone", *(["prompt_lookup"] if prompt_lookup else []), *engines]
-    latency = {m: [] for m in modes}
-    draft_first = {m: [] for m in engines}
-    prefill = {m: [] for m in engines}
-    stats_by_mode: dict[str, list] = {m: [] for m in engines}
-    lossless = {m: True for m in modes[1:]}
-    alone_prefill: list[float] = []
-    for index, window in enumerate(windows):
-        measured = index >= warmup
-        inputs = verifier.prepare(window)
-        t_prepared = time.perf_counter()
-        verifier.prefill(inputs)  # the verifier's prefill alone, for the slowdown ratio
-        alone_prefill.append((time.perf_counter() - t_prepared) * 1e3)
+@dataclass
+class ModeRun:
+    """One mode's measurements, window by window (None where a window was warm-up)."""
+
+    latency_ms: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)         # caption length per window
+    stats: list[WindowStats] = field(default_factory=list)
+    lossless: list[bool] = field(default_factory=list)
+
+
+Runner = Callable[[Any], tuple[list[int], float, WindowStats | None]]
+
+
+def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: EngineConfig,
+                 oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool
+                 ) -> tuple[dict[str, Runner], dict[float, OracleDrafter]]:
+    """name -> runner(window) -> (tokens, latency ms, engine stats or None)."""
+    max_new = config.max_new_tokens
+    plain = SpeculativeEngine(verifier, None, config)
+
+    def timed(fn: Callable[[], list[int]]) -> tuple[list[int], float, None]:
         t0 = time.perf_counter()
-        reference = engines["crossspec"].verifier_only(window, max_new_tokens)
-        alone_ms = (time.perf_counter() - t0) * 1e3
-        if measured:
-            latency["verifier_alone"].append(alone_ms)
-        if prompt_lookup:
-            t0 = time.perf_counter()
-            looked_up = prompt_lookup_generate(verifier, verifier.prepare(window),
-                                               max_new_tokens, lookup_k)
-            lookup_ms = (time.perf_counter() - t0) * 1e3
-            lossless["prompt_lookup"] &= looked_up == reference
-            if measured:
-                latency["prompt_lookup"].append(lookup_ms)
-        for oracle in oracles.values():
-            oracle.set_reference(window.id, reference)
-        for name, engine in engines.items():
+        tokens = fn()
+        return tokens, (time.perf_counter() - t0) * 1e3, None
+
+    def alone(window: Any) -> tuple[list[int], float, WindowStats]:
+        stats = WindowStats()
+        tokens = plain.verifier_only(window, max_new, stats)
+        return tokens, stats.confirmed_done_ms, stats
+
+    def engine_runner(engine: SpeculativeEngine) -> Runner:
+        def run(window: Any) -> tuple[list[int], float, WindowStats]:
             result = engine.run_window(window)
-            lossless[name] &= result.tokens == reference
-            if measured:
-                latency[name].append(result.stats.confirmed_done_ms)
-                draft_first[name].append(result.stats.draft_first_token_ms)
-                prefill[name].append(result.stats.verifier_prefill_ms)
-                stats_by_mode[name].append(result.stats)
-        log(f"window {index + 1}/{len(windows)}: alone {alone_ms:.0f} ms, crossspec "
-            f"{latency['crossspec'][-1] if measured else float('nan'):.0f} ms"
-            + ("" if measured else " (warm-up, not counted)"))
-    alone_median = statistics.median(latency["verifier_alone"])
-    report: dict[str, Any] = {"windows": len(windows) - warmup, "max_new_tokens": max_new_tokens,
+            return result.tokens, result.stats.confirmed_done_ms, result.stats
+        return run
+
+    def variant(**changes: Any) -> EngineConfig:
+        return EngineConfig(**{**config.__dict__, **changes})
+
+    runners: dict[str, Runner] = {
+        "hf_generate": lambda w: timed(
+            lambda: verifier.reference_generate(verifier.prepare(w), max_new)),
+        "verifier_alone": alone,
+    }
+    if prompt_lookup:
+        runners["prompt_lookup"] = lambda w: timed(
+            lambda: prompt_lookup_generate(verifier, verifier.prepare(w), max_new, lookup_k))
+    runners["history_only"] = engine_runner(SpeculativeEngine(
+        verifier, None, variant(proposers=("history_ngram",))))
+    oracles: dict[float, OracleDrafter] = {}
+    if drafter is not None:
+        runners["draft_only"] = engine_runner(SpeculativeEngine(
+            verifier, drafter, variant(proposers=("draft_stream", "draft_ngram"),
+                                       drafter_gate=False)))
+        runners["crossspec"] = engine_runner(SpeculativeEngine(verifier, drafter, config))
+        for a in oracle_acceptances:
+            # the oracle runs the real drafter's compute too, so it competes like it
+            oracles[a] = OracleDrafter(verifier, a, seed=7, backing=drafter)
+            runners[f"oracle@a={a:g}"] = engine_runner(SpeculativeEngine(
+                verifier, oracles[a], variant(proposers=("draft_stream",), drafter_gate=False)))
+    else:
+        runners["crossspec"] = engine_runner(SpeculativeEngine(verifier, None, config))
+    return runners, oracles
+
+
+def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
+                     windows: list[Any], *, max_new_tokens: int, max_proposal: int = 24,
+                     oracle_acceptances: tuple[float, ...] = (), lookup_k: int = 4,
+                     prompt_lookup: bool = True, warmup: int = 2,
+                     log: Any = print) -> dict[str, Any]:
+    """Run every mode on every window, in rotating order; returns the report dict."""
+    if len(windows) <= warmup:
+        raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
+    config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
+    runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
+                                    prompt_lookup)
+    modes = list(runners)
+    runs = {mode: ModeRun() for mode in modes}
+    t_start = time.perf_counter()
+    for index, window in enumerate(windows):
+        reference = verifier.reference_generate(verifier.prepare(window), max_new_tokens)
+        for oracle in oracles.values():
+            oracle.set_reference(int(window.id), reference)
+        order = modes[index % len(modes):] + modes[:index % len(modes)]
+        measured: dict[str, float] = {}
+        for mode in order:
+            tokens, latency, stats = runners[mode](window)
+            if index < warmup:
+                continue
+            run = runs[mode]
+            run.latency_ms.append(latency)
+            run.tokens.append(len(tokens))
+            run.lossless.append(tokens == reference)
+            if stats is not None:
+                run.stats.append(stats)
+            measured[mode] = latency
+        elapsed = time.perf_counter() - t_start
+        if index < warmup:
+            log(f"window {index + 1}/{len(windows)}: warm-up, not counted ({elapsed:.0f} s)")
+        else:
+            log(f"window {index + 1}/{len(windows)}: " + ", ".join(
+                f"{m} {measured[m]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
+    return summarize(runs, max_new_tokens, len(windows) - warmup)
+
+
+def paired(baseline: list[float], mode: list[float]) -> dict[str, float]:
+    """Median and interquartile range of the per-window ratios baseline / mode."""
+    ratios = [b / m for b, m in zip(baseline, mode, strict=True) if m > 0]
+    q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
+    return {"median": round(float(q50), 3), "q25": round(float(q25), 3),
+            "q75": round(float(q75), 3)}
+
+
+def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> dict[str, Any]:
+    report: dict[str, Any] = {"windows": windows, "max_new_tokens": max_new_tokens,
                               "modes": {}}
-    for mode in modes:
-        median = statistics.median(latency[mode])
+    alone = runs["verifier_alone"]
+    alone_prefill = [s.verifier_prefill_ms for s in alone.stats]
+    for mode, run in runs.items():
         entry: dict[str, Any] = {
-            "latency_ms_median": round(median, 2),
-            "latency_ms_p95": round(_percentile(latency[mode], 95), 2),
-            "speedup_median": round(alone_median / median, 3),
+            "latency_ms_median": round(statistics.median(run.latency_ms), 2),
+            "latency_ms_p95": round(_percentile(run.latency_ms, 95), 2),
+            "tokens_per_s": round(sum(run.tokens) / (sum(run.latency_ms) / 1e3), 1),
+            "lossless": all(run.lossless),
+            "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
         }
-        if mode in engines:
-            entry.update(_engine_summary(stats_by_mode[mode], draft_first[mode], prefill[mode],
-                                         alone_prefill[warmup:]))
-        if mode in lossless:
-            entry["lossless"] = lossless[mode]
+        for baseline in BASELINES:
+            entry[f"paired_speedup_vs_{baseline}"] = paired(runs[baseline].latency_ms,
+                                                            run.latency_ms)
+        entry["paired_speedup_median"] = entry["paired_speedup_vs_verifier_alone"]["median"]
+        # kept for readers of earlier reports: the ratio of the medians (not paired)
+        entry["speedup_median"] = round(statistics.median(alone.latency_ms)
+                                        / statistics.median(run.latency_ms), 3)
+        if run.stats:
+            entry.update(_engine_summary(run.stats, alone_prefill))
         report["modes"][mode] = entry
     main = report["modes"]["crossspec"]
     report.update({
-        "lossless": all(lossless[m] for m in engines),
+        "lossless": all(m["lossless"] for m in report["modes"].values()),
         "speedup_median": main["speedup_median"],
+        "paired_speedup_median": main["paired_speedup_median"],
         "draft_first_token_ms_p95": main.get("draft_first_token_ms_p95"),
         "acceptance": main.get("acceptance"),
     })
     return report
 
 
-def _engine_summary(stats: list, draft_first: list[float], prefill: list[float],
-                    alone_prefill: list[float]) -> dict[str, Any]:
+def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dict[str, Any]:
     proposed = sum(s.total_proposed for s in stats)
     accepted = sum(s.total_accepted for s in stats)
     rounds = sum(s.rounds for s in stats)
     per: dict[str, dict[str, Any]] = {}
     for s in stats:
-        for name in s.proposer_names:
+        for name in s.proposed:
             entry = per.setdefault(name, {"proposed": 0, "accepted": 0})
             entry["proposed"] += s.proposed.get(name, 0)
             entry["accepted"] += s.accepted.get(name, 0)
     for entry in per.values():
         entry["acceptance"] = (round(entry["accepted"] / entry["proposed"], 3)
                                if entry["proposed"] else None)
-    slowdown = None
-    if prefill and alone_prefill:
-        slowdown = round(statistics.median(prefill) / statistics.median(alone_prefill), 3)
+    prefill = [s.verifier_prefill_ms for s in stats]
+    slowdown = [p / a for p, a in zip(prefill, alone_prefill, strict=True) if a > 0]
     return {
-        "draft_first_token_ms_median": _round(_percentile(draft_first, 50)),
-        "draft_first_token_ms_p95": _round(_percentile(draft_first, 95)),
+        "draft_first_token_ms_median": _round(_percentile(
+            [s.draft_first_token_ms for s in stats], 50)),
+        "draft_first_token_ms_p95": _round(_percentile(
+            [s.draft_first_token_ms for s in stats], 95)),
         "acceptance": round(accepted / proposed, 3) if proposed else None,
-        "accepted_per_round": round(accepted / rounds, 3) if rounds else None,
-        "rounds_per_window": round(rounds / max(len(stats), 1), 2),
+        "accepted_per_pass": round(accepted / rounds, 3) if rounds else None,
+        "passes_per_window": round(rounds / len(stats), 2),
+        "fed_tokens_per_pass": round(sum(s.fed_tokens for s in stats) / rounds, 2)
+        if rounds else None,
+        "tree_rounds": sum(s.tree_rounds for s in stats),
         "per_proposer": per,
         "verifier_prefill_ms_median": _round(_percentile(prefill, 50)),
-        "verifier_prefill_alone_ms_median": _round(_percentile(alone_prefill, 50)),
-        "prefill_slowdown": slowdown,
+        "prefill_slowdown_median": _round(_percentile(slowdown, 50)),
     }
 
 
@@ -243,38 +327,79 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-def plot(report: dict[str, Any], path: Path, title: str) -> None:
+def markdown_table(report: dict[str, Any]) -> str:
+    """The report as the Markdown table the README quotes."""
+    lines = [
+        f"{report.get('models', '')}, {report.get('device', '')}, "
+        f"{report['windows']} windows of {report.get('bag', '')}, max {report['max_new_tokens']}"
+        f" new tokens, {report.get('torch_threads', '?')} torch thread(s), "
+        f"{report.get('date', '')}, {report.get('machine', '')}",
+        "",
+        "| mode | median ms | p95 ms | paired speedup vs verifier_alone (IQR) "
+        "| vs hf_generate | passes/window | accepted/pass | prefill slowdown "
+        "| lossless |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for mode, r in report["modes"].items():
+        alone = r["paired_speedup_vs_verifier_alone"]
+        hf = r["paired_speedup_vs_hf_generate"]
+        lines.append(
+            f"| {mode} | {r['latency_ms_median']:.1f} | {r['latency_ms_p95']:.1f} "
+            f"| **{alone['median']:.2f}x** ({alone['q25']:.2f}-{alone['q75']:.2f}) "
+            f"| {hf['median']:.2f}x | {_cell(r.get('passes_per_window'))} "
+            f"| {_cell(r.get('accepted_per_pass'))} "
+            f"| {_cell(r.get('prefill_slowdown_median'), 'x')} | {r['lossless_windows']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None, unit: str = "") -> str:
+    return "" if value is None else f"{value:.2f}{unit}"
+
+
+def plot(report: dict[str, Any], runs_path: Path, title: str) -> None:
+    """Latency (median, p95) and paired speedup (median with IQR) per mode."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     modes = list(report["modes"])
-    medians = [report["modes"][m]["latency_ms_median"] for m in modes]
-    p95 = [report["modes"][m]["latency_ms_p95"] for m in modes]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(modes)), 4))
+    r = report["modes"]
     xs = np.arange(len(modes))
-    ax.bar(xs - 0.2, medians, 0.4, label="median")
-    ax.bar(xs + 0.2, p95, 0.4, label="p95")
-    for x, m in zip(xs, modes, strict=True):
-        ax.annotate(f"{report['modes'][m]['speedup_median']:.2f}x", (x, max(medians[x], p95[x])),
-                    ha="center", va="bottom")
-    ax.set_xticks(xs, modes, rotation=15)
-    ax.set_ylabel("confirmed caption latency [ms]")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(10, 1.9 * len(modes)), 4.2))
+    ax1.bar(xs - 0.2, [r[m]["latency_ms_median"] for m in modes], 0.4, label="median")
+    ax1.bar(xs + 0.2, [r[m]["latency_ms_p95"] for m in modes], 0.4, label="p95")
+    ax1.set_xticks(xs, modes, rotation=30, ha="right")
+    ax1.set_ylabel("confirmed caption latency [ms]")
+    ax1.legend()
+    med = [r[m]["paired_speedup_vs_verifier_alone"]["median"] for m in modes]
+    low = [med[i] - r[m]["paired_speedup_vs_verifier_alone"]["q25"]
+           for i, m in enumerate(modes)]
+    high = [r[m]["paired_speedup_vs_verifier_alone"]["q75"] - med[i]
+            for i, m in enumerate(modes)]
+    ax2.bar(xs, med, 0.6, yerr=[low, high], capsize=4, color="tab:green")
+    ax2.axhline(1.0, color="grey", lw=0.8)
+    for x, v in zip(xs, med, strict=True):
+        ax2.annotate(f"{v:.2f}x", (x, v), ha="center", va="bottom", fontsize=8)
+    ax2.set_xticks(xs, modes, rotation=30, ha="right")
+    ax2.set_ylabel("paired speedup vs verifier_alone (IQR)")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(runs_path, dpi=110)
     plt.close(fig)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "engine", help="verifier alone vs prompt lookup vs crossspec on the same windows",
-        description=__doc__)
-    parser.add_argument("--windows", type=int, default=12, help="windows (default 12)")
-    parser.add_argument("--max-new-tokens", type=int, default=30)
-    parser.add_argument("--max-proposal", type=int, default=8)
+        "engine", help="every decoding mode on the same windows, paired ratios",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--windows", type=int, default=24,
+                        help="windows, warm-up included (default 24: the sample bag)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="first windows run but not counted (default 2)")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-proposal", type=int, default=24,
+                        help="deepest proposal per verifier pass (default 24)")
     parser.add_argument("--oracle", type=float, nargs="*", default=[0.2, 0.5, 0.8],
                         metavar="A", help="also run oracle drafters of these acceptances")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -288,19 +413,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "'pattern' for moving test patterns)")
     parser.add_argument("--no-prompt-lookup", action="store_true",
                         help="skip the transformers prompt-lookup baseline")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write engine.json, engine.md and engine.png into DIR")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="write a latency bar chart")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="write the plots as PNG")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.windows < 2 or args.max_new_tokens < 1:
-        print("crossspec bench engine: --windows must be >= 2 (one is warm-up) and "
-              "--max-new-tokens >= 1", file=sys.stderr)
+    if args.windows < args.warmup + 1 or args.warmup < 0 or args.max_new_tokens < 1:
+        print("crossspec bench engine: need --windows > --warmup >= 0 and --max-new-tokens "
+              ">= 1", file=sys.stderr)
         return 2
+    import datetime
+    import platform
+
     from crossspec_ros.models.loading import resolve_device
+    from crossspec_ros.process_tuning import tune_process_for_models
 
     device = str(resolve_device(args.device))
+    tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
     torch.manual_seed(0)
     build = {"bundled": bundled_pair, "tiny-random": tiny_random_pair,
              "full-size": full_size_pair}[args.models]
@@ -310,29 +442,44 @@ def run(args: argparse.Namespace) -> int:
         windows = pattern_windows(args.windows)
     else:
         windows = bag_windows(args.bag, args.windows)
+    if len(windows) <= args.warmup:
+        print(f"crossspec bench engine: {args.bag} has {len(windows)} windows with RGB; "
+              f"need more than --warmup {args.warmup}", file=sys.stderr)
+        return 2
     report = run_engine_bench(verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
                               max_proposal=args.max_proposal,
                               oracle_acceptances=tuple(args.oracle),
-                              prompt_lookup=not args.no_prompt_lookup,
-                              log=lambda s: print(s, file=sys.stderr))
-    report.update({"models": label, "device": device, "bag": str(args.bag),
-                   "torch_threads": torch.get_num_threads()})
-    print(f"{'mode':<20} {'median ms':>10} {'p95 ms':>9} {'speedup':>8} {'accept':>7} "
-          f"{'draft 1st p95':>13} {'lossless':>8}")
-    for mode, r in report["modes"].items():
-        acc = r.get("acceptance")
-        first = r.get("draft_first_token_ms_p95")
-        print(f"{mode:<20} {r['latency_ms_median']:>10.1f} {r['latency_ms_p95']:>9.1f} "
-              f"{r['speedup_median']:>7.2f}x {'' if acc is None else f'{acc:.2f}':>7} "
-              f"{'' if first is None else f'{first:.1f}':>13} {r.get('lossless', '')!s:>8}")
-    print(f"lossless: {report['lossless']}  speedup_median (crossspec vs verifier alone): "
-          f"{report['speedup_median']:.2f}x")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
-        print(f"wrote {args.json}")
-    if args.plot:
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        plot(report, args.plot, f"{label}, {device}, {report['windows']} windows")
-        print(f"wrote {args.plot}")
+                              prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
+                              log=lambda s: print(s, file=sys.stderr, flush=True))
+    report.update({"models": label, "device": device, "bag": str(args.bag), **tuning,
+                   "date": datetime.date.today().isoformat(),
+                   "machine": f"{platform.machine()}, {_cpu_count()} cores"
+                   + (f", {torch.cuda.get_device_name()}" if device.startswith("cuda")
+                      else "")})
+    table = markdown_table(report)
+    print(table)
+    print(f"lossless: {report['lossless']}  paired speedup (crossspec vs verifier_alone): "
+          f"{report['paired_speedup_median']:.2f}x")
+    outputs = {"json": args.json, "plot": args.plot, "md": None}
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        outputs = {"json": args.json or args.out / "engine.json",
+                   "plot": args.plot or args.out / "engine.png", "md": args.out / "engine.md"}
+    for key, path in outputs.items():
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if key == "json":
+            path.write_text(json.dumps(report, indent=2))
+        elif key == "md":
+            path.write_text(table)
+        else:
+            plot(report, path, f"{label}, {device}, {report['windows']} windows")
+        print(f"wrote {path}")
     return 0 if report["lossless"] else 1
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -114,6 +114,16 @@ class HFLlavaFamilyModel(CaptionModel):
     def _step(self, ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
         return self.model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0]
 
+    def _tree_step(self, ids: torch.Tensor, cache: DynamicCache, allowed: torch.Tensor,
+                   positions: torch.Tensor) -> torch.Tensor:
+        # an additive mask (0 = attend): the eager attention adds it, SDPA takes it as is
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return self.model(input_ids=ids, past_key_values=cache, use_cache=True,
+                          attention_mask=mask[None, None], position_ids=positions[None]
+                          ).logits[0]
+
     def prefill(self, inputs: VisionTextInputs) -> HFSession:
         """Vision encoding, then the prompt prefill into a fresh DynamicCache."""
         watch = Stopwatch(self.device, self.stream)
@@ -128,7 +138,7 @@ class HFLlavaFamilyModel(CaptionModel):
             first = out.logits[0, -1].float()
             prefill_ms = watch.lap_ms()
         return HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
-                         self.device, self.stream)
+                         self.device, self.stream, tree_step=self._tree_step)
 
     def reference_generate(self, inputs: VisionTextInputs, max_new_tokens: int | None = None,
                            **generate_options: Any) -> list[int]:

@@ -4,6 +4,10 @@
 so k proposals are checked in one pass. ``rollback`` crops the cache with
 ``DynamicCache.crop(-n)`` (in transformers 5 a positive argument raises) and restores
 ``last_logits`` from the rows kept for every generated position.
+
+``feed_tree`` checks a tree of candidates in one pass: each fed token attends to the cached
+prefix and to its ancestors among the fed tokens (a 4-D attention mask) at the position its
+depth gives; ``keep_path`` then keeps one root-to-node path of them in the cache.
 """
 
 from __future__ import annotations
@@ -19,14 +23,20 @@ from crossspec_ros.models.streams import inference, synchronize
 
 # (input ids [1, k], cache) -> logits [k, vocab] for those positions; must append k to cache
 StepFn = Callable[[torch.Tensor, DynamicCache], torch.Tensor]
+# (input ids [1, k], cache, allowed [k, cached + k] bool, positions [k]) -> logits [k, vocab]
+TreeStepFn = Callable[[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class HFSession(ModelSession):
     """A window's decoding state on one transformers language model."""
 
     def __init__(self, step: StepFn, cache: DynamicCache, first_logits: torch.Tensor,
-                 timing: PrefillTiming, device: torch.device, stream: Any | None = None) -> None:
+                 timing: PrefillTiming, device: torch.device, stream: Any | None = None,
+                 tree_step: TreeStepFn | None = None) -> None:
         self._step = step
+        self._tree_step = tree_step
+        self._tree_fed: list[int] | None = None  # tokens of a feed_tree not yet kept
+        self._tree_logits: torch.Tensor | None = None
         self.cache = cache
         self.device = device
         self.stream = stream
@@ -55,6 +65,68 @@ class HFSession(ModelSession):
         self._rows.extend(logits.unbind(0))
         self.last_logits = self._rows[-1]
         return logits
+
+    @property
+    def supports_tree(self) -> bool:
+        return self._tree_step is not None
+
+    def feed_tree(self, token_ids: list[int], parents: list[int]) -> torch.Tensor:
+        """Feed a tree of tokens in one pass: ``parents[i]`` is -1 (the token follows the
+        generated tokens) or an earlier index. Returns float32 logits [len(token_ids),
+        vocab], row i after token i and its ancestors. The cache holds all of them until
+        ``keep_path`` chooses the ones to keep."""
+        if self._tree_step is None:
+            raise NotImplementedError("this session's model has no tree step")
+        if self._tree_fed is not None:
+            raise RuntimeError("keep_path must follow feed_tree before the next feed")
+        if len(parents) != len(token_ids) or not token_ids:
+            raise ValueError("need one parent per token, and at least one token")
+        n, cached = len(token_ids), self.seq_len
+        depth: list[int] = []
+        ancestors = torch.zeros((n, n), dtype=torch.bool)
+        for i, parent in enumerate(parents):
+            if not -1 <= parent < i:
+                raise ValueError(f"parent of token {i} must be -1 or an earlier token, "
+                                 f"got {parent}")
+            depth.append(0 if parent < 0 else depth[parent] + 1)
+            if parent >= 0:
+                ancestors[i] = ancestors[parent]
+            ancestors[i, i] = True
+        allowed = torch.cat([torch.ones((n, cached), dtype=torch.bool), ancestors], dim=1)
+        positions = torch.tensor(depth, dtype=torch.long) + cached
+        with inference(self.device, self.stream):
+            ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+            logits = self._tree_step(ids, self.cache, allowed.to(self.device),
+                                     positions.to(self.device)).float()
+        synchronize(self.device, self.stream)
+        self._tree_fed = [int(t) for t in token_ids]
+        self._tree_logits = logits
+        return logits
+
+    def keep_path(self, path: list[int]) -> None:
+        """After ``feed_tree``: keep the fed tokens ``path`` (indices, a chain from a token
+        whose parent is -1 down) as generated tokens; drop the others from the cache."""
+        fed, logits = self._tree_fed, self._tree_logits
+        if fed is None:
+            raise RuntimeError("keep_path needs a feed_tree first")
+        self._tree_fed = self._tree_logits = None
+        start = self.seq_len - len(fed)
+        if path != list(range(len(path))):  # not a prefix of the fed tokens: gather
+            index = torch.tensor(path, dtype=torch.long, device=self.device) + start
+            with inference(self.device, self.stream):
+                for layer in self.cache.layers:
+                    layer.keys = torch.cat([layer.keys[..., :start, :],
+                                            layer.keys.index_select(-2, index)], dim=-2)
+                    layer.values = torch.cat([layer.values[..., :start, :],
+                                              layer.values.index_select(-2, index)], dim=-2)
+            synchronize(self.device, self.stream)
+        else:
+            drop = len(fed) - len(path)
+            if drop:
+                self.cache.crop(-drop)
+        self.generated.extend(fed[i] for i in path)
+        self._rows.extend(logits[i] for i in path)
+        self.last_logits = self._rows[-1]
 
     def rollback(self, n_generated: int) -> None:
         """Keep the first ``n_generated`` generated tokens, cropping the KV cache."""

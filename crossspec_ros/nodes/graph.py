@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.process_tuning import tune_process_for_models  # noqa: F401 (the graph's)
+
 EXECUTABLE = "crossspec"  # installed in lib/crossspec (ros2 run) and on PATH
 
 
@@ -69,19 +71,6 @@ def parameter_overrides(config: str | Path | None, node_name: str,
     values = load_yaml_params(config, node_name) if config else {}
     values.update(extra or {})
     return [Parameter(name, value=value) for name, value in values.items()]
-
-
-def tune_process_for_models(device: str = "cpu") -> None:
-    """Several models and the executor share one Python process: hand the GIL over often (a
-    thread returning from a torch op otherwise waits up to 5 ms for it, per op) and, on CPU,
-    give each model thread one intra-op thread (concurrent OpenMP pools oversubscribe)."""
-    import sys
-
-    import torch
-
-    sys.setswitchinterval(2e-4)
-    if device == "cpu":
-        torch.set_num_threads(1)
 
 
 def make_executor() -> Any:

@@ -9,7 +9,11 @@ E(g) / cost(g + 1); g = 0 is plain decoding, chosen whenever proposing cannot pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from crossspec_ros.speculative.suffix import SuffixIndex
+from crossspec_ros.speculative.tree import DraftTree
 
 
 def expected_tokens(acceptance: float, proposal_len: int) -> float:
@@ -91,3 +95,147 @@ def best_proposal_length(acceptance: float, cost: CostModel, max_len: int,
         if rate > best_rate * (1 + 1e-9):
             best_g, best_rate = g, rate
     return best_g
+
+
+MIN_DRAFT_ACCEPTANCE = 0.1   # below this per-token acceptance the live drafter pauses
+LEAST_LOOKAHEAD = 2          # the drafter's shortest run ahead while it is worth anything
+
+
+class ProposalPolicy:
+    """What the verifier checks each round: one draft tree from every proposer at once.
+
+    Proposers (names as in ``EngineConfig.proposers``):
+      draft_stream   the live draft's continuation of the confirmed caption (a chain)
+      draft_ngram    suffix matches in this window's draft (re-aligns after a mismatch)
+      history_ngram  suffix matches in the previous windows' confirmed captions
+    Each node's probability is its proposer's measured per-token acceptance to the power of
+    its depth, times the suffix trie's count ratios. The tree keeps the most probable nodes
+    while one more node adds more expected tokens than it costs (the verifier's measured
+    cost per fed token); with ``adaptive`` off it keeps them up to ``max_nodes``.
+    Pure bookkeeping: no model runs here.
+    """
+
+    def __init__(self, proposers: tuple[str, ...], *, max_depth: int, max_nodes: int,
+                 adaptive: bool = True) -> None:
+        self.proposers = proposers
+        self.max_depth, self.max_nodes, self.adaptive = max_depth, max_nodes, adaptive
+        self.trackers = {name: AcceptanceTracker() for name in proposers}
+        self.cost = CostModel()
+        self._offered: dict[str, list[int]] = {}  # each proposer's best chain this round
+        self._draft_index: tuple[list[int], SuffixIndex] | None = None
+
+    def propose(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
+                history: SuffixIndex, room: int) -> DraftTree:
+        """The draft tree for this round (empty: decode plainly). ``draft``: this window's
+        draft in verifier ids from caption position ``draft_base`` on, or None; ``room``:
+        tokens the caption may still take."""
+        depth = min(self.max_depth, room - 1)
+        tree = DraftTree()
+        self._offered = {}
+        if depth <= 0 or self.max_nodes <= 0:
+            return tree
+        for name in self.proposers:
+            rate = self.trackers[name].rate
+            if name == "draft_stream" and draft:
+                chain = _draft_continuation(draft, draft_base, confirmed, depth)
+                tree.add_chain(chain, name, [rate ** (k + 1) for k in range(len(chain))])
+                self._offered[name] = chain
+            elif name == "draft_ngram" and draft:
+                index = self._index_of_draft(draft)
+                self._offered[name] = index.propose(confirmed, tree, name, per_token=rate,
+                                                    max_nodes=self.max_nodes, max_depth=depth)
+            elif name == "history_ngram":
+                self._offered[name] = history.propose(confirmed, tree, name, per_token=rate,
+                                                      max_nodes=self.max_nodes,
+                                                      max_depth=depth)
+        return tree.pruned(self._worth_keeping(tree))
+
+    def _index_of_draft(self, draft: Sequence[int]) -> SuffixIndex:
+        if self._draft_index is None or self._draft_index[0] != list(draft):
+            index = SuffixIndex(max_sources=1, recent_weight=1.0)
+            index.add_source(draft)
+            self._draft_index = (list(draft), index)
+        return self._draft_index[1]
+
+    def _worth_keeping(self, tree: DraftTree) -> int:
+        """How many of the most probable nodes to verify: while a node's probability beats
+        what the round already yields per unit of cost."""
+        if not self.adaptive:
+            return self.max_nodes
+        probs = sorted(tree.probs, reverse=True)[: self.max_nodes]
+        expected, keep = 1.0, 0  # the verifier's own token comes with every round
+        for p in probs:
+            if (expected + p) / self.cost.predict(keep + 2) <= \
+                    expected / self.cost.predict(keep + 1):
+                break
+            expected, keep = expected + p, keep + 1
+        return keep
+
+    def observe(self, fed: int, seconds: float, new: Sequence[int]) -> None:
+        """After a round: its cost, and each proposer's best chain against what the verifier
+        confirmed (``new``: this round's confirmed tokens, the verifier's own one last)."""
+        self.cost.observe(fed, seconds)
+        for name, chain in self._offered.items():
+            if not chain:
+                continue
+            matched = 0
+            while matched < min(len(chain), len(new)) and chain[matched] == new[matched]:
+                matched += 1
+            self.trackers[name].observe(min(len(chain), len(new)), matched)
+
+    def draft_lookahead(self) -> int:
+        """Tokens worth drafting past the confirmed caption: 0 pauses the live drafter (it
+        still re-syncs), when its draft is mostly wrong or no proposer reads it."""
+        if "draft_stream" not in self.trackers:
+            return 0
+        if not self.adaptive:
+            return self.max_depth
+        rate = self.trackers["draft_stream"].rate
+        if rate < MIN_DRAFT_ACCEPTANCE:
+            return 0
+        return max(LEAST_LOOKAHEAD, best_proposal_length(rate, self.cost, self.max_depth))
+
+
+def _draft_continuation(draft: Sequence[int], base: int, confirmed: Sequence[int],
+                        limit: int) -> list[int]:
+    """The draft's tokens (caption positions ``base``..) after the confirmed caption, if the
+    draft agrees with the confirmed caption where they overlap."""
+    n = len(confirmed)
+    if base > n or list(draft[:n - base]) != list(confirmed[base:]):
+        return []
+    return list(draft[n - base:n - base + limit])
+
+
+class DrafterGate:
+    """Whether a local drafter runs for the next window, from measured latency.
+
+    The drafter pays where it runs beside the verifier (its own CUDA stream) and costs where
+    it takes the verifier's compute (two Python threads on 2 CPU cores measured 2.7x slower
+    prefill). The gate keeps, per choice, a decayed mean of the confirmed latency per caption
+    token, takes the faster choice, and tries the other one every ``explore_every`` windows
+    so a change (a freed GPU, a better drafter) is noticed. Each choice is tried once first,
+    drafting first.
+    """
+
+    def __init__(self, explore_every: int = 8, decay: float = 0.7) -> None:
+        if explore_every < 2 or not 0.0 <= decay < 1.0:
+            raise ValueError("need explore_every >= 2 and 0 <= decay < 1")
+        self.explore_every, self.decay = explore_every, decay
+        self.ms_per_token: dict[bool, float | None] = {True: None, False: None}
+        self.windows = 0
+
+    def should_draft(self) -> bool:
+        self.windows += 1
+        for choice in (True, False):
+            if self.ms_per_token[choice] is None:
+                return choice
+        faster = self.ms_per_token[True] <= self.ms_per_token[False]
+        return (not faster) if self.windows % self.explore_every == 0 else faster
+
+    def observe(self, drafted: bool, latency_ms: float, tokens: int) -> None:
+        if tokens <= 0 or latency_ms != latency_ms:
+            return
+        value = latency_ms / tokens
+        old = self.ms_per_token[drafted]
+        self.ms_per_token[drafted] = value if old is None else \
+            self.decay * old + (1.0 - self.decay) * value

@@ -7,13 +7,16 @@ The whole loop, readable in one sitting:
   --------------                         -------------------------------------
   prepare + prefill (events)             prepare + prefill (8 RGB frames: the long part)
   greedy-decode draft tokens, publish    token 0 = verifier's own first token
-  each one (the speculative caption)     loop: pick the proposer that pays best
-  on a re-sync request: roll back to           (draft stream, draft n-gram, history n-gram)
-  the confirmed prefix + correction,         feed [pending, p1..pg] in ONE forward
-  keep drafting                              accept by the rule (greedy / sampling),
-                                             publish confirmed tokens, roll back the cache
-                                             past the accepted prefix, ask the drafter to
-                                             re-sync if it disagreed
+  each one (the speculative caption)     loop: propose  a draft tree from every proposer
+  on a re-sync request: roll back to                    (live draft, suffix matches in the
+  the confirmed prefix + correction,                    draft and in earlier captions)
+  keep drafting                                feed     [pending, tree] in ONE forward
+                                               verify   walk the tree by the rule
+                                               rollback keep the accepted path in the cache
+                                               confirm  publish; the drafter re-syncs
+
+The policy (what to propose, how much, whether the drafter runs ahead) lives in
+``adaptive.ProposalPolicy``; this file is the loop.
 
 Losslessness does not depend on the proposals: every confirmed token is either a proposal the
 verification rule accepted or the verifier's own token, so the output equals the verifier's
@@ -32,22 +35,19 @@ from typing import Any
 import torch
 
 from crossspec_ros.models.base import CaptionModel, ModelSession
-from crossspec_ros.speculative.adaptive import (
-    AcceptanceTracker,
-    CostModel,
-    best_proposal_length,
-    expected_tokens,
-)
+from crossspec_ros.speculative.adaptive import DrafterGate, ProposalPolicy
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
-from crossspec_ros.speculative.proposers import DraftStreamProposer, NgramProposer
 from crossspec_ros.speculative.stats import WindowStats
-from crossspec_ros.speculative.verify import sample_token, verify_greedy, verify_sampling
+from crossspec_ros.speculative.suffix import SuffixIndex
+from crossspec_ros.speculative.tree import DraftTree
+from crossspec_ros.speculative.verify import (
+    sample_token,
+    verify_greedy,
+    verify_greedy_tree,
+    verify_sampling,
+)
 from crossspec_ros.speculative.vocab import SharedVocabulary, TextBridge
-
-EXPLORE_EVERY = 6            # plain rounds in a row before a short probing proposal
-EXPLORE_LENGTH = 2           # tokens in a probing proposal; also the least draft lookahead
-MIN_DRAFT_ACCEPTANCE = 0.1   # below this per-token acceptance the drafter pauses
 
 
 @dataclass
@@ -58,12 +58,14 @@ class EngineConfig:
     mode: str = "greedy"                 # "greedy" or "sampling"
     temperature: float = 1.0             # sampling only
     seed: int = 0                        # sampling only: per-window generator seed base
-    max_proposal: int = 8                # longest proposal per round
-    adaptive: bool = True                # choose proposal length from acceptance and cost
+    max_proposal: int = 24               # deepest proposal per round (tokens past the pending)
+    max_tree_nodes: int = 48             # most proposed tokens per round (all branches)
+    adaptive: bool = True                # proposal size from acceptance and cost
     proposers: tuple[str, ...] = ("draft_stream", "draft_ngram", "history_ngram")
-    history_windows: int = 4             # previous confirmed captions searched by n-gram
-    ngram_max: int = 4
+    history_windows: int = 16            # previous confirmed captions in the suffix trie
     draft_lookahead: int = 48            # how far the drafter runs ahead during the prefill
+    drafter_gate: bool = True            # with adaptive: a local drafter runs only while it
+    #                                      measurably pays (DrafterGate)
     keep_sessions: bool = False          # keep both KV caches on the result (tests, debugging)
 
     def __post_init__(self) -> None:
@@ -71,8 +73,9 @@ class EngineConfig:
             raise ValueError(f"mode must be 'greedy' or 'sampling', got '{self.mode}'")
         if self.mode == "sampling" and self.temperature <= 0:
             raise ValueError("sampling needs temperature > 0")
-        if self.max_new_tokens < 1 or self.max_proposal < 0:
-            raise ValueError("max_new_tokens must be >= 1 and max_proposal >= 0")
+        if self.max_new_tokens < 1 or self.max_proposal < 0 or self.max_tree_nodes < 0:
+            raise ValueError("max_new_tokens must be >= 1, max_proposal and max_tree_nodes "
+                             ">= 0")
         unknown = set(self.proposers) - {"draft_stream", "draft_ngram", "history_ngram"}
         if unknown:
             raise ValueError(f"unknown proposers {sorted(unknown)}")
@@ -104,11 +107,11 @@ class SpeculativeEngine:
         self.remote_drafter = remote_drafter
         assign_cuda_streams(verifier, drafter)
         self.bridge = self._make_bridge()
-        self.history = NgramProposer("history_ngram", max_ngram=self.config.ngram_max,
-                                     min_ngram=0, max_sources=self.config.history_windows)
-        self.trackers = {name: AcceptanceTracker() for name in self.config.proposers}
-        self.cost = CostModel()
-        self._plain_streak = 0
+        cfg = self.config
+        self.history = SuffixIndex(max_sources=cfg.history_windows)
+        self.policy = ProposalPolicy(cfg.proposers, max_depth=cfg.max_proposal,
+                                     max_nodes=cfg.max_tree_nodes, adaptive=cfg.adaptive)
+        self.gate = DrafterGate()
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
         self.current_stats: WindowStats | None = None
 
@@ -139,7 +142,9 @@ class SpeculativeEngine:
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
-        if self.drafter is not None and draft is None:
+        local_draft = self.drafter is not None and draft is None and (
+            not (self.config.adaptive and self.config.drafter_gate) or self.gate.should_draft())
+        if local_draft:
             drafter_thread = threading.Thread(
                 target=run_drafter, name=f"crossspec-drafter-{window_id}", daemon=True,
                 args=(self.drafter, window, channel, emit, stats, self.config.max_new_tokens))
@@ -152,13 +157,15 @@ class SpeculativeEngine:
             if drafter_thread is not None:
                 drafter_thread.join()
         text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
-        self.history.add_source(_strip_eos(tokens, self.verifier.info.eos_token_id))
+        self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
         draft_tokens, _ = channel.snapshot()
         draft_text = ""
         if self.bridge is not None:  # remote drafts without a drafter share the verifier's ids
             tokenizer = (self.drafter or self.verifier).tokenizer
             draft_text = tokenizer.decode(draft_tokens, skip_special_tokens=True)
         stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
+        if self.drafter is not None and draft is None:
+            self.gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
         emit(EventKind.FINAL, tokens=tokens, text=text)
         if channel.session is not None:
             sessions["drafter"] = channel.session
@@ -166,21 +173,6 @@ class SpeculativeEngine:
                                         stats, events,
                                         sessions if self.config.keep_sessions else {})
         return self.last_result
-
-    def draft_window(self, window: Any, channel: DraftChannel,
-                     on_event: Callable[[EngineEvent], None] | None = None,
-                     t_close: float | None = None) -> WindowStats:
-        """The drafter alone on one window (a draft node): drafts, re-syncs to whatever the
-        caller pushes into ``channel`` (confirmed tokens from a topic), returns once the
-        channel is stopped. Runs in the caller's thread."""
-        if self.drafter is None:
-            raise ValueError("draft_window needs a drafter")
-        t_close = time.monotonic() if t_close is None else t_close
-        window_id = int(getattr(window, "id", 0))
-        stats = WindowStats(proposer_names=["draft_stream"])
-        emit = self._emitter(window_id, t_close, [], on_event)
-        run_drafter(self.drafter, window, channel, emit, stats, self.config.max_new_tokens)
-        return stats
 
     def confirmed_for_drafter(self, confirmed: list[int], text: str | None = None) -> list[int]:
         """The confirmed caption (verifier ids) in the drafter's ids, for its re-sync."""
@@ -224,10 +216,18 @@ class SpeculativeEngine:
             if item.kind is EventKind.FINAL:
                 return
 
-    def verifier_only(self, window: Any, max_new_tokens: int | None = None) -> list[int]:
-        """The verifier alone, plain decoding (greedy or sampling with the same seed rule)."""
+    def verifier_only(self, window: Any, max_new_tokens: int | None = None,
+                      stats: WindowStats | None = None) -> list[int]:
+        """The verifier alone, plain decoding (greedy or sampling with the same seed rule).
+        ``stats``: filled with its prepare/prefill times and one round per token."""
         limit = max_new_tokens or self.config.max_new_tokens
-        session = self.verifier.prefill(self.verifier.prepare(window))
+        stats = stats if stats is not None else WindowStats()
+        t0 = time.perf_counter()
+        inputs = self.verifier.prepare(window)
+        t1 = time.perf_counter()
+        session = self.verifier.prefill(inputs)
+        stats.verifier_prepare_ms = (t1 - t0) * 1e3
+        stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
         generator = self._generator(window)
         tokens: list[int] = []
         logits = session.last_logits
@@ -236,14 +236,15 @@ class SpeculativeEngine:
             if tokens[-1] == self.verifier.info.eos_token_id:
                 break
             logits = session.feed([tokens[-1]])[-1]
+            stats.record_round(None, 0, 0)
+            stats.fed_tokens += 1
+        stats.confirmed_done_ms = (time.perf_counter() - t0) * 1e3
         return tokens
 
     # ---------------------------------------------------------------- verifier
     def _verify(self, window: Any, channel: DraftChannel, emit: Callable[..., None],
                 stats: WindowStats, sessions: dict[str, ModelSession]) -> list[int]:
         cfg, eos = self.config, self.verifier.info.eos_token_id
-        draft_stream = DraftStreamProposer()
-        draft_ngram = NgramProposer("draft_ngram", max_ngram=cfg.ngram_max)
         generator = self._generator(window)
         t0 = time.perf_counter()
         inputs = self.verifier.prepare(window)
@@ -256,76 +257,52 @@ class SpeculativeEngine:
         # token 0 is the verifier's own: it comes out of the prefill for free
         confirmed = [self._own_token(session.last_logits, generator)]
         self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
+        # trees need the greedy rule and a backend that can mask attention per branch
+        use_trees = cfg.mode == "greedy" and getattr(session, "supports_tree", False)
         while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
             room = cfg.max_new_tokens - len(confirmed)
-            name, proposal = self._choose_proposal(confirmed, channel, draft_stream,
-                                                   draft_ngram, room)
-            # One forward over [pending, p1..pg]: row i is the distribution after
-            # confirmed + p1..pi, exactly what the verification rule needs.
+            draft, base = self._draft_in_verifier_ids(channel, confirmed)
+            tree = self.policy.propose(confirmed, draft, base, self.history, room)
             t_round = time.perf_counter()
-            rows = session.feed([confirmed[-1], *proposal])
-            self.cost.observe(len(proposal) + 1, time.perf_counter() - t_round)
-            if cfg.mode == "greedy":
-                verdict = verify_greedy(proposal, rows)
+            branching = use_trees and not tree.is_chain()
+            if branching:
+                # One forward over [pending, tree]: each node sees the prefix and its
+                # ancestors; the cache then keeps only the accepted path.
+                rows = session.feed_tree([confirmed[-1], *tree.tokens],
+                                         [-1, *(p + 1 for p in tree.parents)])
+                verdict = verify_greedy_tree(tree.tokens, tree.parents, rows)
+                session.keep_path([0, *(n + 1 for n in verdict.path)])
+                accepted_nodes = list(verdict.path)
+                round_tokens = verdict.confirmed(tree.tokens)
             else:
-                verdict = verify_sampling(proposal, rows, temperature=cfg.temperature,
-                                          generator=generator)
-            new = verdict.confirmed(proposal)[:room]
-            new = _strip_after_eos(new, eos)
-            # the cache holds confirmed + proposal; keep confirmed + accepted ones
-            session.rollback(len(confirmed) + verdict.n_accepted)
-            stats.record_round(name, len(proposal), verdict.n_accepted)
-            if name is not None:
-                self.trackers[name].observe(len(proposal), verdict.n_accepted)
-            if name != "draft_stream" and "draft_stream" in self.trackers:
-                self._judge_unproposed_draft(draft_stream, confirmed, new)
+                # One forward over [pending, p1..pg]: row i is the distribution after
+                # confirmed + p1..pi; the cache then keeps confirmed + the accepted ones.
+                proposal = tree.best_chain()
+                rows = session.feed([confirmed[-1], *proposal])
+                if cfg.mode == "greedy":
+                    chain_verdict = verify_greedy(proposal, rows)
+                else:
+                    chain_verdict = verify_sampling(proposal, rows, temperature=cfg.temperature,
+                                                    generator=generator)
+                session.rollback(len(confirmed) + chain_verdict.n_accepted)
+                accepted_nodes = _chain_nodes(tree, proposal)[:chain_verdict.n_accepted]
+                round_tokens = chain_verdict.confirmed(proposal)
+            new = _strip_after_eos(round_tokens[:room], eos)
+            self.policy.observe(len(rows), time.perf_counter() - t_round, new)
+            stats.record_tree_round(tree.sources, accepted_nodes, fed=len(rows),
+                                    branching=branching)
             base = len(confirmed)
             confirmed.extend(new)
             self._confirm(confirmed, base, new, channel, emit, stats)
         return confirmed
 
-    def _choose_proposal(self, confirmed: list[int], channel: DraftChannel,
-                         draft_stream: DraftStreamProposer, draft_ngram: NgramProposer,
-                         room: int) -> tuple[str | None, list[int]]:
-        """The candidate with the best expected tokens per second, or (None, []) = plain."""
-        cfg = self.config
-        limit = min(cfg.max_proposal, room - 1)
-        if limit <= 0:
-            return None, []
-        candidates: dict[str, list[int]] = {}
-        if self.bridge is not None:
-            draft, done = channel.snapshot()
-            target, base = self.bridge.to_target(draft, confirmed, done)
-            if "draft_stream" in self.trackers:
-                draft_stream.update(target, base)
-                candidates["draft_stream"] = draft_stream.propose(confirmed, limit)
-            if "draft_ngram" in self.trackers and target:
-                draft_ngram.set_sources([target])
-                candidates["draft_ngram"] = draft_ngram.propose(confirmed, limit)
-        if "history_ngram" in self.trackers:
-            candidates["history_ngram"] = self.history.propose(confirmed, limit)
-        best: tuple[str | None, list[int]] = (None, [])
-        if not cfg.adaptive:  # the longest proposal; ties go to the earlier proposer
-            for name, proposal in candidates.items():
-                if len(proposal) > len(best[1]):
-                    best = (name, proposal)
-            return best
-        best_rate = 1.0 / self.cost.predict(1)  # plain decoding: one token per pass
-        for name, proposal in candidates.items():
-            g = best_proposal_length(self.trackers[name].rate, self.cost, max_len=len(proposal))
-            if g == 0:
-                continue
-            rate = expected_tokens(self.trackers[name].rate, g) / self.cost.predict(g + 1)
-            if rate > best_rate:
-                best, best_rate = (name, proposal[:g]), rate
-        if best[0] is None and self._plain_streak >= EXPLORE_EVERY:
-            # Measured costs are noisy (the drafter competes for the device); probe with a
-            # short proposal now and then so a wrong estimate cannot shut proposing off.
-            name = max(candidates, key=lambda n: (bool(candidates[n]), self.trackers[n].rate))
-            if candidates[name]:
-                best = (name, candidates[name][:EXPLORE_LENGTH])
-        self._plain_streak = 0 if best[0] is not None else self._plain_streak + 1
-        return best
+    def _draft_in_verifier_ids(self, channel: DraftChannel, confirmed: list[int]
+                               ) -> tuple[list[int] | None, int]:
+        """This window's draft so far in verifier ids and its caption position base."""
+        if self.bridge is None:
+            return None, 0
+        draft, done = channel.snapshot()
+        return self.bridge.to_target(draft, confirmed, done)
 
     def _confirm(self, confirmed: list[int], base: int, new: list[int], channel: DraftChannel,
                  emit: Callable[..., None], stats: WindowStats) -> None:
@@ -336,35 +313,7 @@ class SpeculativeEngine:
         if base == 0:
             stats.confirmed_first_ms = event.t_ms
         channel.push_confirmed(self.confirmed_for_drafter(confirmed, text),
-                               lookahead=self._draft_budget())
-
-    def _judge_unproposed_draft(self, draft: DraftStreamProposer, confirmed: list[int],
-                                new: list[int]) -> None:
-        """Score the draft on tokens confirmed without it (it was not proposed, or had not
-        got there yet), so a drafter that keeps being wrong is noticed and paused."""
-        offset = len(confirmed) - draft.base
-        if offset < 0 or draft.tokens[:offset] != confirmed[draft.base:]:
-            return  # the draft already disagreed earlier: judged then, re-syncing now
-        predicted = draft.tokens[offset:offset + len(new)]
-        if not predicted:
-            return
-        matched = 0
-        while matched < len(predicted) and predicted[matched] == new[matched]:
-            matched += 1
-        self.trackers["draft_stream"].observe(len(predicted), matched)
-
-    def _draft_budget(self) -> int:
-        """Tokens worth drafting past the confirmed caption: the proposal length the draft
-        stream would get now (0 pauses the drafter; it still re-syncs)."""
-        if "draft_stream" not in self.trackers:
-            return 0
-        if not self.config.adaptive:
-            return self.config.max_proposal
-        rate = self.trackers["draft_stream"].rate
-        if rate < MIN_DRAFT_ACCEPTANCE:
-            return 0  # the drafter is mostly wrong: pause it
-        return max(EXPLORE_LENGTH,
-                   best_proposal_length(rate, self.cost, max_len=self.config.max_proposal))
+                               lookahead=self.policy.draft_lookahead())
 
     def _own_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
         if self.config.mode == "greedy":
@@ -389,8 +338,13 @@ def _strip_after_eos(tokens: list[int], eos: int) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
-def _strip_eos(tokens: list[int], eos: int) -> list[int]:
-    return [t for t in tokens if t != eos]
+def _chain_nodes(tree: DraftTree, chain: list[int]) -> list[int]:
+    """The tree's nodes along ``chain`` (a path from the root)."""
+    nodes, parent = [], -1
+    for token in chain:
+        parent = tree.child(parent, token)
+        nodes.append(parent)
+    return nodes
 
 
 def assign_cuda_streams(*models: CaptionModel | None) -> None:

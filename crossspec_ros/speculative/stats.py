@@ -17,6 +17,8 @@ class WindowStats:
     accepted: dict[str, int] = field(default_factory=dict)
     rounds: int = 0                  # verifier forwards after the prefill
     plain_rounds: int = 0            # of those, without proposals
+    fed_tokens: int = 0              # tokens those forwards fed (pending + proposals)
+    tree_rounds: int = 0             # rounds that checked a branching draft tree
     verifier_prepare_ms: float = NAN  # CPU preprocessing of the frames
     verifier_prefill_ms: float = NAN  # vision encoder + language prefill
     draft_first_token_ms: float = NAN
@@ -31,6 +33,21 @@ class WindowStats:
             return
         self.proposed[proposer] = self.proposed.get(proposer, 0) + proposed
         self.accepted[proposer] = self.accepted.get(proposer, 0) + accepted
+
+    def record_tree_round(self, sources: list[str], accepted_nodes: list[int], fed: int,
+                          branching: bool) -> None:
+        """A round over a draft tree: ``sources[i]`` proposed node i; ``accepted_nodes`` is
+        the path the verifier accepted. Per proposer: nodes proposed and accepted."""
+        self.rounds += 1
+        self.fed_tokens += fed
+        self.tree_rounds += branching
+        if not sources:
+            self.plain_rounds += 1
+            return
+        for name in set(sources):
+            self.proposed[name] = self.proposed.get(name, 0) + sources.count(name)
+            self.accepted[name] = self.accepted.get(name, 0) + sum(
+                sources[n] == name for n in accepted_nodes)
 
     @property
     def total_proposed(self) -> int:
@@ -56,6 +73,7 @@ class WindowStats:
 
         return {
             "rounds": self.rounds, "plain_rounds": self.plain_rounds,
+            "fed_tokens": self.fed_tokens, "tree_rounds": self.tree_rounds,
             "proposed": self.total_proposed, "accepted": self.total_accepted,
             "acceptance": num(self.acceptance), "mean_accepted_length": num(
                 self.mean_accepted_length),

@@ -86,3 +86,48 @@ def _check_shapes(proposals: Sequence[int], target_logits: torch.Tensor) -> None
             f"need logits for k+1 = {len(proposals) + 1} positions, "
             f"got {tuple(target_logits.shape)}"
         )
+
+
+@dataclass(frozen=True)
+class TreeVerdict:
+    """Outcome of verifying a draft tree: the accepted nodes, root first, and the
+    verifier's own token after the last of them."""
+
+    path: tuple[int, ...]
+    next_token: int
+
+    @property
+    def n_accepted(self) -> int:
+        return len(self.path)
+
+    def confirmed(self, tree_tokens: Sequence[int]) -> list[int]:
+        """Tokens this round adds to the confirmed caption."""
+        return [*(tree_tokens[n] for n in self.path), self.next_token]
+
+
+def verify_greedy_tree(tokens: Sequence[int], parents: Sequence[int],
+                       target_logits: torch.Tensor) -> TreeVerdict:
+    """Greedy verification of a tree (see ``tree.py``): from the pending token, follow the
+    child holding the verifier's argmax for as long as there is one. Exactly the tokens plain
+    greedy decoding would produce, since each accepted node's row is the verifier's
+    distribution after the confirmed prefix and that node's ancestors.
+
+    target_logits: [1 + n_nodes, vocab]; row 0 after the pending token, row 1 + i after node i.
+    """
+    if target_logits.dim() != 2 or target_logits.shape[0] != len(tokens) + 1 \
+            or len(parents) != len(tokens):
+        raise ValueError(f"need logits for 1 + {len(tokens)} fed tokens and one parent per "
+                         f"node, got {tuple(target_logits.shape)} and {len(parents)} parents")
+    argmax = torch.argmax(target_logits, dim=-1).tolist()
+    children: dict[tuple[int, int], int] = {}
+    for node, (parent, token) in enumerate(zip(parents, tokens, strict=True)):
+        children.setdefault((parent, int(token)), node)
+    path: list[int] = []
+    node = -1
+    while True:
+        wanted = int(argmax[node + 1])
+        child = children.get((node, wanted))
+        if child is None:
+            return TreeVerdict(tuple(path), wanted)
+        path.append(child)
+        node = child

@@ -1,0 +1,27 @@
+"""Process-wide settings for running several models in one Python process.
+
+One function, called once at start-up by everything that runs models (``crossspec drive``,
+``crossspec node``, ``crossspec bench engine``), so that a benchmark measures under exactly
+the thread set-up of the live graph: a ratio of latencies taken under different thread
+settings is not a measurement (two 2-thread OpenMP pools on 2 shared cores collapse under
+any other load).
+"""
+
+from __future__ import annotations
+
+import sys
+
+SWITCH_INTERVAL_S = 2e-4
+
+
+def tune_process_for_models(device: str = "cpu") -> dict[str, float]:
+    """Hand the GIL over often (a thread returning from a torch op otherwise waits up to 5 ms
+    for it, per op) and, on CPU, give each model thread one intra-op thread (concurrent
+    OpenMP pools oversubscribe). Returns the settings, for reports."""
+    import torch
+
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if str(device).startswith("cpu"):
+        torch.set_num_threads(1)
+    return {"torch_threads": torch.get_num_threads(),
+            "switch_interval_s": sys.getswitchinterval()}
