@@ -15,7 +15,7 @@ DRIVE_ARGS ?=
 
 drive: setup
 	@mkdir -p build
-	$(CROSSSPEC) drive --bag $(BAG) --check-lossless --json build/drive.jsonl $(DRIVE_ARGS)
+	$(CROSSSPEC) drive --bag $(BAG) --compare --check-lossless --json build/drive.jsonl $(DRIVE_ARGS)
 
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -24,8 +24,9 @@ lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	$(CROSSSPEC) bench decode --json build/bench_decode.json --plot build/bench_decode.png
-	$(CROSSSPEC) bench engine --json build/bench_engine.json --plot build/bench_engine.png
+	@mkdir -p build/bench
+	$(CROSSSPEC) bench decode --json build/bench/decode.json --plot build/bench/decode.png
+	$(CROSSSPEC) bench engine --out build/bench
 
 clean:
 	rm -rf build install log .pytest_cache .hypothesis

@@ -125,8 +125,10 @@ MODEL_PARAMS = [
 
 ENGINE_PARAMS = [
     Param("max_new_tokens", 48, "longest caption in tokens", positive, ">= 1"),
-    Param("max_proposal", 8, "longest proposal checked in one verifier pass", non_negative,
-          ">= 0"),
+    Param("max_proposal", 24, "deepest proposal checked in one verifier pass (0: plain "
+          "decoding, no speculation)", non_negative, ">= 0"),
+    Param("max_tree_nodes", 48, "most proposed tokens in one verifier pass, all branches of "
+          "the draft tree together", non_negative, ">= 0"),
     Param("adaptive", True, "choose proposal lengths from measured acceptance and costs"),
     Param("decoding", "greedy", "greedy (token-identical) or sampling (same distribution)",
           one_of("greedy", "sampling"), "greedy or sampling"),
@@ -136,7 +138,7 @@ ENGINE_PARAMS = [
           lambda x: bool(x) and set(x.split(",")) <= {"draft_stream", "draft_ngram",
                                                      "history_ngram"},
           "a comma-separated subset of draft_stream, draft_ngram, history_ngram"),
-    Param("history_windows", 4, "previous confirmed captions searched for n-grams",
+    Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0"),
 ]
 

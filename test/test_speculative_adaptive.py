@@ -46,3 +46,54 @@ def test_long_proposals_when_forwards_are_flat_and_acceptance_high():
         cost.observe(n, 0.015)  # GPU-like: a pass costs the same for 1 or 12 tokens
     assert best_proposal_length(0.8, cost, max_len=10) == 10
     assert best_proposal_length(0.8, cost, max_len=10, available=3) == 3
+
+
+# ---- the proposal policy and the drafter gate ------------------------------------------
+from crossspec_ros.speculative.adaptive import DrafterGate, ProposalPolicy  # noqa: E402
+from crossspec_ros.speculative.suffix import SuffixIndex  # noqa: E402
+
+
+def test_the_policy_merges_every_proposer_into_one_tree():
+    history = SuffixIndex()
+    history.add_source([10, 11, 12, 13, 2])
+    policy = ProposalPolicy(("draft_stream", "draft_ngram", "history_ngram"), max_depth=8,
+                            max_nodes=32, adaptive=False)
+    tree = policy.propose([10], [10, 11, 30, 31], 0, history, room=20)
+    assert tree.child(-1, 11) is not None  # shared by the draft and the history: one node
+    after_11 = {tree.tokens[n] for n in range(len(tree)) if tree.parents[n] == tree.child(-1, 11)}
+    assert after_11 == {12, 30}
+
+
+def test_the_policy_leaves_room_for_the_verifiers_own_token():
+    history = SuffixIndex()
+    history.add_source(list(range(10, 30)))
+    policy = ProposalPolicy(("history_ngram",), max_depth=24, max_nodes=64, adaptive=False)
+    tree = policy.propose([10], None, 0, history, room=4)
+    assert max(tree.depth(n) for n in range(len(tree))) == 3
+    assert len(policy.propose([10], None, 0, history, room=1)) == 0
+
+
+def test_a_wrong_proposer_loses_its_share_of_the_tree():
+    history = SuffixIndex()
+    history.add_source([10, 11, 12, 13, 14, 2])
+    policy = ProposalPolicy(("history_ngram",), max_depth=8, max_nodes=32)
+    assert len(policy.propose([10], None, 0, history, room=20)) == 5  # untried: all of it
+    for k in range(30):  # the history is always wrong; each fed token costs 0.5 ms
+        policy.propose([10], None, 0, history, room=20)
+        fed = 2 + k % 8
+        policy.observe(fed=fed, seconds=0.002 + 0.0005 * fed, new=[99])
+    assert policy.trackers["history_ngram"].rate < 0.1
+    assert len(policy.propose([10], None, 0, history, room=20)) == 0
+
+
+def test_the_gate_tries_both_choices_then_keeps_the_faster_and_explores_now_and_then():
+    gate = DrafterGate(explore_every=4)
+    assert gate.should_draft() is True
+    gate.observe(True, latency_ms=60.0, tokens=20)    # 3 ms per token with the drafter
+    assert gate.should_draft() is False
+    gate.observe(False, latency_ms=30.0, tokens=20)   # 1.5 ms per token without
+    choices = []
+    for _ in range(8):
+        choices.append(gate.should_draft())
+        gate.observe(choices[-1], 60.0 if choices[-1] else 30.0, 20)
+    assert choices.count(True) == 2 and choices.count(False) == 6

@@ -56,3 +56,25 @@ def test_text_bridge_proposes_nothing_when_the_draft_contradicts_the_confirmed_t
     draft_ids = draft.encode("a red car", add_special_tokens=False)
     confirmed = target.encode("the road", add_special_tokens=False)
     assert bridge.to_target(draft_ids, confirmed, draft_done=True) == ([], len(confirmed))
+
+
+def test_both_bridges_give_the_drafter_the_confirmed_caption_in_its_own_ids():
+    draft, target = word_tokenizer(), char_tokenizer()
+    confirmed = target.encode("a red car", add_special_tokens=False)
+    text_bridge = TextBridge(draft, target)
+    assert draft.decode(text_bridge.to_drafter(confirmed, "a red car")) == "a red car"
+    assert SharedVocabulary(100, draft).to_drafter([3, 4, 5], "ignored") == [3, 4, 5]
+
+
+def test_make_bridge_shares_ids_only_between_tokenizers_that_agree():
+    from types import SimpleNamespace
+
+    from crossspec_ros.speculative.vocab import make_bridge
+
+    def model(tokenizer):
+        return SimpleNamespace(tokenizer=tokenizer, info=SimpleNamespace(proposable_ids=8))
+
+    words = model(word_tokenizer())
+    assert isinstance(make_bridge(words, None), SharedVocabulary)  # remote drafts
+    assert isinstance(make_bridge(words, model(word_tokenizer())), SharedVocabulary)
+    assert isinstance(make_bridge(words, model(char_tokenizer())), TextBridge)

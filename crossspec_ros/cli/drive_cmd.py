@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--check-lossless", action="store_true",
                         help="afterwards, run the verifier alone on each window and compare")
     parser.add_argument("--no-viz", action="store_true", help="do not run the viz node")
+    parser.add_argument("--compare", action="store_true",
+                        help="replay the bag twice through the same graph, speculation off "
+                        "(the verifier decodes plainly; the draft node still drafts) then on, "
+                        "and print the paired ratio of confirmed latency per window")
     parser.set_defaults(func=run)
 
 
@@ -124,6 +128,46 @@ class DriveMonitor:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
+    from crossspec_ros.process_tuning import tune_process_for_models
+
+    if not args.bag.exists():
+        print(f"crossspec drive: {args.bag}: no such bag (pass --bag DIR)", file=sys.stderr)
+        return 1
+    tune_process_for_models()
+    passes = [("off", {"max_proposal": 0}), ("on", {})] if args.compare else [("on", {})]
+    results: dict[str, tuple[list[dict], dict]] = {}
+    models = None
+    for label, verifier_params in passes:
+        if args.compare:
+            print(f"crossspec drive: pass {len(results) + 1}/2, speculation {label}",
+                  file=sys.stderr)
+        outcome = _drive_once(args, verifier_params, models)
+        if isinstance(outcome, int):
+            return outcome
+        rows, summary, models, interrupted = outcome
+        results[label] = (rows, summary)
+        if interrupted:
+            return 130
+    rows, summary = results["on"]
+    if args.compare:
+        summary["compare"] = compare_passes(results["off"][0], rows)
+        print_comparison(results["off"][0], rows, summary["compare"])
+    print(summary["line"])
+    if args.json:
+        with args.json.open("w") as out:
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+            out.write(json.dumps({"summary": summary, **(
+                {"compare": summary["compare"]} if args.compare else {})}) + "\n")
+    return 0 if all(r.get("lossless", True) for label in results
+                    for r in results[label][0]) else 1
+
+
+def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
+                models: tuple[Any, Any] | None
+                ) -> int | tuple[list[dict], dict, tuple[Any, Any], bool]:
+    """One replay of the bag through the graph; (rows, summary, (verifier, drafter),
+    interrupted), or an exit code when the graph could not start."""
     import rclpy
     from crossspec import msg as cs_msg
     from rclpy.signals import SignalHandlerOptions
@@ -135,20 +179,15 @@ def run(args: argparse.Namespace) -> int:
         default_config,
         make_executor,
         spin_in_thread,
-        tune_process_for_models,
     )
     from crossspec_ros.nodes.player import BagPlayer
     from crossspec_ros.params import ParameterError
 
-    if not args.bag.exists():
-        print(f"crossspec drive: {args.bag}: no such bag (pass --bag DIR)", file=sys.stderr)
-        return 1
     config = args.config or default_config()
     viz = {"foxglove": args.foxglove, "foxglove_port": args.foxglove_port,
            "record_mcap": str(args.record or "")}
     kinds = tuple(k for k in KINDS if not (args.no_viz and k == "viz"))
     monitor = DriveMonitor()
-    tune_process_for_models()
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
@@ -156,8 +195,9 @@ def run(args: argparse.Namespace) -> int:
     interrupted = False
     stop_spinning = None
     try:
-        nodes = create_nodes(kinds, config=config, extra={"viz": viz},
-                             on_result=monitor.on_result)
+        nodes = create_nodes(kinds, config=config,
+                             extra={"viz": viz, "verifier": verifier_params},
+                             models=models, on_result=monitor.on_result)
         watcher = rclpy.create_node("crossspec_drive_monitor")
         watcher.create_subscription(cs_msg.Caption, nodes[1].params["caption_topic"],
                                     monitor.on_caption, 100)
@@ -186,16 +226,51 @@ def run(args: argparse.Namespace) -> int:
     rows = [monitor.rows[w] for w in sorted(monitor.rows)]
     if args.check_lossless and not interrupted:
         _check_lossless(nodes[1].engine if len(nodes) > 1 else None, monitor, rows)
-    summary = summarize(rows, nodes)
-    print(summary["line"])
-    if args.json:
-        with args.json.open("w") as out:
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
-            out.write(json.dumps({"summary": summary}) + "\n")
-    if interrupted:
-        return 130
-    return 0 if all(r.get("lossless", True) for r in rows) else 1
+    models = (nodes[1].engine.verifier, nodes[0].drafter) if len(nodes) > 1 else None
+    return rows, summarize(rows, nodes), models, interrupted
+
+
+def compare_passes(off: list[dict], on: list[dict]) -> dict[str, Any]:
+    """Paired ratios of confirmed latency (after window close), window by window, for the
+    windows both passes finished; and whether both confirmed the same captions."""
+    by_id = {r["window"]: r for r in off}
+    pairs = [(by_id[r["window"]]["confirmed_done_ms"], r["confirmed_done_ms"])
+             for r in on if r["window"] in by_id
+             and by_id[r["window"]].get("confirmed_done_ms") and r.get("confirmed_done_ms")]
+    for r in on:
+        other = by_id.get(r["window"])
+        if other is not None:
+            r["confirmed_done_ms_off"] = other.get("confirmed_done_ms")
+            r["same_caption_off"] = other.get("confirmed_text") == r.get("confirmed_text")
+    if not pairs:
+        return {"windows": 0, "confirmed_ms_median_off": None, "confirmed_ms_median_on": None,
+                "paired_speedup_median": None}
+    ratios = sorted(a / b for a, b in pairs)
+    q25, _, q75 = (statistics.quantiles(ratios, n=4) if len(ratios) > 1
+                     else [ratios[0]] * 3)
+    return {"windows": len(pairs),
+            "confirmed_ms_median_off": round(statistics.median(a for a, _ in pairs), 1),
+            "confirmed_ms_median_on": round(statistics.median(b for _, b in pairs), 1),
+            "paired_speedup_median": round(statistics.median(ratios), 3),
+            "paired_speedup_q25": round(q25, 3), "paired_speedup_q75": round(q75, 3),
+            "same_captions": sum(bool(r.get("same_caption_off")) for r in on
+                                 if "same_caption_off" in r)}
+
+
+def print_comparison(off: list[dict], on: list[dict], compare: dict[str, Any],
+                     out: Any = sys.stdout) -> None:
+    print("\nconfirmed caption latency after window close, speculation off vs on:", file=out)
+    print(f"{'window':>12} {'off ms':>8} {'on ms':>8} {'ratio':>7}", file=out)
+    for r in on:
+        a, b = r.get("confirmed_done_ms_off"), r.get("confirmed_done_ms")
+        if a and b:
+            print(f"{r['window']:>12} {a:>8.1f} {b:>8.1f} {a / b:>6.2f}x", file=out)
+    if compare["windows"]:
+        print(f"paired speedup median {compare['paired_speedup_median']:.2f}x (IQR "
+              f"{compare['paired_speedup_q25']:.2f}-{compare['paired_speedup_q75']:.2f}) over "
+              f"{compare['windows']} windows; confirmed median off "
+              f"{compare['confirmed_ms_median_off']} ms, on {compare['confirmed_ms_median_on']}"
+              f" ms; same captions {compare['same_captions']}/{compare['windows']}", file=out)
 
 
 def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -> None:

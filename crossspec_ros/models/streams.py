@@ -52,3 +52,13 @@ def inference(device: torch.device, stream: Any | None) -> Iterator[None]:
     """``torch.inference_mode`` on the model's stream."""
     with torch.inference_mode(), on_stream(device, stream):
         yield
+
+
+def assign_cuda_streams(*models: Any) -> None:
+    """Give each CUDA model its own stream (kept if it has one), so the drafter's kernels
+    overlap the verifier's on one GPU. Backends run their work on ``model.stream``."""
+    for model in models:
+        device = getattr(model, "device", None)
+        if model is not None and device is not None and torch.device(device).type == "cuda" \
+                and getattr(model, "stream", None) is None:
+            model.stream = torch.cuda.Stream(device=device)

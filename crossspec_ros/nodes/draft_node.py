@@ -21,6 +21,7 @@ from rclpy.node import Node
 
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.packet import from_msg
+from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.nodes.common import (
     WindowQueue,
     Worker,
@@ -32,10 +33,10 @@ from crossspec_ros.nodes.common import (
     sync_from_params,
 )
 from crossspec_ros.params import DRAFT_NODE_PARAMS
-from crossspec_ros.speculative.drafting import DraftChannel, confirmed_in_drafter_ids, run_drafter
-from crossspec_ros.speculative.engine import assign_cuda_streams
+from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 

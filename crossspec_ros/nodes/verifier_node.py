@@ -71,7 +71,8 @@ class WindowState:
 def engine_config(p: dict[str, Any]) -> EngineConfig:
     return EngineConfig(max_new_tokens=p["max_new_tokens"], mode=p["decoding"],
                         temperature=p["temperature"], max_proposal=p["max_proposal"],
-                        adaptive=p["adaptive"], proposers=tuple(p["proposers"].split(",")),
+                        max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],
+                        proposers=tuple(p["proposers"].split(",")),
                         history_windows=p["history_windows"])
 
 
@@ -90,8 +91,7 @@ class VerifierNode(Node):
             from crossspec_ros.models.pair import load_from_params
 
             verifier = load_from_params(p, drafter=False)[0]
-        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p),
-                                        remote_drafter=drafter is None)
+        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p))
         self.on_result = on_result
         self.sync = sync_from_params(p, streams=("rgb",))
         self.queue = WindowQueue(p["max_queued_windows"])

@@ -46,7 +46,6 @@ class DraftChannel:
         # How far past the confirmed caption the drafter may run: free while the verifier is
         # in its prefill, afterwards what the verifier would propose (0 pauses the drafter).
         self.lookahead = lookahead
-        self.error: BaseException | None = None
 
     # ------------------------------------------------------------ verifier side
     def snapshot(self) -> tuple[list[int], bool]:
@@ -94,7 +93,6 @@ def run_drafter(drafter: CaptionModel, window: Any, channel: DraftChannel,
     try:
         _draft(drafter, window, channel, emit, stats, max_new_tokens)
     except Exception as err:
-        channel.error = err
         emit(EventKind.DRAFT_ERROR, text=f"{type(err).__name__}: {err}")
     finally:
         with channel.cond:
@@ -179,19 +177,6 @@ def _resync(drafter: CaptionModel, session: ModelSession, channel: DraftChannel,
         channel.log_probs = kept + [math.nan] * (len(target) - len(kept))
         channel.done = bool(target) and target[-1] == drafter.info.eos_token_id
     return logits
-
-
-def confirmed_in_drafter_ids(drafter: CaptionModel, confirmed: list[int], text: str
-                             ) -> list[int]:
-    """A remote verifier's confirmed caption in the drafter's ids: the ids themselves when the
-    two share a vocabulary (they decode to the confirmed text), else the text re-tokenized."""
-    tokenizer = drafter.tokenizer
-    if all(0 <= t < drafter.info.proposable_ids or t == drafter.info.eos_token_id
-           for t in confirmed) \
-            and " ".join(tokenizer.decode(confirmed, skip_special_tokens=True).split()) \
-            == " ".join(text.split()):
-        return list(confirmed)
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def draft_token(logits: torch.Tensor, info: Any) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from crossspec_ros.models.base import CaptionModel, ModelSession
+from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.speculative.adaptive import DrafterGate, ProposalPolicy
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
@@ -47,7 +48,7 @@ from crossspec_ros.speculative.verify import (
     verify_greedy_tree,
     verify_sampling,
 )
-from crossspec_ros.speculative.vocab import SharedVocabulary, TextBridge
+from crossspec_ros.speculative.vocab import VocabularyBridge, make_bridge
 
 
 @dataclass
@@ -99,14 +100,14 @@ class SpeculativeEngine:
     """Runs drafter and verifier on one window at a time; see the module docstring."""
 
     def __init__(self, verifier: CaptionModel, drafter: CaptionModel | None = None,
-                 config: EngineConfig | None = None, remote_drafter: bool = False) -> None:
-        """``remote_drafter``: drafts arrive through ``run_window(draft=...)`` from a drafter
-        this process does not hold, in the verifier's ids (the EventGPT family shares them)."""
+                 config: EngineConfig | None = None) -> None:
+        """``drafter``: run locally, or only its tokenizer and info are used when drafts come
+        through ``run_window(draft=...)`` from a draft node; None: drafts from elsewhere share
+        the verifier's ids (the EventGPT family does)."""
         self.verifier, self.drafter = verifier, drafter
         self.config = config or EngineConfig()
-        self.remote_drafter = remote_drafter
         assign_cuda_streams(verifier, drafter)
-        self.bridge = self._make_bridge()
+        self.bridge: VocabularyBridge = make_bridge(verifier, drafter)
         cfg = self.config
         self.history = SuffixIndex(max_sources=cfg.history_windows)
         self.policy = ProposalPolicy(cfg.proposers, max_depth=cfg.max_proposal,
@@ -114,15 +115,6 @@ class SpeculativeEngine:
         self.gate = DrafterGate()
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
         self.current_stats: WindowStats | None = None
-
-    def _make_bridge(self) -> SharedVocabulary | TextBridge | None:
-        if self.drafter is None:
-            return SharedVocabulary(self.verifier.info.proposable_ids) \
-                if self.remote_drafter else None
-        if _same_vocabulary(self.drafter, self.verifier):
-            return SharedVocabulary(self.verifier.info.proposable_ids)
-        return TextBridge(self.drafter.tokenizer, self.verifier.tokenizer,
-                          self.verifier.info.proposable_ids)
 
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
@@ -159,10 +151,7 @@ class SpeculativeEngine:
         text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
         self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
         draft_tokens, _ = channel.snapshot()
-        draft_text = ""
-        if self.bridge is not None:  # remote drafts without a drafter share the verifier's ids
-            tokenizer = (self.drafter or self.verifier).tokenizer
-            draft_text = tokenizer.decode(draft_tokens, skip_special_tokens=True)
+        draft_text = self.bridge.draft_tokenizer.decode(draft_tokens, skip_special_tokens=True)
         stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
             self.gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
@@ -173,14 +162,6 @@ class SpeculativeEngine:
                                         stats, events,
                                         sessions if self.config.keep_sessions else {})
         return self.last_result
-
-    def confirmed_for_drafter(self, confirmed: list[int], text: str | None = None) -> list[int]:
-        """The confirmed caption (verifier ids) in the drafter's ids, for its re-sync."""
-        if self.drafter is None or isinstance(self.bridge, SharedVocabulary):
-            return list(confirmed)
-        if text is None:
-            text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
-        return list(self.drafter.tokenizer.encode(text, add_special_tokens=False))
 
     @staticmethod
     def _emitter(window_id: int, t_close: float, events: list[EngineEvent],
@@ -299,8 +280,6 @@ class SpeculativeEngine:
     def _draft_in_verifier_ids(self, channel: DraftChannel, confirmed: list[int]
                                ) -> tuple[list[int] | None, int]:
         """This window's draft so far in verifier ids and its caption position base."""
-        if self.bridge is None:
-            return None, 0
         draft, done = channel.snapshot()
         return self.bridge.to_target(draft, confirmed, done)
 
@@ -312,7 +291,7 @@ class SpeculativeEngine:
                      or len(confirmed) >= self.config.max_new_tokens)
         if base == 0:
             stats.confirmed_first_ms = event.t_ms
-        channel.push_confirmed(self.confirmed_for_drafter(confirmed, text),
+        channel.push_confirmed(self.bridge.to_drafter(confirmed, text),
                                lookahead=self.policy.draft_lookahead())
 
     def _own_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
@@ -326,14 +305,6 @@ class SpeculativeEngine:
         return torch.Generator().manual_seed(self.config.seed + int(getattr(window, "id", 0)))
 
 
-def _same_vocabulary(a: CaptionModel, b: CaptionModel) -> bool:
-    shared = min(a.info.proposable_ids, b.info.proposable_ids)
-    va, vb = a.tokenizer.get_vocab(), b.tokenizer.get_vocab()
-    ids_a = {i: t for t, i in va.items() if i < shared}
-    ids_b = {i: t for t, i in vb.items() if i < shared}
-    return ids_a == ids_b
-
-
 def _strip_after_eos(tokens: list[int], eos: int) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
@@ -345,13 +316,3 @@ def _chain_nodes(tree: DraftTree, chain: list[int]) -> list[int]:
         parent = tree.child(parent, token)
         nodes.append(parent)
     return nodes
-
-
-def assign_cuda_streams(*models: CaptionModel | None) -> None:
-    """Give each CUDA model its own stream (kept if it has one), so the drafter's kernels
-    overlap the verifier's on one GPU. Backends run their work on ``model.stream``."""
-    for model in models:
-        device = getattr(model, "device", None)
-        if model is not None and device is not None and torch.device(device).type == "cuda" \
-                and getattr(model, "stream", None) is None:
-            model.stream = torch.cuda.Stream(device=device)

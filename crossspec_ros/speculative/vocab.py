@@ -1,4 +1,7 @@
-"""Vocabulary bridging between a drafter and the verifier.
+"""Vocabulary bridging between a drafter and the verifier, both ways.
+
+``to_target`` turns the draft into proposals in verifier ids; ``to_drafter`` turns the
+confirmed caption into drafter ids for the drafter's re-sync. ``make_bridge`` picks one.
 
 - Shared ids (EventGPT and Video-LLaVA share ids 0-31999): draft tokens are proposed as they
   are, cut before the first id outside the verifier's proposable range (special tokens above
@@ -16,11 +19,34 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def make_bridge(verifier: Any, drafter: Any | None) -> SharedVocabulary | TextBridge:
+    """The bridge between ``verifier`` and ``drafter`` (a model with ``tokenizer`` and
+    ``info``). No drafter: drafts from elsewhere share the verifier's ids (the EventGPT
+    family shares Video-LLaVA's)."""
+    if drafter is None or same_vocabulary(drafter, verifier):
+        return SharedVocabulary(verifier.info.proposable_ids,
+                                (drafter or verifier).tokenizer)
+    return TextBridge(drafter.tokenizer, verifier.tokenizer, verifier.info.proposable_ids)
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether two models' ordinary ids mean the same tokens."""
+    shared = min(a.info.proposable_ids, b.info.proposable_ids)
+    ids_a = {i: t for t, i in a.tokenizer.get_vocab().items() if i < shared}
+    ids_b = {i: t for t, i in b.tokenizer.get_vocab().items() if i < shared}
+    return ids_a == ids_b
+
+
 class SharedVocabulary:
     """Draft ids are verifier ids below ``proposable_ids``."""
 
-    def __init__(self, proposable_ids: int) -> None:
+    def __init__(self, proposable_ids: int, draft_tokenizer: Any = None) -> None:
         self.proposable_ids = proposable_ids
+        self.draft_tokenizer = draft_tokenizer
+
+    def to_drafter(self, confirmed: Sequence[int], text: str) -> list[int]:
+        """The confirmed caption in drafter ids: the same ids."""
+        return list(confirmed)
 
     def to_target(self, draft_tokens: Sequence[int], confirmed: Sequence[int],
                   draft_done: bool) -> tuple[list[int], int]:
@@ -41,6 +67,10 @@ class TextBridge:
         self.draft_tokenizer = draft_tokenizer
         self.target_tokenizer = target_tokenizer
         self.proposable_ids = proposable_ids
+
+    def to_drafter(self, confirmed: Sequence[int], text: str) -> list[int]:
+        """The confirmed caption (its text) re-tokenized with the drafter's tokenizer."""
+        return list(self.draft_tokenizer.encode(text, add_special_tokens=False))
 
     def to_target(self, draft_tokens: Sequence[int], confirmed: Sequence[int],
                   draft_done: bool) -> tuple[list[int], int]:
@@ -72,6 +102,22 @@ class TextBridge:
                     proposal = proposal[:i]
                     break
         return proposal, base
+
+
+VocabularyBridge = SharedVocabulary | TextBridge
+
+
+def confirmed_in_drafter_ids(drafter: Any, confirmed: list[int], text: str) -> list[int]:
+    """A remote verifier's confirmed caption in a drafter's ids, when the verifier's
+    tokenizer is not at hand (a draft node): the ids themselves when they decode to the
+    confirmed text, else the text re-tokenized."""
+    tokenizer = drafter.tokenizer
+    if all(0 <= t < drafter.info.proposable_ids or t == drafter.info.eos_token_id
+           for t in confirmed) \
+            and _normalise(tokenizer.decode(confirmed, skip_special_tokens=True)) \
+            == _normalise(text):
+        return list(confirmed)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def _normalise(text: str) -> str:
