@@ -20,14 +20,19 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow,
 DRIVE = [sys.executable, "-m", "crossspec_ros.cli.main", "drive"]
 
 
-def test_drive_writes_one_json_object_per_window_and_checks_losslessness(tmp_path):
+def test_drive_compares_speculation_off_and_on_and_checks_losslessness(tmp_path):
     out = tmp_path / "drive.jsonl"
     result = subprocess.run([*DRIVE, "--max-windows", "3", "--check-lossless", "--json",
-                             str(out), "--no-viz"], capture_output=True, text=True,
-                            timeout=240, env=dict(os.environ))
+                             str(out), "--no-viz", "--compare"], capture_output=True,
+                            text=True, timeout=300, env=dict(os.environ))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     rows, summary = lines[:-1], lines[-1]["summary"]
+    compare = lines[-1]["compare"]
+    assert compare["windows"] >= 3 and compare["same_captions"] == compare["windows"]
+    assert compare["confirmed_ms_median_off"] > 0 and compare["confirmed_ms_median_on"] > 0
+    assert compare["paired_speedup_median"] > 0
+    assert "speculation off vs on" in result.stdout
     final = [r for r in rows if r["status"] == "FINAL"]
     assert len(final) >= 3
     for row in final:
@@ -69,3 +74,22 @@ def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_mcap(tmp_path):
     recorded = read_mcap(mcap)
     topics = {m[0] for m in recorded["messages"]}
     assert "/crossspec/caption" in topics, topics
+
+
+def test_compare_pairs_the_two_passes_window_by_window():
+    from crossspec_ros.cli.drive_cmd import compare_passes
+
+    off = [{"window": 1, "confirmed_done_ms": 300.0, "confirmed_text": "a"},
+           {"window": 2, "confirmed_done_ms": 100.0, "confirmed_text": "b"},
+           {"window": 3, "confirmed_done_ms": 200.0, "confirmed_text": "c"}]
+    on = [{"window": 1, "confirmed_done_ms": 100.0, "confirmed_text": "a"},
+          {"window": 2, "confirmed_done_ms": 100.0, "confirmed_text": "b"},
+          {"window": 3, "confirmed_done_ms": 50.0, "confirmed_text": "x"},
+          {"window": 4, "confirmed_done_ms": 50.0, "confirmed_text": "d"}]  # not in off
+    compare = compare_passes(off, on)
+    assert compare["windows"] == 3
+    assert compare["paired_speedup_median"] == 3.0  # ratios 3, 1, 4
+    assert compare["confirmed_ms_median_off"] == 200.0
+    assert compare["confirmed_ms_median_on"] == 100.0
+    assert compare["same_captions"] == 2
+    assert on[2]["confirmed_done_ms_off"] == 200.0

@@ -1,0 +1,37 @@
+"""`crossspec bench engine`'s measurement: every mode, paired ratios, lossless checks."""
+
+from crossspec_ros.bench.engine import (
+    markdown_table,
+    paired,
+    pattern_windows,
+    run_engine_bench,
+    tiny_random_pair,
+)
+
+
+def test_paired_speedup_is_the_median_of_per_window_ratios_not_a_ratio_of_medians():
+    baseline = [10.0, 100.0, 30.0]
+    mode = [5.0, 100.0, 10.0]  # ratios 2, 1, 3; medians 30 / 10 would say 3
+    assert paired(baseline, mode) == {"median": 2.0, "q25": 1.5, "q75": 2.5}
+
+
+def test_every_mode_runs_on_every_counted_window_and_matches_the_verifier():
+    verifier, drafter, _ = tiny_random_pair("cpu")
+    logged = []
+    report = run_engine_bench(verifier, drafter, pattern_windows(4), max_new_tokens=6,
+                              oracle_acceptances=(0.5,), warmup=1, log=logged.append)
+    assert set(report["modes"]) == {"hf_generate", "verifier_alone", "prompt_lookup",
+                                    "history_only", "draft_only", "crossspec", "oracle@a=0.5"}
+    assert report["windows"] == 3 and len(logged) == 4 and "warm-up" in logged[0]
+    assert report["lossless"] is True
+    for mode, entry in report["modes"].items():
+        assert entry["lossless_windows"] == "3/3", mode
+        assert entry["paired_speedup_vs_verifier_alone"]["q25"] <= \
+            entry["paired_speedup_median"] <= \
+            entry["paired_speedup_vs_verifier_alone"]["q75"]
+    assert report["modes"]["verifier_alone"]["paired_speedup_median"] == 1.0
+    assert report["modes"]["crossspec"]["passes_per_window"] > 0
+    assert report["paired_speedup_median"] == report["modes"]["crossspec"][
+        "paired_speedup_median"]
+    table = markdown_table(report)
+    assert table.count("\n| ") == 2 + len(report["modes"]) - 1  # header, rule, one per mode
