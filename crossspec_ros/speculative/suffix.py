@@ -57,11 +57,6 @@ class SuffixIndex:
         while len(self.sources) > self.max_sources:
             self._count(self.sources.popleft(), -1.0)
 
-    def set_sources(self, sources: Sequence[Sequence[int]]) -> None:
-        self.root, self.sources = _Node(), deque()
-        for source in sources:
-            self.add_source(source)
-
     def _count(self, tokens: list[int], delta: float) -> None:
         for start in range(len(tokens)):
             node = self.root
