@@ -5,9 +5,9 @@ A proposer rarely knows which of a few continuations the verifier will pick ("dr
 parent is another node or the pending token (the last confirmed one, not yet in the
 verifier's cache). Shared prefixes are stored once. The verifier feeds the pending token and
 every node in one pass, each node attending to the confirmed prefix and its own ancestors
-only (``attention_rows``), at the position its depth gives; row 0 of the logits is the
-distribution after the pending token, row 1 + i the distribution after node i. Greedy
-verification then walks down the tree (``verify.verify_greedy_tree``).
+only (``HFSession.feed_tree`` builds that mask), at the position its depth gives; row 0
+of the logits is the distribution after the pending token, row 1 + i the distribution after
+node i. Greedy verification then walks down the tree (``verify.verify_greedy_tree``).
 
 A chain (one candidate) is a tree whose every node's parent is the node before it.
 """
@@ -107,15 +107,3 @@ class DraftTree:
             index[n] = out.add(index[self.parents[n]], self.tokens[n], self.sources[n],
                                self.probs[n])
         return out
-
-
-def attention_rows(tree: DraftTree) -> tuple[list[int], list[list[int]]]:
-    """(depth per fed token, attended fed tokens per fed token) for the pass over
-    [pending, *tree.tokens]: fed token 0 is the pending token, fed token 1 + i is node i.
-    Every fed token also attends to the whole cached prefix (the backend adds that)."""
-    depths = [0]
-    attend: list[list[int]] = [[0]]
-    for i, parent in enumerate(tree.parents):
-        depths.append(depths[parent + 1] + 1)
-        attend.append([*attend[parent + 1], i + 1])
-    return depths, attend
