@@ -117,3 +117,25 @@ def test_prefill_records_timing(model_and_inputs):
     timing = model.prefill(inputs).timing
     assert timing.vision_ms > 0 and timing.prefill_ms > 0
     assert timing.total_ms == pytest.approx(timing.vision_ms + timing.prefill_ms)
+
+
+def test_a_proposal_fed_with_the_prefill_equals_one_fed_after_it(model_and_inputs):
+    model, inputs = model_and_inputs
+    proposal, cont = _tokens(model, 5, 4), _tokens(model, 3, 5)
+    joint, rows = model.prefill_with_proposal(inputs, proposal)
+    apart = model.prefill(inputs)
+    expected = torch.cat([apart.last_logits[None], apart.feed(proposal)])
+    assert rows.shape == (len(proposal) + 1, model.info.vocab_size)
+    assert torch.allclose(rows, expected, atol=ATOL)
+    assert joint.generated == proposal and joint.seq_len == apart.seq_len
+    joint.rollback(2)
+    apart.rollback(2)
+    assert torch.allclose(joint.last_logits, apart.last_logits, atol=ATOL)
+    assert torch.allclose(joint.feed(cont), apart.feed(cont), atol=ATOL)
+
+
+def test_an_empty_proposal_is_a_plain_prefill(model_and_inputs):
+    model, inputs = model_and_inputs
+    session, rows = model.prefill_with_proposal(inputs, [])
+    assert rows.shape == (1, model.info.vocab_size) and session.generated == []
+    assert torch.allclose(rows[0], model.prefill(inputs).last_logits, atol=ATOL)

@@ -86,14 +86,45 @@ def test_a_wrong_proposer_loses_its_share_of_the_tree():
     assert len(policy.propose([10], None, 0, history, room=20)) == 0
 
 
-def test_the_gate_tries_both_choices_then_keeps_the_faster_and_explores_now_and_then():
+def test_the_first_proposal_is_the_likeliest_whole_caption_stopping_before_a_placeholder():
+    history = SuffixIndex()
+    history.add_source([10, 11, 12, 13, 2])
+    history.add_source([10, 11, 40, 41, 2])
+    policy = ProposalPolicy(("history_ngram",), max_depth=24, max_nodes=64)
+    first = policy.propose_first(None, 0, history, room=20, proposable=100)
+    assert first.tokens == [10, 11, 40, 41, 2] and first.is_chain()
+    assert first.sources == ["history_ngram"] * 5
+    # ids from 40 on are the verifier's placeholders here: the prompt would take them for
+    # visual slots
+    assert policy.propose_first(None, 0, history, room=20, proposable=40).tokens == [10, 11]
+    assert len(policy.propose_first(None, 0, history, room=1, proposable=100)) == 0
+
+
+def test_the_gate_tries_both_choices_then_keeps_the_faster_and_retries_ever_less_often():
     gate = DrafterGate(explore_every=4)
     assert gate.should_draft() is True
     gate.observe(True, latency_ms=60.0, tokens=20)    # 3 ms per token with the drafter
     assert gate.should_draft() is False
     gate.observe(False, latency_ms=30.0, tokens=20)   # 1.5 ms per token without
     choices = []
-    for _ in range(8):
+    for _ in range(30):
         choices.append(gate.should_draft())
         gate.observe(choices[-1], 60.0 if choices[-1] else 30.0, 20)
-    assert choices.count(True) == 2 and choices.count(False) == 6
+    retries = [i + 1 for i, drafted in enumerate(choices) if drafted]
+    assert retries == [4, 12, 28]  # after 4, then 8, then 16 windows
+
+
+def test_the_gate_follows_a_drafter_that_starts_to_pay():
+    gate = DrafterGate(explore_every=2, decay=0.0)
+    gate.should_draft()
+    gate.observe(True, 60.0, 20)
+    gate.should_draft()
+    gate.observe(False, 30.0, 20)
+    # the drafter now takes 0.5 ms per token (say, the GPU was freed): the first re-try
+    # shows it and the gate drafts from then on, re-trying plain decoding after 2 windows
+    # (the interval starts over with a new leader)
+    choices = []
+    for _ in range(6):
+        choices.append(gate.should_draft())
+        gate.observe(choices[-1], 10.0 if choices[-1] else 30.0, 20)
+    assert choices == [False, True, True, False, True, True]

@@ -61,3 +61,21 @@ def test_node_and_depth_budgets_are_kept_and_probabilities_shrink_with_depth():
     deep = DraftTree()
     index.propose([10], deep, "h", max_nodes=32, max_depth=2)
     assert len(deep) == 2
+
+
+def test_an_empty_context_proposes_the_newest_caption_from_its_start():
+    index = SuffixIndex()
+    index.add_source(DRIVES)
+    index.add_source(SLOWS)
+    tree = DraftTree()
+    assert index.propose([], tree, "h", max_nodes=32, max_depth=32) == SLOWS
+    # caption starts only, not every suffix: both captions begin with 10
+    assert {t for t, p in zip(tree.tokens, tree.parents, strict=True) if p == -1} == {10}
+
+
+def test_a_short_context_is_matched_where_captions_begin():
+    index = SuffixIndex()
+    index.add_source([10, 30, 31, EOS])      # "the bus stops"
+    index.add_source([40, 10, 11, 12, EOS])  # "behind the car drives"
+    # a caption that begins with 10 continues like the caption that began with it
+    assert index.propose([10], DraftTree(), "h", max_nodes=8, max_depth=8) == [30, 31, EOS]

@@ -8,11 +8,14 @@ Positions: after ``prefill`` the session holds the prompt (text + visual tokens)
 ``last_logits`` is the distribution of generated token 0. ``feed([t0..tk])`` appends k+1
 tokens and returns k+1 rows of logits: row i is the distribution of the token after t_i.
 ``rollback(n)`` keeps only the first n generated tokens (a no-op when n == generated).
+``prefill_with_proposal(inputs, proposal)`` is a prefill followed by ``feed(proposal)``, in one
+forward pass where the backend can (the engine's first verification rides on the prefill).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +82,19 @@ class CaptionModel(ABC):
     @abstractmethod
     def prefill(self, inputs: Any) -> ModelSession:
         """Vision encoding + prompt prefill; the session is ready to ``feed``."""
+
+    def prefill_with_proposal(self, inputs: Any, proposal: Sequence[int]
+                              ) -> tuple[ModelSession, torch.Tensor]:
+        """Prefill with ``proposal`` fed after the prompt (held as generated tokens).
+        Returns the session and float32 logits [len(proposal) + 1, vocab]: row 0 is the
+        distribution of generated token 0, row i the one after proposal token i - 1.
+        Here a prefill then a feed; backends that can append the proposal to the prompt's
+        own forward pass override this (one pass instead of two)."""
+        session = self.prefill(inputs)
+        rows = session.last_logits[None]
+        if proposal:
+            rows = torch.cat([rows, session.feed(list(proposal))])
+        return session, rows
 
     @torch.inference_mode()
     def generate_greedy(self, inputs: Any, max_new_tokens: int | None = None) -> list[int]:

@@ -12,7 +12,7 @@ depth gives; ``keep_path`` then keeps one root-to-node path of them in the cache
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,7 +32,9 @@ class HFSession(ModelSession):
 
     def __init__(self, step: StepFn, cache: DynamicCache, first_logits: torch.Tensor,
                  timing: PrefillTiming, device: torch.device, stream: Any | None = None,
-                 tree_step: TreeStepFn | None = None) -> None:
+                 tree_step: TreeStepFn | None = None, proposal: Sequence[int] = ()) -> None:
+        """``first_logits``: [vocab] after a plain prefill, or [len(proposal) + 1, vocab]
+        when the prefill also fed ``proposal`` (then held as generated tokens)."""
         self._step = step
         self._tree_step = tree_step
         self._tree_fed: list[int] | None = None  # tokens of a feed_tree not yet kept
@@ -41,11 +43,16 @@ class HFSession(ModelSession):
         self.device = device
         self.stream = stream
         self.timing = timing
-        self.generated: list[int] = []
-        self.prompt_len = cache.get_seq_length()
+        self.generated: list[int] = [int(t) for t in proposal]
+        rows = first_logits.float()
+        rows = rows[None] if rows.dim() == 1 else rows
+        if rows.shape[0] != len(self.generated) + 1:
+            raise ValueError(f"need {len(self.generated) + 1} rows of prefill logits, got "
+                             f"{rows.shape[0]}")
+        self.prompt_len = cache.get_seq_length() - len(self.generated)
         # _rows[i]: distribution of generated token i (row 0 comes from the prefill)
-        self._rows: list[torch.Tensor] = [first_logits.float()]
-        self.last_logits = self._rows[0]
+        self._rows: list[torch.Tensor] = list(rows.unbind(0))
+        self.last_logits = self._rows[-1]
 
     @property
     def seq_len(self) -> int:

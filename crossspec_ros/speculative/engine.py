@@ -5,9 +5,10 @@ The whole loop, readable in one sitting:
 
   drafter thread                         verifier thread (the caller's worker)
   --------------                         -------------------------------------
-  prepare + prefill (events)             prepare + prefill (8 RGB frames: the long part)
-  greedy-decode draft tokens, publish    token 0 = verifier's own first token
-  each one (the speculative caption)     loop: propose  a draft tree from every proposer
+  prepare + prefill (events)             prepare (8 RGB frames)
+  greedy-decode draft tokens, publish    prefill + the likeliest caption start, one pass:
+  each one (the speculative caption)       verified like any chain (token 0 on)
+                                         loop: propose  a draft tree from every proposer
   on a re-sync request: roll back to                    (live draft, suffix matches in the
   the confirmed prefix + correction,                    draft and in earlier captions)
   keep drafting                                feed     [pending, tree] in ONE forward
@@ -41,8 +42,8 @@ from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.suffix import SuffixIndex
-from crossspec_ros.speculative.tree import DraftTree
 from crossspec_ros.speculative.verify import (
+    Verdict,
     sample_token,
     verify_greedy,
     verify_greedy_tree,
@@ -230,13 +231,22 @@ class SpeculativeEngine:
         t0 = time.perf_counter()
         inputs = self.verifier.prepare(window)
         t1 = time.perf_counter()
-        session = self.verifier.prefill(inputs)
-        sessions["verifier"] = session
         stats.verifier_prepare_ms = (t1 - t0) * 1e3
+        # The first proposal rides on the prefill's own forward pass (a chain after the
+        # prompt): a window captioned like an earlier one is confirmed in that one pass.
+        draft, base = self._draft_in_verifier_ids(channel, [])
+        first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
+                                          self.verifier.info.proposable_ids)
+        session, rows = self.verifier.prefill_with_proposal(inputs, first.tokens)
+        sessions["verifier"] = session
         stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
         emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)
-        # token 0 is the verifier's own: it comes out of the prefill for free
-        confirmed = [self._own_token(session.last_logits, generator)]
+        verdict = self._verify_chain(first.tokens, rows, generator)
+        session.rollback(verdict.n_accepted)
+        confirmed = _strip_after_eos(verdict.confirmed(first.tokens), eos)
+        self.policy.observe_acceptance(confirmed)
+        stats.record_proposals(first.sources, list(range(verdict.n_accepted)))
+        stats.prefill_accepted = verdict.n_accepted
         self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
         # trees need the greedy rule and a backend that can mask attention per branch
         use_trees = cfg.mode == "greedy" and getattr(session, "supports_tree", False)
@@ -251,23 +261,19 @@ class SpeculativeEngine:
                 # ancestors; the cache then keeps only the accepted path.
                 rows = session.feed_tree([confirmed[-1], *tree.tokens],
                                          [-1, *(p + 1 for p in tree.parents)])
-                verdict = verify_greedy_tree(tree.tokens, tree.parents, rows)
-                session.keep_path([0, *(n + 1 for n in verdict.path)])
-                accepted_nodes = list(verdict.path)
-                round_tokens = verdict.confirmed(tree.tokens)
+                tree_verdict = verify_greedy_tree(tree.tokens, tree.parents, rows)
+                session.keep_path([0, *(n + 1 for n in tree_verdict.path)])
+                accepted_nodes = list(tree_verdict.path)
+                round_tokens = tree_verdict.confirmed(tree.tokens)
             else:
                 # One forward over [pending, p1..pg]: row i is the distribution after
                 # confirmed + p1..pi; the cache then keeps confirmed + the accepted ones.
-                proposal = tree.best_chain()
-                rows = session.feed([confirmed[-1], *proposal])
-                if cfg.mode == "greedy":
-                    chain_verdict = verify_greedy(proposal, rows)
-                else:
-                    chain_verdict = verify_sampling(proposal, rows, temperature=cfg.temperature,
-                                                    generator=generator)
-                session.rollback(len(confirmed) + chain_verdict.n_accepted)
-                accepted_nodes = _chain_nodes(tree, proposal)[:chain_verdict.n_accepted]
-                round_tokens = chain_verdict.confirmed(proposal)
+                tree = tree.best_path()
+                rows = session.feed([confirmed[-1], *tree.tokens])
+                verdict = self._verify_chain(tree.tokens, rows, generator)
+                session.rollback(len(confirmed) + verdict.n_accepted)
+                accepted_nodes = list(range(verdict.n_accepted))
+                round_tokens = verdict.confirmed(tree.tokens)
             new = _strip_after_eos(round_tokens[:room], eos)
             self.policy.observe(len(rows), time.perf_counter() - t_round, new)
             stats.record_tree_round(tree.sources, accepted_nodes, fed=len(rows),
@@ -276,6 +282,13 @@ class SpeculativeEngine:
             confirmed.extend(new)
             self._confirm(confirmed, base, new, channel, emit, stats)
         return confirmed
+
+    def _verify_chain(self, proposal: list[int], rows: torch.Tensor,
+                      generator: torch.Generator | None) -> Verdict:
+        if self.config.mode == "greedy":
+            return verify_greedy(proposal, rows)
+        return verify_sampling(proposal, rows, temperature=self.config.temperature,
+                               generator=generator)
 
     def _draft_in_verifier_ids(self, channel: DraftChannel, confirmed: list[int]
                                ) -> tuple[list[int] | None, int]:
@@ -308,11 +321,3 @@ class SpeculativeEngine:
 def _strip_after_eos(tokens: list[int], eos: int) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
-
-def _chain_nodes(tree: DraftTree, chain: list[int]) -> list[int]:
-    """The tree's nodes along ``chain`` (a path from the root)."""
-    nodes, parent = [], -1
-    for token in chain:
-        parent = tree.child(parent, token)
-        nodes.append(parent)
-    return nodes

@@ -16,6 +16,7 @@ class WindowStats:
     proposed: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
     rounds: int = 0                  # verifier forwards after the prefill
+    prefill_accepted: int = 0        # proposals accepted in the prefill's own pass
     plain_rounds: int = 0            # of those, without proposals
     fed_tokens: int = 0              # tokens those forwards fed (pending + proposals)
     tree_rounds: int = 0             # rounds that checked a branching draft tree
@@ -44,6 +45,10 @@ class WindowStats:
         if not sources:
             self.plain_rounds += 1
             return
+        self.record_proposals(sources, accepted_nodes)
+
+    def record_proposals(self, sources: list[str], accepted_nodes: list[int]) -> None:
+        """Per proposer, nodes proposed and accepted (a round's, or the prefill's chain)."""
         for name in set(sources):
             self.proposed[name] = self.proposed.get(name, 0) + sources.count(name)
             self.accepted[name] = self.accepted.get(name, 0) + sum(
@@ -73,6 +78,7 @@ class WindowStats:
 
         return {
             "rounds": self.rounds, "plain_rounds": self.plain_rounds,
+            "prefill_accepted": self.prefill_accepted,
             "fed_tokens": self.fed_tokens, "tree_rounds": self.tree_rounds,
             "proposed": self.total_proposed, "accepted": self.total_accepted,
             "acceptance": num(self.acceptance), "mean_accepted_length": num(

@@ -7,7 +7,9 @@ how many suffixes pass through it. To propose, take the longest suffix of the co
 caption that the trie holds (so after a rejected token the lookup simply finds wherever the
 new context occurs: it re-aligns instead of stopping), then expand the continuations
 best-first by their estimated probability (the count ratio along the path), as
-SuffixDecoding does. Captions keep their EOS, so a proposal can end the caption.
+SuffixDecoding does. Captions keep their EOS, so a proposal can end the caption, and start
+with a ``START`` mark, so an empty or short context is matched at captions' beginnings (the
+first proposal of a window is the likeliest whole caption).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from crossspec_ros.speculative.tree import ROOT, DraftTree
+
+START = -1  # marks where each indexed caption begins (never a token id)
 
 
 @dataclass
@@ -52,7 +56,7 @@ class SuffixIndex:
             return
         if self.sources:  # the previous newest now counts like the rest
             self._count(self.sources[-1], 1.0 - self.recent_weight)
-        self.sources.append([int(t) for t in tokens])
+        self.sources.append([START, *(int(t) for t in tokens)])
         self._count(self.sources[-1], self.recent_weight)
         while len(self.sources) > self.max_sources:
             self._count(self.sources.popleft(), -1.0)
@@ -72,8 +76,10 @@ class SuffixIndex:
                 node = child
 
     def match(self, context: Sequence[int]) -> tuple[_Node, int]:
-        """(trie node, length) of the longest suffix of ``context`` (at most ``max_match``
-        tokens) found in the trie and followed by something; (root, 0) if none."""
+        """(trie node, length) of the longest suffix of ``context`` (the caption so far; at
+        most ``max_match`` tokens, ``START`` before its first counting as one) found in the
+        trie and followed by something; (root, 0) if none."""
+        context = [START, *context]
         for n in range(min(self.max_match, len(context)), 0, -1):
             node: _Node | None = self.root
             for token in context[len(context) - n:]:

@@ -82,16 +82,25 @@ class DraftTree:
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
 
-    def best_chain(self) -> list[int]:
-        """Tokens of the path with the most expected accepted tokens (the sum of its nodes'
-        probabilities), for rules and backends that need a chain."""
+    def best_path(self) -> DraftTree:
+        """The path with the most expected accepted tokens (the sum of its nodes'
+        probabilities) as a chain of its own, sources and probabilities kept: for rules
+        and backends that need a chain."""
+        out = DraftTree()
         if not self.tokens:
-            return []
+            return out
         expected: list[float] = []
         for node, parent in enumerate(self.parents):  # parents come before their children
             expected.append(self.probs[node] + (expected[parent] if parent != ROOT else 0.0))
         best = max(range(len(self)), key=lambda n: (expected[n], -n))
-        return [self.tokens[n] for n in self.path(best)]
+        parent = ROOT
+        for n in self.path(best):
+            parent = out.add(parent, self.tokens[n], self.sources[n], self.probs[n])
+        return out
+
+    def best_chain(self) -> list[int]:
+        """Tokens of ``best_path``."""
+        return self.best_path().tokens
 
     def pruned(self, keep: int) -> DraftTree:
         """The ``keep`` most probable nodes (a node's ancestors are at least as probable, so
