@@ -12,6 +12,11 @@ settings of the live graph, ``process_tuning``):
   draft_only       the engine with the live drafter (always on) and suffix matches in its
                    draft only
   crossspec        the default policy: everything on
+  crossspec_process
+                   the default policy with the drafter in a process of its own, as the
+                   graph's draft node runs it (CPU, bundled pair)
+  draft_only_distilled, crossspec_distilled, crossspec_distilled_process
+                   with --distilled DIR: the same with a distilled drafter
   oracle@a=A       the real drafter's compute, its tokens replaced by the verifier's own,
                    each right with probability A (draft stream only, always on): speedup
                    per acceptance
@@ -39,6 +44,7 @@ import torch
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
 from crossspec_ros.paths import sample_bag
+from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
 
@@ -158,7 +164,9 @@ Runner = Callable[[Any], tuple[list[int], float, WindowStats | None]]
 
 
 def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: EngineConfig,
-                 oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool
+                 oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
+                 distilled: CaptionModel | None = None,
+                 processes: dict[str, DrafterProcess] | None = None
                  ) -> tuple[dict[str, Runner], dict[float, OracleDrafter]]:
     """name -> runner(window) -> (tokens, latency ms, engine stats or None)."""
     max_new = config.max_new_tokens
@@ -177,6 +185,15 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
     def engine_runner(engine: SpeculativeEngine) -> Runner:
         def run(window: Any) -> tuple[list[int], float, WindowStats]:
             result = engine.run_window(window)
+            return result.tokens, result.stats.confirmed_done_ms, result.stats
+        return run
+
+    def process_runner(engine: SpeculativeEngine, process: DrafterProcess) -> Runner:
+        def run(window: Any) -> tuple[list[int], float, WindowStats]:
+            t_close = time.monotonic()  # handing the events over is part of the latency
+            channel = process.start(window, config.draft_lookahead, max_new)
+            result = engine.run_window(window, t_close=t_close, draft=channel)
+            result.stats.draft_first_token_ms = process.first_token_ms
             return result.tokens, result.stats.confirmed_done_ms, result.stats
         return run
 
@@ -199,6 +216,16 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
             verifier, drafter, variant(proposers=("draft_stream", "draft_ngram"),
                                        drafter_gate=False)))
         runners["crossspec"] = engine_runner(SpeculativeEngine(verifier, drafter, config))
+        if distilled is not None:
+            runners["draft_only_distilled"] = engine_runner(SpeculativeEngine(
+                verifier, distilled, variant(proposers=("draft_stream", "draft_ngram"),
+                                             drafter_gate=False)))
+            runners["crossspec_distilled"] = engine_runner(SpeculativeEngine(
+                verifier, distilled, config))
+        for suffix, process in (processes or {}).items():
+            local = distilled if suffix == "_distilled" else drafter
+            runners[f"crossspec{suffix}_process"] = process_runner(
+                SpeculativeEngine(verifier, local, config), process)
         for a in oracle_acceptances:
             # the oracle runs the real drafter's compute too, so it competes like it
             oracles[a] = OracleDrafter(verifier, a, seed=7, backing=drafter)
@@ -213,13 +240,15 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      windows: list[Any], *, max_new_tokens: int, max_proposal: int = 24,
                      oracle_acceptances: tuple[float, ...] = (), lookup_k: int = 4,
                      prompt_lookup: bool = True, warmup: int = 2,
-                     log: Any = print) -> dict[str, Any]:
+                     log: Any = print, distilled: CaptionModel | None = None,
+                     processes: dict[str, DrafterProcess] | None = None
+                     ) -> dict[str, Any]:
     """Run every mode on every window, in rotating order; returns the report dict."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
-                                    prompt_lookup)
+                                    prompt_lookup, distilled, processes)
     modes = list(runners)
     runs = {mode: ModeRun() for mode in modes}
     t_start = time.perf_counter()
@@ -425,6 +454,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "'pattern' for moving test patterns)")
     parser.add_argument("--no-prompt-lookup", action="store_true",
                         help="skip the transformers prompt-lookup baseline")
+    parser.add_argument("--distilled", type=Path, metavar="DIR",
+                        help="also run a distilled drafter (crossspec distill's OUT/drafter): "
+                        "modes draft_only_distilled and crossspec_distilled")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write engine.json, engine.md and engine.png into DIR")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
@@ -458,11 +490,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossspec bench engine: {args.bag} has {len(windows)} windows with RGB; "
               f"need more than --warmup {args.warmup}", file=sys.stderr)
         return 2
-    report = run_engine_bench(verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
-                              max_proposal=args.max_proposal,
-                              oracle_acceptances=tuple(args.oracle),
-                              prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
-                              log=lambda s: print(s, file=sys.stderr, flush=True))
+    distilled = None
+    if args.distilled is not None:
+        from crossspec_ros.models.pair import load_drafter
+
+        distilled = load_drafter(str(args.distilled), device=device)
+    processes: dict[str, DrafterProcess] = {}
+    if args.models == "bundled" and device == "cpu":
+        from crossspec_ros.models.pair import BUNDLED_PAIR
+
+        processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"))
+        if args.distilled is not None:
+            processes["_distilled"] = DrafterProcess(str(args.distilled))
+    try:
+        report = run_engine_bench(
+            verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
+            distilled=distilled, processes=processes,
+            max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
+            prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
+            log=lambda s: print(s, file=sys.stderr, flush=True))
+    finally:
+        for process in processes.values():
+            process.close()
     report.update({"models": label, "device": device, "bag": str(args.bag), **tuning,
                    "date": datetime.date.today().isoformat(),
                    "machine": f"{platform.machine()}, {_cpu_count()} cores"

@@ -14,10 +14,14 @@ BUNDLED_PAIR = Path(__file__).resolve().parents[1] / "data" / "tiny_pair"
 
 
 def _trained_question(directory: Path) -> dict[str, str]:
-    """A pair trained by crossspec records the question it was trained on; ask it that."""
-    meta = directory.parent / "training.json"
-    if meta.is_file():
-        return {"question": str(json.loads(meta.read_text())["question"])}
+    """A pair trained (or a drafter distilled) by crossspec records the question it was
+    trained on; ask it that."""
+    for name in ("training.json", "distill.json"):
+        meta = directory.parent / name
+        if meta.is_file():
+            question = json.loads(meta.read_text()).get("question")
+            if question:
+                return {"question": str(question)}
     return {}
 
 

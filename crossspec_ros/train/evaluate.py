@@ -89,3 +89,60 @@ def evaluate_pair(verifier: Any, drafter: Any, windows: list[Any], parse: Callab
         "drafter_per_visible_attribute": _rates(d_per),
         "examples": examples,
     }
+
+
+@torch.inference_mode()
+def draft_rounds(drafter: Any, window: Any, reference: list[int], proposal: int
+                 ) -> tuple[int, int, int]:
+    """(proposed, accepted, verifier passes) when the drafter's greedy draft is proposed in
+    rounds against ``reference`` (the verifier's caption, drafter ids), as the engine's draft
+    stream is: up to ``proposal`` draft tokens after the confirmed prefix, the agreeing ones
+    accepted plus the verifier's own next token, then the drafter re-syncs to that."""
+    if proposal < 1:
+        raise ValueError("proposal must be >= 1")
+    session = drafter.prefill(drafter.prepare(window))
+    eos = drafter.info.eos_token_id
+    confirmed = proposed = accepted = passes = 0
+    row = session.last_logits
+    while confirmed < len(reference):
+        draft: list[int] = []
+        while len(draft) < proposal and confirmed + len(draft) < len(reference):
+            draft.append(int(torch.argmax(row)))
+            if draft[-1] == eos or len(draft) == proposal:
+                break
+            row = session.feed([draft[-1]])[-1]
+        n = 0
+        while n < len(draft) and draft[n] == reference[confirmed + n]:
+            n += 1
+        proposed, accepted, passes = proposed + len(draft), accepted + n, passes + 1
+        keep = min(len(session.generated), confirmed + n)  # the agreeing draft tokens
+        session.rollback(keep)
+        confirmed = min(confirmed + n + 1, len(reference))
+        if confirmed < len(reference):  # re-sync: the verifier's tokens after them
+            row = session.feed(reference[keep:confirmed])[-1]
+    return proposed, accepted, passes
+
+
+def draft_quality(drafter: Any, windows: list[Any], references: list[list[int]],
+                  proposal: int = 8, progress: Callable[[int], None] | None = None
+                  ) -> dict[str, Any]:
+    """How well a drafter predicts the verifier: acceptance (accepted / proposed in rounds,
+    ``draft_rounds``), accepted tokens per verifier pass, teacher-forced token agreement
+    (the per-token acceptance after a re-sync) and the rate of whole captions drafted
+    exactly. ``references``: the verifier's captions in the drafter's ids."""
+    proposed = accepted = passes = tf_ok = tf_n = exact = 0
+    for window, reference in zip(windows, references, strict=True):
+        p, a, n = draft_rounds(drafter, window, reference, proposal)
+        proposed, accepted, passes = proposed + p, accepted + a, passes + n
+        ok, positions = teacher_forced_agreement(drafter, window, reference)
+        tf_ok, tf_n = tf_ok + ok, tf_n + positions
+        exact += drafter.generate_greedy(drafter.prepare(window), len(reference)) == reference
+        if progress:
+            progress(1)
+    return {
+        "acceptance": round(accepted / max(proposed, 1), 4),
+        "accepted_per_pass": round(accepted / max(passes, 1), 3),
+        "token_agreement": round(tf_ok / max(tf_n, 1), 4),
+        "exact_caption_rate": round(exact / max(len(windows), 1), 4),
+        "proposal": proposal,
+    }

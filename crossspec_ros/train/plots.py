@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 
-def plot_losses(losses: dict[str, list[float]], path: Path) -> None:
+def plot_losses(losses: dict[str, list[float]], path: Path,
+                title: str = "tiny pair training") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -23,7 +24,7 @@ def plot_losses(losses: dict[str, list[float]], path: Path) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("caption token cross-entropy")
     ax.set_yscale("log")
-    ax.set_title("tiny pair training")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,0 +1,281 @@
+"""`crossspec distill` and `crossspec eval-draft`: a drafter that says what the verifier says."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+UNDISTILLED = "drafter_undistilled"  # the bundled drafter before distillation, if it is
+#                                      ever replaced by a distilled default
+DISTILLED = "distilled/drafter"      # the bundled drafter distilled on simulated drives
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    distill = subparsers.add_parser(
+        "distill", help="train the drafter on the verifier's own captions of your recordings",
+        description="Runs the verifier over the windows of the given bags (or of simulated "
+        "training drives) and trains the drafter to predict its greedy captions from the "
+        "drafter's own input (events). The labels are cached beside --out (OUT.cache/), so a "
+        "second run does not re-label; training checkpoints there too and resumes after an "
+        "interruption. The result (OUT/drafter in the EventGPT layout, OUT/distill.json, "
+        "OUT/loss.png) appears only when complete; load it with drafter_model:=OUT/drafter "
+        "or `crossspec eval-draft --drafter OUT/drafter`. Deterministic from --seed.")
+    distill.add_argument("--bag", type=Path, action="append", default=[],
+                         help="a ROS 2 bag with RGB frames and events (repeatable)")
+    distill.add_argument("--sim-windows", type=int, default=0, metavar="N",
+                         help="also N windows of simulated training drives (never the "
+                         "held-out ones)")
+    distill.add_argument("--out", type=Path, required=True, help="output directory")
+    distill.add_argument("--method", choices=("finetune",), default="finetune",
+                         help="finetune: the drafter's weights learn the verifier's captions")
+    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--steps", type=int, default=600)
+    distill.add_argument("--batch-size", type=int, default=16)
+    distill.add_argument("--lr", type=float, default=1e-3)
+    distill.add_argument("--max-new-tokens", type=int, default=48)
+    distill.add_argument("--verifier-model", default="", help="Video-LLaVA directory "
+                         "(default: the bundled tiny verifier)")
+    distill.add_argument("--drafter-model", default="", help="EventGPT directory to start "
+                         "from (default: the bundled tiny drafter, undistilled)")
+    distill.add_argument("--eval-windows", type=int, default=100,
+                         help="held-out simulated windows evaluated before and after (0: skip)")
+    distill.add_argument("--workers", type=int, default=2, help="simulation processes")
+    distill.set_defaults(func=run_distill)
+
+    evaluate = subparsers.add_parser(
+        "eval-draft", help="how often drafters' tokens are accepted, side by side",
+        description="On held-out simulated windows (or a bag's windows), the draft proposed in "
+        "rounds against the verifier's greedy caption: acceptance (accepted / proposed), "
+        "accepted tokens per verifier pass, teacher-forced token agreement and exact "
+        "captions, for the default drafter (what `crossspec drive` uses), the undistilled "
+        "one and --drafter.")
+    evaluate.add_argument("--drafter", type=Path, help="a drafter directory to compare too "
+                          "(default: the bundled distilled one)")
+    evaluate.add_argument("--windows", type=int, default=100, help="held-out windows")
+    evaluate.add_argument("--bag", type=Path, help="use this bag's windows instead")
+    evaluate.add_argument("--proposal", type=int, default=8,
+                          help="draft tokens proposed per round (default 8)")
+    evaluate.add_argument("--workers", type=int, default=2, help="simulation processes")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=run_eval_draft)
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"crossspec {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _bag_windows(path: Path) -> list[Any]:
+    from crossspec_ros.bags.inputs import iter_bag_windows
+    from crossspec_ros.sync.synchronizer import WindowSynchronizer
+
+    return list(iter_bag_windows(path, WindowSynchronizer()))
+
+
+def _sim_windows(keys: list[tuple[int, int]], workers: int, desc: str,
+                 render_hz: float | None) -> list[Any]:
+    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.train.data import SIM_IMAGE_SIZE, generate_windows
+
+    with _progress(len(keys), desc) as bar:
+        return [w.as_window() for w in generate_windows(
+            keys, SIM_IMAGE_SIZE, workers, progress=bar.update, event_render_hz=render_hz)]
+
+
+def heldout(n: int, workers: int) -> list[Any]:
+    """Held-out simulated windows (seeds never used to train or distill), sensor-rate events."""
+    from crossspec_ros.train.data import heldout_keys
+
+    return _sim_windows(heldout_keys(n), workers, "simulating held-out windows", None)
+
+
+def references(verifier: Any, drafter: Any, windows: list[Any], max_new_tokens: int = 48
+               ) -> list[list[int]]:
+    """The verifier's greedy captions in the drafter's ids."""
+    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.train.distill import to_drafter_ids
+
+    out = []
+    with _progress(len(windows), "verifier captions") as bar:
+        for window in windows:
+            tokens = verifier.generate_greedy(verifier.prepare(window), max_new_tokens)
+            out.append(to_drafter_ids(verifier, drafter, tokens))
+            bar.update(1)
+    return out
+
+
+def compare(drafters: dict[str, Any], windows: list[Any], refs: list[list[int]],
+            proposal: int) -> dict[str, Any]:
+    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.train.evaluate import draft_quality
+
+    report: dict[str, Any] = {"windows": len(windows)}
+    for name, drafter in drafters.items():
+        with _progress(len(windows), f"drafter '{name}'") as bar:
+            report[name] = draft_quality(drafter, windows, refs, proposal, bar.update)
+    return report
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    if not args.bag and args.sim_windows <= 0:
+        return _fail("distill", "nothing to learn from: give --bag BAG (repeatable) and/or "
+                     "--sim-windows N")
+    if args.steps < 1 or args.batch_size < 1 or args.lr <= 0 or args.max_new_tokens < 1:
+        return _fail("distill", "need --steps >= 1, --batch-size >= 1, --lr > 0 and "
+                     "--max-new-tokens >= 1")
+    from crossspec_ros.events.errors import EventSourceError
+
+    windows: list[Any] = []
+    for bag in args.bag:  # read before any model loads: a bad bag fails fast
+        try:
+            found = _bag_windows(bag)
+        except EventSourceError as err:
+            return _fail("distill", str(err))
+        if not found:
+            return _fail("distill", f"{bag}: no complete window in this bag (too short?)")
+        windows.extend(found)
+
+    import torch
+
+    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
+    from crossspec_ros.train.data import TRAIN_EVENT_RENDER_HZ, training_keys
+    from crossspec_ros.train.distill import (
+        MIN_WINDOWS,
+        DistillConfig,
+        finetune,
+        label_windows,
+        labels_key,
+        load_labels,
+        publish_directory,
+        save_labels,
+    )
+
+    started = time.perf_counter()
+    torch.manual_seed(args.seed)
+    drafter_source = args.drafter_model or str(_undistilled_dir(BUNDLED_PAIR))
+    verifier = load_verifier(args.verifier_model)
+    drafter = load_drafter(drafter_source)
+    if not isinstance(drafter, EventGPTDrafter):
+        return _fail("distill", "--method finetune trains EventGPT-family drafters")
+    if args.sim_windows > 0:
+        keys = training_keys(args.sim_windows, seed=args.seed)
+        windows.extend(_sim_windows(keys, args.workers, "simulating training windows",
+                                    TRAIN_EVENT_RENDER_HZ))
+    cache = args.out.with_name(args.out.name + ".cache")
+    sources = [str(b.resolve()) for b in args.bag]
+    if args.sim_windows > 0:
+        sources.append(f"sim:{args.sim_windows}:{args.seed}")
+    key = labels_key(sources, args.verifier_model or str(BUNDLED_PAIR / "verifier"),
+                     drafter_source, args.max_new_tokens)
+    labels = load_labels(cache / "labels.safetensors", key)
+    if labels is None:
+        with _progress(len(windows), "verifier labelling windows") as bar:
+            labels = label_windows(verifier, drafter, windows, args.max_new_tokens, bar.update)
+        if len(labels) >= MIN_WINDOWS:
+            save_labels(labels, cache / "labels.safetensors", key)
+    else:
+        print(f"labels: {len(labels)} windows from the cache {cache}", file=sys.stderr)
+    skipped = ", ".join(f"{n} {why}" for why, n in labels.skipped.items())
+    if skipped:
+        print(f"left out: {skipped}", file=sys.stderr)
+    if len(labels) < MIN_WINDOWS:
+        return _fail("distill", f"only {len(labels)} usable windows (left out: "
+                     f"{skipped or 'none'}); distillation needs at least {MIN_WINDOWS} with "
+                     "RGB frames and events. Record longer, or add --bag / --sim-windows.")
+    label_s = time.perf_counter() - started
+
+    config = DistillConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size,
+                           lr=args.lr)
+    with _progress(config.steps, "distilling") as bar:
+        def progress(step: int, loss: float) -> None:
+            bar.update(1)
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{loss:.3f}")
+
+        losses = finetune(drafter, labels, config, cache / "checkpoint.safetensors", progress)
+    train_s = time.perf_counter() - started - label_s
+
+    card: dict[str, Any] = {
+        "method": args.method, "seed": args.seed, "bags": sources,
+        "windows": len(labels), "left_out": labels.skipped,
+        "config": {"steps": config.steps, "batch_size": config.batch_size, "lr": config.lr},
+        "started_from": args.drafter_model or "bundled (undistilled)",
+        "verifier": args.verifier_model or "bundled",
+        "question": drafter.query if hasattr(drafter, "query") else None,
+        "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+        "labelling_s": round(label_s, 1), "training_s": round(train_s, 1),
+    }
+    if args.eval_windows > 0:
+        held = heldout(args.eval_windows, args.workers)
+        refs = references(verifier, drafter, held, args.max_new_tokens)
+        card["heldout"] = compare({"distilled": drafter,
+                                   "undistilled": load_drafter(drafter_source)}, held, refs, 8)
+    card["total_s"] = round(time.perf_counter() - started, 1)
+    publish_directory(lambda tmp: _write_result(tmp, drafter, card, losses), args.out)
+    (cache / "checkpoint.safetensors").unlink(missing_ok=True)
+    print(json.dumps(card, indent=2))
+    print(f"wrote {args.out}/drafter (use drafter_model:={args.out}/drafter)", file=sys.stderr)
+    return 0
+
+
+def _undistilled_dir(bundled: Path) -> Path:
+    kept = bundled / UNDISTILLED
+    return kept if kept.is_dir() else bundled / "drafter"
+
+
+def _write_result(directory: Path, drafter: Any, card: dict, losses: list[float]) -> None:
+    from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
+    from crossspec_ros.train.plots import plot_losses
+
+    save_eventgpt(drafter.model, directory / "drafter", tokenizer=drafter.tokenizer)
+    (directory / "distill.json").write_text(json.dumps(card, indent=2))
+    plot_losses({"drafter": losses}, directory / "loss.png", title="drafter distillation")
+
+
+def run_eval_draft(args: argparse.Namespace) -> int:
+    if args.windows < 1 or args.proposal < 1:
+        return _fail("eval-draft", "need --windows >= 1 and --proposal >= 1")
+    from crossspec_ros.events.errors import EventSourceError
+
+    if args.bag is not None:
+        try:
+            windows = [w for w in _bag_windows(args.bag) if w.frames and len(w.events)]
+        except EventSourceError as err:
+            return _fail("eval-draft", str(err))
+        if not windows:
+            return _fail("eval-draft", f"{args.bag}: no window with RGB frames and events")
+        windows = windows[:args.windows]
+    if args.drafter is not None and not args.drafter.is_dir():
+        return _fail("eval-draft", f"{args.drafter}: no such drafter directory")
+    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
+
+    verifier = load_verifier("")
+    sources = {"default": BUNDLED_PAIR / "drafter",
+               "undistilled": _undistilled_dir(BUNDLED_PAIR),
+               "distilled": args.drafter or BUNDLED_PAIR / DISTILLED}
+    drafters = {name: load_drafter(str(path)) for name, path in sources.items()
+                if name != "undistilled" or path != sources["default"]}
+    if args.bag is None:
+        windows = heldout(args.windows, args.workers)
+    refs = references(verifier, drafters["default"], windows)
+    report = compare(drafters, windows, refs, args.proposal)
+    if "undistilled" not in drafters:  # the default drafter is the undistilled one
+        report["undistilled"] = report["default"]
+        drafters["undistilled"] = drafters["default"]
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"{report['windows']} windows, {args.proposal} draft tokens per round")
+    print(f"{'drafter':<12} {'acceptance':>10} {'accepted/pass':>14} {'token agreement':>16} "
+          f"{'exact':>6}")
+    for name in drafters:
+        r = report[name]
+        print(f"{name:<12} {r['acceptance']:>10.3f} {r['accepted_per_pass']:>14.2f} "
+              f"{r['token_agreement']:>16.3f} {r['exact_caption_rate']:>6.2f}")
+    return 0

@@ -1,0 +1,238 @@
+"""The drafter in a process of its own, as the graph's draft node runs it.
+
+On CPU, a drafter thread beside the verifier shares one Python interpreter: tiny models spend
+most of their time in Python, so the two take turns instead of running side by side (the
+verifier's prefill measured 1.1-1.4x slower, the draft arriving after the verifier had decoded
+most of the caption plainly). A ``DrafterProcess`` loads the drafter in a child process and
+serves one window at a time over a pipe: the window's events go in, the draft comes back
+token by token into a ``DraftChannel`` the engine reads (``run_window(draft=...)``), and the
+confirmed caption the engine pushes goes to the child so its drafter re-syncs, exactly the
+protocol of the draft and verifier nodes.
+
+Messages are a JSON header, then raw array bytes: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from crossspec_ros.speculative.drafting import DraftChannel
+
+_ARRAYS = ("t", "x", "y", "p")
+READY_TIMEOUT_S = 120.0
+
+
+def _send(conn: Any, header: dict, arrays: Sequence[np.ndarray] = ()) -> None:
+    conn.send_bytes(json.dumps(header).encode())
+    for array in arrays:
+        conn.send_bytes(np.ascontiguousarray(array).tobytes())
+
+
+def _recv(conn: Any) -> dict:
+    return json.loads(conn.recv_bytes().decode())
+
+
+class RemoteWindow:
+    """What a drafter's ``prepare`` reads of a window: its id and its events."""
+
+    def __init__(self, window_id: int, events: Any) -> None:
+        self.id, self.events = window_id, events
+
+
+class _ForwardingChannel(DraftChannel):
+    """The engine's side of a window: confirmed tokens and the stop go to the child."""
+
+    def __init__(self, owner: DrafterProcess, window_id: int, lookahead: int) -> None:
+        super().__init__(lookahead)
+        self.owner, self.window_id = owner, window_id
+
+    def push_confirmed(self, confirmed_draft_ids: list[int], lookahead: int | None = None
+                       ) -> None:
+        super().push_confirmed(confirmed_draft_ids, lookahead)
+        self.owner._post({"kind": "confirmed", "window": self.window_id,
+                          "tokens": [int(t) for t in confirmed_draft_ids],
+                          "lookahead": lookahead})
+
+    def stop(self) -> None:
+        super().stop()
+        self.owner._post({"kind": "stop", "window": self.window_id})
+
+
+class DrafterProcess:
+    """A drafter loaded from ``source`` (a directory ``models.pair.load_drafter`` reads) in a
+    child process; ``start(window)`` gives the channel of one window's draft."""
+
+    def __init__(self, source: str, *, device: str = "cpu", dtype: str = "fp32") -> None:
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(child, source, device, dtype),
+                                    name="crossspec-drafter", daemon=True)
+        self._process.start()
+        child.close()
+        self._send_lock = threading.Lock()
+        self._channel: _ForwardingChannel | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self.first_token_ms: float = float("nan")  # of the latest window, child's clock
+        self.error: str | None = None
+        if not self._conn.poll(READY_TIMEOUT_S):
+            self.close()
+            raise RuntimeError(f"the drafter process did not start within {READY_TIMEOUT_S} s")
+        hello = _recv(self._conn)
+        if hello["kind"] != "ready":
+            self.close()
+            raise RuntimeError(f"the drafter process failed to load {source}: "
+                               f"{hello.get('text')}")
+        self._reader = threading.Thread(target=self._read, name="crossspec-drafter-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def start(self, window: Any, lookahead: int, max_new_tokens: int) -> DraftChannel:
+        """Send ``window``'s events to the drafter; returns the channel its draft arrives on
+        (hand it to ``SpeculativeEngine.run_window(draft=...)``)."""
+        if not self._idle.wait(timeout=10.0):
+            raise RuntimeError("the drafter process did not finish its previous window")
+        window_id = int(getattr(window, "id", 0))
+        events = window.events
+        channel = _ForwardingChannel(self, window_id, lookahead)
+        self._channel, self.first_token_ms = channel, float("nan")
+        self._idle.clear()
+        header = {"kind": "window", "window": window_id, "lookahead": lookahead,
+                  "max_new_tokens": max_new_tokens, "width": events.width,
+                  "height": events.height,
+                  "dtypes": [str(getattr(events, name).dtype) for name in _ARRAYS]}
+        with self._send_lock:
+            _send(self._conn, header, [getattr(events, name) for name in _ARRAYS])
+        return channel
+
+    def _post(self, message: dict) -> None:
+        with self._send_lock:
+            _send(self._conn, message)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = _recv(self._conn)
+            except (EOFError, OSError):
+                self._idle.set()
+                return
+            channel = self._channel
+            kind = message["kind"]
+            if kind == "stopped":
+                self._idle.set()
+            elif channel is None or message.get("window") != channel.window_id:
+                continue  # a late message of an earlier window
+            elif kind == "draft":
+                if message["first_token_ms"] is not None:
+                    self.first_token_ms = message["first_token_ms"]
+                channel.set_draft(message["tokens"], message["revision"], message["done"])
+            elif kind == "error":
+                self.error = message["text"]
+                with channel.cond:
+                    channel.done = True
+                    channel.cond.notify_all()
+
+    def close(self) -> None:
+        """End the child process (also at exit: it is a daemon)."""
+        try:
+            with self._send_lock:
+                _send(self._conn, {"kind": "quit"})
+        except (OSError, ValueError, AttributeError):
+            pass
+        self._process.join(timeout=5.0)
+        if self._process.is_alive():
+            self._process.kill()
+        self._conn.close()
+
+    def __enter__(self) -> DrafterProcess:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+# -- the child --------------------------------------------------------------------------------
+def _serve(conn: Any, source: str, device: str, dtype: str) -> None:
+    """The child's loop: load the drafter, then draft one window at a time."""
+    try:
+        from crossspec_ros.models.pair import load_drafter
+        from crossspec_ros.process_tuning import tune_process_for_models
+
+        tune_process_for_models(device)
+        drafter = load_drafter(source, device=device, dtype=dtype)
+    except Exception as err:  # reported to the parent, which raises it
+        _send(conn, {"kind": "error", "text": f"{type(err).__name__}: {err}"})
+        return
+    _send(conn, {"kind": "ready"})
+    send_lock = threading.Lock()
+    window: _ChildWindow | None = None
+    while True:
+        try:
+            message = _recv(conn)
+        except (EOFError, OSError):
+            break
+        kind = message["kind"]
+        if kind == "quit":
+            break
+        if kind == "window":
+            arrays = [np.frombuffer(conn.recv_bytes(), dtype=dt)
+                      for dt in message["dtypes"]]
+            window = _ChildWindow(drafter, message, arrays, conn, send_lock)
+        elif window is not None and message.get("window") == window.id:
+            if kind == "confirmed":
+                window.channel.push_confirmed(message["tokens"], message["lookahead"])
+            elif kind == "stop":
+                window.finish()
+                window = None
+                with send_lock:
+                    _send(conn, {"kind": "stopped"})
+    if window is not None:
+        window.finish()
+
+
+class _ChildWindow:
+    """One window's drafting in the child: ``run_drafter`` on a thread, each draft sent."""
+
+    def __init__(self, drafter: Any, header: dict, arrays: list[np.ndarray], conn: Any,
+                 send_lock: threading.Lock) -> None:
+        from crossspec_ros.events.batch import EventBatch
+        from crossspec_ros.speculative.drafting import run_drafter
+        from crossspec_ros.speculative.events import EngineEvent, EventKind
+        from crossspec_ros.speculative.stats import WindowStats
+
+        self.id = int(header["window"])
+        self.channel = DraftChannel(int(header["lookahead"]))
+        events = EventBatch(*arrays, int(header["width"]), int(header["height"]))
+        t0 = time.monotonic()
+        first: list[float] = []
+
+        def emit(kind: EventKind, **fields: Any) -> EngineEvent:
+            event = EngineEvent(kind, self.id, (time.monotonic() - t0) * 1e3, **fields)
+            if kind is EventKind.DRAFT:
+                reply = {"kind": "draft", "window": self.id, "tokens": event.tokens,
+                         "revision": event.revision, "done": event.done,
+                         "first_token_ms": None if first else event.t_ms}
+                first.append(event.t_ms)
+            else:
+                reply = {"kind": "error", "window": self.id, "text": event.text}
+            if kind in (EventKind.DRAFT, EventKind.DRAFT_ERROR):
+                with send_lock:
+                    _send(conn, reply)
+            return event
+
+        self.thread = threading.Thread(
+            target=run_drafter, name=f"crossspec-drafter-{self.id}", daemon=True,
+            args=(drafter, RemoteWindow(self.id, events), self.channel, emit, WindowStats(),
+                  int(header["max_new_tokens"])))
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.channel.stop()
+        self.thread.join()

@@ -1,0 +1,253 @@
+"""Distillation: teach the drafter to say what the verifier says (``crossspec distill``).
+
+The verifier labels the user's own windows for free: its greedy caption of a window is
+exactly what the engine will confirm, so it is the target a drafter must predict from its
+own input (the events). ``finetune`` trains the drafter's weights on those captions
+(sequence-level distillation: next-token cross-entropy on the verifier's tokens, in the
+drafter's ids; a drafter with another tokenizer gets them re-tokenized through their text).
+
+Everything here is deterministic from the seed and resumable: the batch at step s comes
+from a permutation seeded by (seed, epoch), and a checkpoint (weights + AdamW moments, in
+safetensors) lets an interrupted run continue to the same weights it would have reached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from crossspec_ros.speculative.vocab import same_vocabulary
+from crossspec_ros.train.tiny_pair import drafter_loss
+
+MIN_WINDOWS = 16  # fewer labelled windows cannot fill one batch: nothing worth learning
+
+
+class DistillError(ValueError):
+    """Input distillation cannot use (no frames, no events, too few windows)."""
+
+
+@dataclass
+class DistillConfig:
+    """How the drafter is trained on the verifier's captions."""
+
+    seed: int = 0
+    steps: int = 600
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup_steps: int = 30
+    checkpoint_every: int = 100
+
+
+@dataclass
+class Labels:
+    """Windows the verifier captioned: the drafter's preprocessed input and the target."""
+
+    drafter_pixels: torch.Tensor         # [N, images, 3, S, S] float16
+    captions: list[list[int]]            # the verifier's greedy caption, drafter ids
+    skipped: dict[str, int] = field(default_factory=dict)  # why windows were left out
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+
+def to_drafter_ids(verifier: Any, drafter: Any, tokens: list[int]) -> list[int]:
+    """The verifier's caption as drafter ids: the same ids where the two share a
+    vocabulary, else its text re-tokenized; EOS kept (mapped) where the verifier ended."""
+    ended = bool(tokens) and tokens[-1] == verifier.info.eos_token_id
+    body = tokens[:-1] if ended else tokens
+    if same_vocabulary(verifier, drafter) and all(
+            t < drafter.info.proposable_ids for t in body):
+        ids = list(body)
+    else:
+        text = verifier.tokenizer.decode(body, skip_special_tokens=True)
+        ids = list(drafter.tokenizer(text, add_special_tokens=False).input_ids)
+    return [*ids, drafter.info.eos_token_id] if ended else ids
+
+
+def label_windows(verifier: Any, drafter: Any, windows: Iterable[Any], max_new_tokens: int,
+                  progress: Callable[[int], None] | None = None) -> Labels:
+    """Caption each window with the verifier (greedy) and preprocess its events for the
+    drafter. Windows without RGB frames or without events are counted and left out."""
+    pixels: list[torch.Tensor] = []
+    captions: list[list[int]] = []
+    skipped: dict[str, int] = {}
+    for window in windows:
+        events = getattr(window, "events", None)
+        if not getattr(window, "frames", None):
+            skipped["no RGB frames"] = skipped.get("no RGB frames", 0) + 1
+        elif events is None or len(events) == 0 or events.width == 0:
+            skipped["no events"] = skipped.get("no events", 0) + 1
+        else:
+            tokens = verifier.generate_greedy(verifier.prepare(window), max_new_tokens)
+            pixels.append(drafter.prepare(window).pixel_values.half())
+            captions.append(to_drafter_ids(verifier, drafter, tokens))
+        if progress:
+            progress(1)
+    if not captions:
+        return Labels(torch.zeros((0,)), [], skipped)
+    return Labels(torch.stack(pixels), captions, skipped)
+
+
+# -- the label cache ------------------------------------------------------------------------
+def labels_key(sources: list[str], verifier_dir: str, drafter_dir: str,
+               max_new_tokens: int) -> str:
+    """What the labels depend on: the inputs (paths with size and mtime), both models' files
+    and the caption length limit."""
+    parts = [f"max_new_tokens={max_new_tokens}"]
+    for source in [*sources, verifier_dir, drafter_dir]:
+        path = Path(source)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            stat = f.stat() if f.exists() else None
+            parts.append(f"{f}:{stat.st_size if stat else '-'}:{stat.st_mtime_ns if stat else '-'}")
+        if not files:
+            parts.append(str(source))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def save_labels(labels: Labels, path: Path, key: str) -> None:
+    width = max(len(c) for c in labels.captions)
+    captions = torch.full((len(labels), width), -1, dtype=torch.int64)
+    for i, caption in enumerate(labels.captions):
+        captions[i, :len(caption)] = torch.tensor(caption, dtype=torch.int64)
+    _atomic(path, lambda tmp: save_file(
+        {"drafter_pixels": labels.drafter_pixels.contiguous(), "captions": captions}, tmp,
+        metadata={"key": key, "skipped": json.dumps(labels.skipped)}))
+
+
+def load_labels(path: Path, key: str) -> Labels | None:
+    """The cached labels, or None when there are none for ``key``."""
+    if not path.is_file():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+    if metadata.get("key") != key:
+        return None
+    tensors = load_file(str(path))
+    captions = [[int(t) for t in row if t >= 0] for row in tensors["captions"].tolist()]
+    return Labels(tensors["drafter_pixels"], captions, json.loads(metadata["skipped"]))
+
+
+# -- training -------------------------------------------------------------------------------
+def _lr_factor(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(total - warmup, 1)))
+
+
+def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
+    """The windows of step ``step``: a function of (seed, step) alone, so a resumed run
+    draws the same batches."""
+    per_epoch = max(n // batch_size, 1)
+    epoch, offset = divmod(step, per_epoch)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    return order[offset * batch_size:(offset + 1) * batch_size].tolist()
+
+
+def finetune(drafter: Any, labels: Labels, config: DistillConfig,
+             checkpoint: Path | None = None,
+             progress: Callable[[int, float], None] | None = None) -> list[float]:
+    """Train the drafter's weights on the verifier's captions; returns the loss per step.
+    With ``checkpoint``: resumes from it when it matches this run, and writes it every
+    ``config.checkpoint_every`` steps."""
+    if len(labels) < MIN_WINDOWS:
+        raise DistillError(f"{len(labels)} labelled windows; distillation needs at least "
+                           f"{MIN_WINDOWS}")
+    torch.manual_seed(config.seed)
+    model = drafter.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
+    run_key = hashlib.sha256(json.dumps([asdict(config), len(labels)]).encode()).hexdigest()
+    losses: list[float] = []
+    start = 0
+    if checkpoint is not None and checkpoint.is_file():
+        start, losses = _resume(checkpoint, run_key, model, optimizer)
+    model.train()
+    try:
+        for step in range(start, config.steps):
+            index = batch_indices(step, len(labels), config.batch_size, config.seed)
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * _lr_factor(step, config.steps, config.warmup_steps)
+            loss, _ = drafter_loss(drafter, labels.drafter_pixels[index],
+                                   [labels.captions[i] for i in index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            if progress:
+                progress(step, losses[-1])
+            done = step + 1
+            if checkpoint is not None and (done % config.checkpoint_every == 0
+                                           or done == config.steps):
+                _save_checkpoint(checkpoint, run_key, done, losses, model, optimizer)
+    finally:
+        model.eval()
+    return losses
+
+
+def _save_checkpoint(path: Path, run_key: str, step: int, losses: list[float],
+                     model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    tensors = {f"model.{k}": v.detach().clone().contiguous()
+               for k, v in model.state_dict().items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).clone().contiguous()
+    metadata = {"run": run_key, "step": str(step), "losses": json.dumps(losses)}
+    _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+
+
+def _resume(path: Path, run_key: str, model: torch.nn.Module,
+            optimizer: torch.optim.Optimizer) -> tuple[int, list[float]]:
+    """(step, losses) from a checkpoint of this run; (0, []) for another run's."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+    if metadata.get("run") != run_key:
+        return 0, []
+    tensors = load_file(str(path))
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
+                           if k.startswith("model.")})
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": state,
+                               "param_groups": optimizer.state_dict()["param_groups"]})
+    return int(metadata["step"]), json.loads(metadata["losses"])
+
+
+def _atomic(path: Path, write: Callable[[str], None]) -> None:
+    """Write through a temporary file renamed over ``path``: never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    write(str(tmp))
+    os.replace(tmp, path)
+
+
+def publish_directory(build: Callable[[Path], None], out: Path) -> None:
+    """Build the result in a sibling directory, then swap it in for ``out`` (an
+    interrupted run leaves ``out`` as it was)."""
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    build(tmp)
+    old = out.with_name(out.name + ".old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)

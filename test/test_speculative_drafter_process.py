@@ -1,0 +1,68 @@
+"""The drafter in its own process: the same draft as in process, and lossless captions."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from crossspec_ros.bench.engine import bag_windows
+from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
+from crossspec_ros.paths import sample_bag
+from crossspec_ros.speculative.drafter_process import DrafterProcess
+from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
+from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+from crossspec_ros.speculative.stats import WindowStats
+
+
+@pytest.fixture(scope="module")
+def process():
+    with DrafterProcess(str(BUNDLED_PAIR / "drafter")) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def windows():
+    return bag_windows(sample_bag(), 5)[2:5]
+
+
+def _wait_done(channel: DraftChannel, timeout: float = 30.0) -> list[int]:
+    with channel.cond:
+        assert channel.cond.wait_for(lambda: channel.done, timeout=timeout)
+        return list(channel.tokens)
+
+
+def test_the_process_drafts_what_the_drafter_drafts_in_process(process, windows):
+    drafter = load_drafter("")
+    for window in windows:
+        local = DraftChannel(lookahead=48)
+        thread = threading.Thread(target=run_drafter, args=(
+            drafter, window, local, lambda *a, **k: _Event(), WindowStats(), 30))
+        thread.start()
+        expected = _wait_done(local)
+        local.stop()
+        thread.join()
+        remote = process.start(window, lookahead=48, max_new_tokens=30)
+        assert _wait_done(remote) == expected
+        assert process.first_token_ms > 0
+        remote.stop()
+
+
+class _Event:
+    t_ms = 0.0
+
+
+def test_the_engine_fed_by_a_drafter_process_confirms_the_verifiers_own_caption(process,
+                                                                                windows):
+    verifier, drafter = load_verifier(""), load_drafter("")
+    engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=30))
+    for window in [*windows, *windows]:
+        channel = process.start(window, lookahead=48, max_new_tokens=30)
+        result = engine.run_window(window, draft=channel)
+        assert result.tokens == verifier.reference_generate(verifier.prepare(window), 30)
+    assert process.error is None
+
+
+def test_a_drafter_process_that_cannot_load_says_why(tmp_path):
+    with pytest.raises(RuntimeError, match="failed to load"):
+        DrafterProcess(str(tmp_path / "no_drafter_here"))

@@ -1,0 +1,219 @@
+"""crossspec distill: labels from the verifier, deterministic and resumable training, bad
+input, and a distilled drafter that never changes a confirmed caption."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from toy_models import ToyModel, ToyWindow
+
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
+from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+from crossspec_ros.sync.window import StampedFrame, Window
+from crossspec_ros.train.distill import (
+    DistillConfig,
+    DistillError,
+    Labels,
+    batch_indices,
+    finetune,
+    label_windows,
+    load_labels,
+    publish_directory,
+    save_labels,
+    to_drafter_ids,
+)
+from crossspec_ros.train.evaluate import draft_rounds
+
+
+def _window(seed: int, events: bool = True, frames: bool = True) -> Window:
+    rng = np.random.default_rng(seed)
+    n = 300 if events else 0
+    batch = EventBatch(np.sort(rng.integers(0, 10**9, n)), rng.integers(0, 48, n),
+                       rng.integers(0, 36, n), rng.integers(0, 2, n), 48, 36)
+    shots = [StampedFrame(i * 10**8, rng.integers(0, 256, (36, 48, 3), dtype=np.uint8))
+             for i in range(8)] if frames else []
+    return Window(seed, 0, 10**9, batch, shots, n_distinct_frames=len(shots))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_verifier(seed=1, init_range=0.3), tiny_eventgpt_drafter(seed=2, init_range=0.3)
+
+
+@pytest.fixture(scope="module")
+def labels(pair):
+    verifier, drafter = pair
+    return label_windows(verifier, drafter, [_window(s) for s in range(18)], max_new_tokens=6)
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_labels_are_the_verifiers_greedy_captions_and_unusable_windows_are_counted(pair):
+    verifier, drafter = pair
+    windows = [_window(0), _window(1, events=False), _window(2, frames=False), _window(3)]
+    got = label_windows(verifier, drafter, windows, max_new_tokens=6)
+    assert len(got) == 2
+    assert got.skipped == {"no events": 1, "no RGB frames": 1}
+    for caption, window in zip(got.captions, (windows[0], windows[3]), strict=True):
+        own = verifier.generate_greedy(verifier.prepare(window), 6)
+        assert caption == to_drafter_ids(verifier, drafter, own)
+    assert got.drafter_pixels.dtype == torch.float16
+    assert got.drafter_pixels.shape[0] == 2
+
+
+def test_the_label_cache_round_trips_and_another_key_misses(labels, tmp_path):
+    path = tmp_path / "labels.safetensors"
+    save_labels(labels, path, key="abc")
+    back = load_labels(path, "abc")
+    assert back is not None and back.captions == labels.captions
+    assert torch.equal(back.drafter_pixels, labels.drafter_pixels)
+    assert load_labels(path, "another") is None
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_batches_depend_on_seed_and_step_only_and_cover_every_window_each_epoch():
+    first_epoch = [i for step in range(4) for i in batch_indices(step, 64, 16, seed=3)]
+    assert sorted(first_epoch) == list(range(64))
+    assert batch_indices(5, 64, 16, seed=3) == batch_indices(5, 64, 16, seed=3)
+    assert batch_indices(5, 64, 16, seed=3) != batch_indices(5, 64, 16, seed=4)
+
+
+def test_distillation_is_deterministic_from_the_seed(pair, labels):
+    _, drafter = pair
+    config = DistillConfig(seed=5, steps=4, batch_size=4, warmup_steps=1)
+    a, b = copy.deepcopy(drafter), copy.deepcopy(drafter)
+    losses_a, losses_b = finetune(a, labels, config), finetune(b, labels, config)
+    assert losses_a == losses_b
+    wa, wb = _weights(a.model), _weights(b.model)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert any(not torch.equal(wa[k], v) for k, v in _weights(drafter.model).items())
+
+
+def test_an_interrupted_distillation_resumes_to_the_same_weights(pair, labels, tmp_path):
+    _, drafter = pair
+    config = DistillConfig(seed=1, steps=6, batch_size=4, warmup_steps=1, checkpoint_every=2)
+    whole = copy.deepcopy(drafter)
+    whole_losses = finetune(whole, labels, config)
+
+    class SimulatedInterruptError(Exception):
+        pass
+
+    def stop_at_step_3(step: int, _loss: float) -> None:
+        if step == 3:
+            raise SimulatedInterruptError
+
+    checkpoint = tmp_path / "checkpoint.safetensors"
+    with pytest.raises(SimulatedInterruptError):
+        finetune(copy.deepcopy(drafter), labels, config, checkpoint, stop_at_step_3)
+    resumed = copy.deepcopy(drafter)  # a fresh process: the initial weights again
+    seen: list[int] = []
+    losses = finetune(resumed, labels, config, checkpoint, lambda s, _l: seen.append(s))
+    assert seen == [2, 3, 4, 5]  # steps 0-1 came from the checkpoint written after step 2
+    assert losses == pytest.approx(whole_losses, rel=1e-6)
+    ours, reference = _weights(resumed.model), _weights(whole.model)
+    assert all(torch.allclose(ours[k], reference[k], atol=1e-6) for k in ours)
+
+
+def test_too_few_windows_are_refused_with_the_count(pair):
+    _, drafter = pair
+    few = Labels(torch.zeros((3, 5, 3, 4, 4), dtype=torch.float16), [[5, 2]] * 3)
+    with pytest.raises(DistillError, match="3 labelled windows; distillation needs at least"):
+        finetune(drafter, few, DistillConfig(steps=1))
+
+
+def test_a_distilled_drafter_never_changes_the_confirmed_caption(pair, labels):
+    verifier, drafter = pair
+    distilled = copy.deepcopy(drafter)
+    finetune(distilled, labels, DistillConfig(seed=0, steps=3, batch_size=4, warmup_steps=1))
+    engine = SpeculativeEngine(verifier, distilled, EngineConfig(
+        max_new_tokens=10, drafter_gate=False))
+    for seed in range(4):
+        window = _window(100 + seed)
+        reference = verifier.reference_generate(verifier.prepare(window), 10)
+        assert engine.run_window(window).tokens == reference
+
+
+def test_draft_rounds_count_what_the_engine_would_accept():
+    verifier = ToyModel()
+    window = ToyWindow(0, 7)
+    session = verifier.prefill(verifier.prepare(window))
+    reference, logits = [], session.last_logits
+    while len(reference) < 12:
+        reference.append(int(torch.argmax(logits)))
+        if reference[-1] == verifier.info.eos_token_id:
+            break
+        logits = session.feed([reference[-1]])[-1]
+    # the verifier as its own drafter: every draft token accepted, 3 + 1 per pass
+    proposed, accepted, passes = draft_rounds(verifier, window, reference, proposal=3)
+    assert accepted == proposed and passes == -(-len(reference) // 4)
+    noisy = ToyModel(noise=3.0)
+    proposed, accepted, passes = draft_rounds(noisy, window, reference, proposal=3)
+    assert accepted < proposed and passes > -(-len(reference) // 4)
+
+
+def test_publishing_replaces_the_output_only_when_complete(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+
+    def broken(directory):
+        directory.mkdir()
+        (directory / "half.txt").write_text("half")
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        publish_directory(broken, out)
+    assert (out / "old.txt").read_text() == "old"
+
+    def complete(directory):
+        directory.mkdir()
+        (directory / "new.txt").write_text("new")
+
+    publish_directory(complete, out)
+    assert [p.name for p in out.iterdir()] == ["new.txt"]
+
+
+def _crossspec(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def test_distill_without_input_or_with_a_missing_bag_exits_with_one_line(tmp_path):
+    nothing = _crossspec("distill", "--out", str(tmp_path / "d"))
+    assert nothing.returncode == 2 and "nothing to learn from" in nothing.stderr
+    missing = _crossspec("distill", "--bag", str(tmp_path / "nope"), "--out",
+                         str(tmp_path / "d"))
+    assert missing.returncode == 2
+    assert "no such bag" in missing.stderr and "Traceback" not in missing.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_one_run():
+    import json
+
+    run = _crossspec("eval-draft", "--windows", "3", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["windows"] == 3
+    for name in ("default", "undistilled", "distilled"):
+        assert 0.0 <= report[name]["acceptance"] <= 1.0
+        assert report[name]["accepted_per_pass"] >= 0.0
+    # the bundled distilled drafter learnt the verifier's phrasing (held out: 0.79 vs 0.08)
+    assert report["distilled"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
+
+
+def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():
+    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter
+
+    drafter = load_drafter(str(BUNDLED_PAIR / "distilled" / "drafter"))
+    assert drafter.query == "Describe the driving scene."
