@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -27,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from crossspec_ros.speculative.vocab import same_vocabulary
-from crossspec_ros.train.tiny_pair import drafter_loss
+from crossspec_ros.train.tiny_pair import drafter_loss, warmup_cosine
 
 MIN_WINDOWS = 16  # fewer labelled windows cannot fill one batch: nothing worth learning
 
@@ -141,12 +140,6 @@ def load_labels(path: Path, key: str) -> Labels | None:
 
 
 # -- training -------------------------------------------------------------------------------
-def _lr_factor(step: int, total: int, warmup: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(total - warmup, 1)))
-
-
 def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
     """The windows of step ``step``: a function of (seed, step) alone, so a resumed run
     draws the same batches."""
@@ -179,7 +172,7 @@ def finetune(drafter: Any, labels: Labels, config: DistillConfig,
         for step in range(start, config.steps):
             index = batch_indices(step, len(labels), config.batch_size, config.seed)
             for group in optimizer.param_groups:
-                group["lr"] = config.lr * _lr_factor(step, config.steps, config.warmup_steps)
+                group["lr"] = config.lr * warmup_cosine(step, config.steps, config.warmup_steps)
             loss, _ = drafter_loss(drafter, labels.drafter_pixels[index],
                                    [labels.captions[i] for i in index])
             optimizer.zero_grad(set_to_none=True)

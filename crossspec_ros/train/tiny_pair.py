@@ -78,7 +78,8 @@ def build_pair(config: PairConfig, words: list[str]) -> tuple[VideoLlavaVerifier
     return verifier, drafter
 
 
-def _schedule(step: int, total: int, warmup: int) -> float:
+def warmup_cosine(step: int, total: int, warmup: int) -> float:
+    """Learning-rate factor: linear warm-up, then cosine decay to 0 at ``total``."""
     if step < warmup:
         return (step + 1) / warmup
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(total - warmup, 1)))
@@ -166,7 +167,7 @@ def train_model(module: nn.Module, loss_fn: LossFn, pixels: torch.Tensor,
         index = order[cursor:cursor + batch_size]
         cursor += batch_size
         for group in optimizer.param_groups:
-            group["lr"] = lr * _schedule(step, steps, warmup)
+            group["lr"] = lr * warmup_cosine(step, steps, warmup)
         caption_loss, visual = loss_fn(pixels[index], [captions[i] for i in index.tolist()])
         loss = caption_loss
         if probe is not None and probe_labels is not None and probe_weight > 0:
