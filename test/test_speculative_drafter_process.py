@@ -66,3 +66,12 @@ def test_the_engine_fed_by_a_drafter_process_confirms_the_verifiers_own_caption(
 def test_a_drafter_process_that_cannot_load_says_why(tmp_path):
     with pytest.raises(RuntimeError, match="failed to load"):
         DrafterProcess(str(tmp_path / "no_drafter_here"))
+
+
+def test_the_process_looks_at_a_window_as_the_drafter_does_here(process, windows):
+    import torch
+
+    drafter = load_drafter("")
+    for window in windows:
+        here = drafter.window_state(drafter.prepare(window))
+        assert torch.allclose(process.look(window), here, atol=1e-5)

@@ -205,11 +205,12 @@ def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_o
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["windows"] == 3
-    for name in ("default", "undistilled", "distilled"):
+    for name in ("default", "undistilled", "distilled", "head"):
         assert 0.0 <= report[name]["acceptance"] <= 1.0
         assert report[name]["accepted_per_pass"] >= 0.0
     # the bundled distilled drafter learnt the verifier's phrasing (held out: 0.79 vs 0.08)
     assert report["distilled"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
+    assert report["head"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
 
 
 def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():
@@ -217,3 +218,25 @@ def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():
 
     drafter = load_drafter(str(BUNDLED_PAIR / "distilled" / "drafter"))
     assert drafter.query == "Describe the driving scene."
+
+
+def test_the_bundled_head_finds_the_drafter_it_reads_inside_the_package():
+    from crossspec_ros.models.pair import BUNDLED_PAIR, head_drafter_source, load_head
+
+    directory = BUNDLED_PAIR / "distilled_head" / "head"
+    assert head_drafter_source(directory) == str(BUNDLED_PAIR / "distilled" / "drafter")
+    head, drafter = load_head(directory)
+    assert head.config.context_dim == drafter.model.config.text.hidden_size
+
+
+def test_distill_head_writes_a_head_and_a_second_run_reuses_the_labels(tmp_path):
+    out = tmp_path / "head_out"
+    args = ("distill", "--method", "head", "--sim-windows", "16", "--steps", "3",
+            "--eval-windows", "0", "--workers", "1", "--out", str(out))
+    first = _crossspec(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (out / "head" / "head.safetensors").is_file() and (out / "distill.json").is_file()
+    assert (out / "loss.png").is_file()
+    second = _crossspec(*args)
+    assert second.returncode == 0
+    assert "16 windows from the cache" in second.stderr

@@ -12,6 +12,10 @@ settings of the live graph, ``process_tuning``):
   draft_only       the engine with the live drafter (always on) and suffix matches in its
                    draft only
   crossspec        the default policy: everything on
+  crossspec_head   with --head DIR: the suffix trie and a draft head (the drafter looks at
+                   the window once, on a thread; the head proposes in the verifier's)
+  crossspec_head_process
+                   the same, the drafter looking at the window in a process of its own
   crossspec_process
                    the default policy with the drafter in a process of its own, as the
                    graph's draft node runs it (CPU, bundled pair)
@@ -166,7 +170,8 @@ Runner = Callable[[Any], tuple[list[int], float, WindowStats | None]]
 def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: EngineConfig,
                  oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
                  distilled: CaptionModel | None = None,
-                 processes: dict[str, DrafterProcess] | None = None
+                 processes: dict[str, DrafterProcess] | None = None,
+                 head: tuple[Any, CaptionModel] | None = None
                  ) -> tuple[dict[str, Runner], dict[float, OracleDrafter]]:
     """name -> runner(window) -> (tokens, latency ms, engine stats or None)."""
     max_new = config.max_new_tokens
@@ -222,7 +227,23 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
                                              drafter_gate=False)))
             runners["crossspec_distilled"] = engine_runner(SpeculativeEngine(
                 verifier, distilled, config))
+        if head is not None:
+            runners["crossspec_head"] = engine_runner(SpeculativeEngine(
+                verifier, head[1], variant(proposers=("history_ngram", "draft_head")),
+                head=head[0]))
+        if head is not None and "_head" in (processes or {}):
+            process, head_engine = processes["_head"], SpeculativeEngine(
+                verifier, head[1], variant(proposers=("history_ngram", "draft_head")),
+                head=head[0])
+
+            def head_process(window: Any) -> tuple[list[int], float, WindowStats]:
+                result = head_engine.run_window(window, look=lambda: process.look(window))
+                return result.tokens, result.stats.confirmed_done_ms, result.stats
+
+            runners["crossspec_head_process"] = head_process
         for suffix, process in (processes or {}).items():
+            if suffix == "_head":
+                continue
             local = distilled if suffix == "_distilled" else drafter
             runners[f"crossspec{suffix}_process"] = process_runner(
                 SpeculativeEngine(verifier, local, config), process)
@@ -241,14 +262,14 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      oracle_acceptances: tuple[float, ...] = (), lookup_k: int = 4,
                      prompt_lookup: bool = True, warmup: int = 2,
                      log: Any = print, distilled: CaptionModel | None = None,
-                     processes: dict[str, DrafterProcess] | None = None
-                     ) -> dict[str, Any]:
+                     processes: dict[str, DrafterProcess] | None = None,
+                     head: tuple[Any, CaptionModel] | None = None) -> dict[str, Any]:
     """Run every mode on every window, in rotating order; returns the report dict."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
-                                    prompt_lookup, distilled, processes)
+                                    prompt_lookup, distilled, processes, head)
     modes = list(runners)
     runs = {mode: ModeRun() for mode in modes}
     t_start = time.perf_counter()
@@ -457,6 +478,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--distilled", type=Path, metavar="DIR",
                         help="also run a distilled drafter (crossspec distill's OUT/drafter): "
                         "modes draft_only_distilled and crossspec_distilled")
+    parser.add_argument("--head", type=Path, metavar="DIR",
+                        help="also run a draft head (crossspec distill --method head's "
+                        "OUT/head): mode crossspec_head (history + the head)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write engine.json, engine.md and engine.png into DIR")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
@@ -495,6 +519,11 @@ def run(args: argparse.Namespace) -> int:
         from crossspec_ros.models.pair import load_drafter
 
         distilled = load_drafter(str(args.distilled), device=device)
+    head = None
+    if args.head is not None:
+        from crossspec_ros.models.pair import head_drafter_source, load_head
+
+        head = load_head(args.head, device=device)
     processes: dict[str, DrafterProcess] = {}
     if args.models == "bundled" and device == "cpu":
         from crossspec_ros.models.pair import BUNDLED_PAIR
@@ -502,10 +531,12 @@ def run(args: argparse.Namespace) -> int:
         processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"))
         if args.distilled is not None:
             processes["_distilled"] = DrafterProcess(str(args.distilled))
+        if args.head is not None:  # the drafter whose window state the head reads
+            processes["_head"] = DrafterProcess(head_drafter_source(args.head))
     try:
         report = run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
-            distilled=distilled, processes=processes,
+            distilled=distilled, processes=processes, head=head,
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
             prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
             log=lambda s: print(s, file=sys.stderr, flush=True))

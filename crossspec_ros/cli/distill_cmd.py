@@ -12,6 +12,9 @@ from typing import Any
 UNDISTILLED = "drafter_undistilled"  # the bundled drafter before distillation, if it is
 #                                      ever replaced by a distilled default
 DISTILLED = "distilled/drafter"      # the bundled drafter distilled on simulated drives
+HEAD = "distilled_head/head"         # a draft head over the distilled drafter's window state
+METHOD_DEFAULTS = {"finetune": {"steps": 600, "batch_size": 16, "lr": 1e-3},
+                   "head": {"steps": 3000, "batch_size": 64, "lr": 3e-3}}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,12 +33,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="also N windows of simulated training drives (never the "
                          "held-out ones)")
     distill.add_argument("--out", type=Path, required=True, help="output directory")
-    distill.add_argument("--method", choices=("finetune",), default="finetune",
-                         help="finetune: the drafter's weights learn the verifier's captions")
+    distill.add_argument("--method", choices=tuple(METHOD_DEFAULTS), default="finetune",
+                         help="finetune: the drafter's weights learn the verifier's captions; "
+                         "head: a small draft head learns them from what the drafter saw "
+                         "(OUT/head; the drafter itself unchanged)")
     distill.add_argument("--seed", type=int, default=0)
-    distill.add_argument("--steps", type=int, default=600)
-    distill.add_argument("--batch-size", type=int, default=16)
-    distill.add_argument("--lr", type=float, default=1e-3)
+    distill.add_argument("--steps", type=int, help="optimizer steps (default: finetune "
+                         f"{METHOD_DEFAULTS['finetune']['steps']}, head "
+                         f"{METHOD_DEFAULTS['head']['steps']})")
+    distill.add_argument("--batch-size", type=int, help="windows per step (default: finetune "
+                         f"{METHOD_DEFAULTS['finetune']['batch_size']}, head "
+                         f"{METHOD_DEFAULTS['head']['batch_size']})")
+    distill.add_argument("--lr", type=float, help="peak learning rate (default: finetune "
+                         f"{METHOD_DEFAULTS['finetune']['lr']}, head "
+                         f"{METHOD_DEFAULTS['head']['lr']})")
     distill.add_argument("--max-new-tokens", type=int, default=48)
     distill.add_argument("--verifier-model", default="", help="Video-LLaVA directory "
                          "(default: the bundled tiny verifier)")
@@ -56,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--drafter", type=Path, help="a drafter directory to compare too "
                           "(default: the bundled distilled one)")
     evaluate.add_argument("--windows", type=int, default=100, help="held-out windows")
+    evaluate.add_argument("--head", type=Path, help="a draft head directory to compare too "
+                          "(default: the bundled one, if any)")
     evaluate.add_argument("--bag", type=Path, help="use this bag's windows instead")
     evaluate.add_argument("--proposal", type=int, default=8,
                           help="draft tokens proposed per round (default 8)")
@@ -124,6 +137,9 @@ def run_distill(args: argparse.Namespace) -> int:
     if not args.bag and args.sim_windows <= 0:
         return _fail("distill", "nothing to learn from: give --bag BAG (repeatable) and/or "
                      "--sim-windows N")
+    for name, value in METHOD_DEFAULTS[args.method].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.steps < 1 or args.batch_size < 1 or args.lr <= 0 or args.max_new_tokens < 1:
         return _fail("distill", "need --steps >= 1, --batch-size >= 1, --lr > 0 and "
                      "--max-new-tokens >= 1")
@@ -142,6 +158,7 @@ def run_distill(args: argparse.Namespace) -> int:
     import torch
 
     from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.models.draft_head import DraftHead, HeadConfig
     from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
     from crossspec_ros.train.data import TRAIN_EVENT_RENDER_HZ, training_keys
@@ -154,6 +171,8 @@ def run_distill(args: argparse.Namespace) -> int:
         load_labels,
         publish_directory,
         save_labels,
+        train_head,
+        window_states,
     )
 
     started = time.perf_counter()
@@ -192,13 +211,26 @@ def run_distill(args: argparse.Namespace) -> int:
 
     config = DistillConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size,
                            lr=args.lr)
+    checkpoint = cache / f"checkpoint-{args.method}.safetensors"
+    head = None
+    if args.method == "head":
+        with _progress(len(labels), "drafter window states") as bar:
+            contexts = window_states(drafter, labels, bar.update)
+        torch.manual_seed(args.seed)
+        head = DraftHead(HeadConfig(
+            context_dim=contexts.shape[1], vocab_size=verifier.info.vocab_size,
+            proposable_ids=verifier.info.proposable_ids,
+            eos_token_id=verifier.info.eos_token_id))
     with _progress(config.steps, "distilling") as bar:
         def progress(step: int, loss: float) -> None:
             bar.update(1)
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{loss:.3f}")
 
-        losses = finetune(drafter, labels, config, cache / "checkpoint.safetensors", progress)
+        if head is None:
+            losses = finetune(drafter, labels, config, checkpoint, progress)
+        else:
+            losses = train_head(head, contexts, labels, config, checkpoint, progress)
     train_s = time.perf_counter() - started - label_s
 
     card: dict[str, Any] = {
@@ -214,14 +246,30 @@ def run_distill(args: argparse.Namespace) -> int:
     if args.eval_windows > 0:
         held = heldout(args.eval_windows, args.workers)
         refs = references(verifier, drafter, held, args.max_new_tokens)
-        card["heldout"] = compare({"distilled": drafter,
-                                   "undistilled": load_drafter(drafter_source)}, held, refs, 8)
+        if head is None:
+            card["heldout"] = compare({"distilled": drafter,
+                                       "undistilled": load_drafter(drafter_source)},
+                                      held, refs, 8)
+        else:
+            card["heldout"] = compare({"drafter": drafter}, held, refs, 8)
+            card["heldout"]["head"] = _head_report(head, drafter, held, refs)
     card["total_s"] = round(time.perf_counter() - started, 1)
-    publish_directory(lambda tmp: _write_result(tmp, drafter, card, losses), args.out)
-    (cache / "checkpoint.safetensors").unlink(missing_ok=True)
+    publish_directory(lambda tmp: _write_result(tmp, drafter, head, card, losses,
+                                                args.drafter_model), args.out)
+    checkpoint.unlink(missing_ok=True)
     print(json.dumps(card, indent=2))
-    print(f"wrote {args.out}/drafter (use drafter_model:={args.out}/drafter)", file=sys.stderr)
+    what = "drafter" if head is None else "head"
+    print(f"wrote {args.out}/{what}", file=sys.stderr)
     return 0
+
+
+def _head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[int]],
+                 proposal: int = 8) -> dict[str, Any]:
+    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.train.evaluate import head_quality
+
+    with _progress(len(windows), "draft head") as bar:
+        return head_quality(head, drafter, windows, refs, proposal, bar.update)
 
 
 def _undistilled_dir(bundled: Path) -> Path:
@@ -229,13 +277,26 @@ def _undistilled_dir(bundled: Path) -> Path:
     return kept if kept.is_dir() else bundled / "drafter"
 
 
-def _write_result(directory: Path, drafter: Any, card: dict, losses: list[float]) -> None:
+def _write_result(directory: Path, drafter: Any, head: Any, card: dict, losses: list[float],
+                  drafter_source: str) -> None:
     from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
     from crossspec_ros.train.plots import plot_losses
 
-    save_eventgpt(drafter.model, directory / "drafter", tokenizer=drafter.tokenizer)
+    if head is None:
+        save_eventgpt(drafter.model, directory / "drafter", tokenizer=drafter.tokenizer)
+    else:  # the drafter whose window state it reads ("" = the bundled default; inside the
+        #     package: relative to its data directory, so the package can move)
+        from crossspec_ros.models.pair import BUNDLED_PAIR
+
+        source = Path(drafter_source).resolve() if drafter_source else None
+        if source is not None and source.is_relative_to(BUNDLED_PAIR):
+            drafter_source = str(source.relative_to(BUNDLED_PAIR))
+        elif source is not None:
+            drafter_source = str(source)
+        head.save(directory / "head", extra={"drafter": drafter_source})
     (directory / "distill.json").write_text(json.dumps(card, indent=2))
-    plot_losses({"drafter": losses}, directory / "loss.png", title="drafter distillation")
+    plot_losses({card["method"]: losses}, directory / "loss.png",
+                title=f"drafter distillation ({card['method']})")
 
 
 def run_eval_draft(args: argparse.Namespace) -> int:
@@ -268,6 +329,13 @@ def run_eval_draft(args: argparse.Namespace) -> int:
     if "undistilled" not in drafters:  # the default drafter is the undistilled one
         report["undistilled"] = report["default"]
         drafters["undistilled"] = drafters["default"]
+    head_dir = args.head or BUNDLED_PAIR / HEAD
+    if head_dir.is_dir():
+        from crossspec_ros.models.pair import load_head
+
+        head, head_drafter = load_head(head_dir)
+        report["head"] = _head_report(head, head_drafter, windows, refs, args.proposal)
+        drafters["head"] = head
     if args.json:
         print(json.dumps(report))
         return 0

@@ -147,6 +147,15 @@ class EventGPTDrafter(CaptionModel):
         return HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
                          self.device, self.stream)
 
+    def window_state(self, inputs: EventInputs) -> torch.Tensor:
+        """What the drafter saw: its language model's last hidden state at the end of the
+        prompt (after the final norm), float32 [hidden]; a draft head's input."""
+        with inference(self.device, self.stream):
+            out = self.model.language_model.model(inputs_embeds=self._embeds(inputs))
+            state = out.last_hidden_state[0, -1].float()
+        synchronize(self.device, self.stream)
+        return state
+
     def reference_generate(self, inputs: EventInputs,
                            max_new_tokens: int | None = None) -> list[int]:
         """Greedy decoding by transformers' ``generate`` on the same prompt embeddings."""

@@ -57,3 +57,21 @@ def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: boo
               "quantization": params["quantization"]}
     return (load_verifier(params["verifier_model"], **common) if verifier else None,
             load_drafter(params["drafter_model"], **common) if drafter else None)
+
+
+def load_head(directory: str | Path, device: str = "cpu") -> tuple[Any, EventGPTDrafter]:
+    """A draft head (``crossspec distill --method head``) and the drafter whose window state
+    it reads, as its head.json records it (a relative path: inside the bundled data)."""
+    from crossspec_ros.models.draft_head import DraftHead
+
+    return DraftHead.load(directory), load_drafter(head_drafter_source(directory),
+                                                   device=device)
+
+
+def head_drafter_source(directory: str | Path) -> str:
+    """The drafter a draft head reads, as its head.json records it ("": the bundled one;
+    a relative path: inside the bundled data)."""
+    source = json.loads((Path(directory) / "head.json").read_text()).get("drafter", "")
+    if source and not Path(source).is_absolute():
+        source = str(BUNDLED_PAIR / source)
+    return source

@@ -108,6 +108,7 @@ class ProposalPolicy:
       draft_stream   the live draft's continuation of the confirmed caption (a chain)
       draft_ngram    suffix matches in this window's draft (re-aligns after a mismatch)
       history_ngram  suffix matches in the previous windows' confirmed captions
+      draft_head     a draft head's continuation (``speculative/head.py``), as a chain
     Each node's probability is its proposer's measured per-token acceptance to the power of
     its depth, times the suffix trie's count ratios. The tree keeps the most probable nodes
     while one more node adds more expected tokens than it costs (the verifier's measured
@@ -125,27 +126,31 @@ class ProposalPolicy:
         self._draft_index: tuple[list[int], SuffixIndex] | None = None
 
     def propose(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
-                history: SuffixIndex, room: int) -> DraftTree:
+                history: SuffixIndex, room: int,
+                chains: dict[str, list[int]] | None = None) -> DraftTree:
         """The draft tree for this round (empty: decode plainly). ``draft``: this window's
         draft in verifier ids from caption position ``draft_base`` on, or None; ``room``:
-        tokens the caption may still take."""
-        tree = self._gather(confirmed, draft, draft_base, history, room)
+        tokens the caption may still take; ``chains``: continuations of ``confirmed`` by
+        proposers that run a model (``draft_head``), by proposer name."""
+        tree = self._gather(confirmed, draft, draft_base, history, room, chains)
         return tree.pruned(self._worth_keeping(tree))
 
     def propose_first(self, draft: Sequence[int] | None, draft_base: int,
-                      history: SuffixIndex, room: int, proposable: int) -> DraftTree:
+                      history: SuffixIndex, room: int, proposable: int,
+                      chains: dict[str, list[int]] | None = None) -> DraftTree:
         """The chain fed with the prompt in the prefill's own forward pass: the likeliest
         caption start (a chain, since the prefill's causal mask checks a chain as it is).
         Not pruned by cost: next to a prompt of hundreds of tokens a few more cost next to
         nothing, and a window captioned like the last one is confirmed in that one pass.
         It stops before an id >= ``proposable``: in a prompt, the model's image or video
         placeholder would be taken for a slot of visual features."""
-        path = self._gather((), draft, draft_base, history, room).best_path()
+        path = self._gather((), draft, draft_base, history, room, chains).best_path()
         stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
         return path.pruned(stop)
 
     def _gather(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
-                history: SuffixIndex, room: int) -> DraftTree:
+                history: SuffixIndex, room: int,
+                chains: dict[str, list[int]] | None = None) -> DraftTree:
         """Every proposer's candidates after ``confirmed`` in one tree (not yet pruned)."""
         depth = min(self.max_depth, room - 1)
         tree = DraftTree()
@@ -162,6 +167,10 @@ class ProposalPolicy:
                 index = self._index_of_draft(draft)
                 self._offered[name] = index.propose(confirmed, tree, name, per_token=rate,
                                                     max_nodes=self.max_nodes, max_depth=depth)
+            elif chains and chains.get(name):
+                chain = chains[name][:depth]
+                tree.add_chain(chain, name, [rate ** (k + 1) for k in range(len(chain))])
+                self._offered[name] = chain
             elif name == "history_ngram":
                 self._offered[name] = history.propose(confirmed, tree, name, per_token=rate,
                                                       max_nodes=self.max_nodes,

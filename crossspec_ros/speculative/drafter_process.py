@@ -82,6 +82,8 @@ class DrafterProcess:
         self._idle.set()
         self.first_token_ms: float = float("nan")  # of the latest window, child's clock
         self.error: str | None = None
+        self._looked = threading.Event()      # look(): the child's reply arrived
+        self._look: tuple[int, Any] | None = None
         if not self._conn.poll(READY_TIMEOUT_S):
             self.close()
             raise RuntimeError(f"the drafter process did not start within {READY_TIMEOUT_S} s")
@@ -112,6 +114,31 @@ class DrafterProcess:
             _send(self._conn, header, [getattr(events, name) for name in _ARRAYS])
         return channel
 
+    def look(self, window: Any, timeout: float = 10.0) -> Any:
+        """What the drafter sees in ``window`` (``window_state``: a float32 tensor), computed
+        in the child: a draft head's input at no cost to this process. Blocks until it is
+        there (call it from a thread of its own)."""
+        import torch
+
+        if not self._idle.wait(timeout=timeout):
+            raise RuntimeError("the drafter process did not finish its previous window")
+        window_id = int(getattr(window, "id", 0))
+        events = window.events
+        self._looked.clear()
+        header = {"kind": "look", "window": window_id, "width": events.width,
+                  "height": events.height,
+                  "dtypes": [str(getattr(events, name).dtype) for name in _ARRAYS]}
+        with self._send_lock:
+            _send(self._conn, header, [getattr(events, name) for name in _ARRAYS])
+        if not self._looked.wait(timeout=timeout) or self._look is None:
+            raise RuntimeError("the drafter process did not answer")
+        looked_id, state = self._look
+        if isinstance(state, str):
+            raise RuntimeError(state)
+        if looked_id != window_id:
+            raise RuntimeError("the drafter process answered for another window")
+        return torch.from_numpy(state.copy())
+
     def _post(self, message: dict) -> None:
         with self._send_lock:
             _send(self._conn, message)
@@ -127,6 +154,11 @@ class DrafterProcess:
             kind = message["kind"]
             if kind == "stopped":
                 self._idle.set()
+            elif kind == "state":
+                payload = self._conn.recv_bytes()
+                self._look = (message["window"], message.get("error") or
+                              np.frombuffer(payload, dtype=np.float32))
+                self._looked.set()
             elif channel is None or message.get("window") != channel.window_id:
                 continue  # a late message of an earlier window
             elif kind == "draft":
@@ -185,6 +217,10 @@ def _serve(conn: Any, source: str, device: str, dtype: str) -> None:
             arrays = [np.frombuffer(conn.recv_bytes(), dtype=dt)
                       for dt in message["dtypes"]]
             window = _ChildWindow(drafter, message, arrays, conn, send_lock)
+        elif kind == "look":
+            arrays = [np.frombuffer(conn.recv_bytes(), dtype=dt)
+                      for dt in message["dtypes"]]
+            _answer_look(drafter, message, arrays, conn, send_lock)
         elif window is not None and message.get("window") == window.id:
             if kind == "confirmed":
                 window.channel.push_confirmed(message["tokens"], message["lookahead"])
@@ -195,6 +231,22 @@ def _serve(conn: Any, source: str, device: str, dtype: str) -> None:
                     _send(conn, {"kind": "stopped"})
     if window is not None:
         window.finish()
+
+
+def _answer_look(drafter: Any, header: dict, arrays: list[np.ndarray], conn: Any,
+                 send_lock: threading.Lock) -> None:
+    from crossspec_ros.events.batch import EventBatch
+
+    reply: dict = {"kind": "state", "window": int(header["window"])}
+    state = np.zeros(0, dtype=np.float32)
+    try:
+        events = EventBatch(*arrays, int(header["width"]), int(header["height"]))
+        window = RemoteWindow(reply["window"], events)
+        state = drafter.window_state(drafter.prepare(window)).numpy().astype(np.float32)
+    except Exception as err:  # the parent raises it where it asked
+        reply["error"] = f"{type(err).__name__}: {err}"
+    with send_lock:
+        _send(conn, reply, [state])
 
 
 class _ChildWindow:

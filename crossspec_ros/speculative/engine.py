@@ -36,10 +36,12 @@ from typing import Any
 import torch
 
 from crossspec_ros.models.base import CaptionModel, ModelSession
+from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.speculative.adaptive import DrafterGate, ProposalPolicy
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.head import HeadRun
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.suffix import SuffixIndex
 from crossspec_ros.speculative.verify import (
@@ -78,7 +80,8 @@ class EngineConfig:
         if self.max_new_tokens < 1 or self.max_proposal < 0 or self.max_tree_nodes < 0:
             raise ValueError("max_new_tokens must be >= 1, max_proposal and max_tree_nodes "
                              ">= 0")
-        unknown = set(self.proposers) - {"draft_stream", "draft_ngram", "history_ngram"}
+        unknown = set(self.proposers) - {"draft_stream", "draft_ngram", "history_ngram",
+                                         "draft_head"}
         if unknown:
             raise ValueError(f"unknown proposers {sorted(unknown)}")
 
@@ -101,11 +104,12 @@ class SpeculativeEngine:
     """Runs drafter and verifier on one window at a time; see the module docstring."""
 
     def __init__(self, verifier: CaptionModel, drafter: CaptionModel | None = None,
-                 config: EngineConfig | None = None) -> None:
+                 config: EngineConfig | None = None, head: DraftHead | None = None) -> None:
         """``drafter``: run locally, or only its tokenizer and info are used when drafts come
         through ``run_window(draft=...)`` from a draft node; None: drafts from elsewhere share
-        the verifier's ids (the EventGPT family does)."""
-        self.verifier, self.drafter = verifier, drafter
+        the verifier's ids (the EventGPT family does). ``head``: a draft head reading the
+        drafter's window state (proposer ``draft_head``)."""
+        self.verifier, self.drafter, self.head = verifier, drafter, head
         self.config = config or EngineConfig()
         assign_cuda_streams(verifier, drafter)
         self.bridge: VocabularyBridge = make_bridge(verifier, drafter)
@@ -119,13 +123,15 @@ class SpeculativeEngine:
 
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
-                   t_close: float | None = None, draft: DraftChannel | None = None
-                   ) -> WindowResult:
+                   t_close: float | None = None, draft: DraftChannel | None = None,
+                   look: Callable[[], torch.Tensor] | None = None) -> WindowResult:
         """Decode one window; ``on_event`` sees draft/confirmed events as they happen (from
         the engine's threads). Times are ms after ``t_close`` (time.monotonic(), default now).
 
         ``draft``: a channel fed by a drafter elsewhere (a draft node); no local drafter runs
         then, and ``self.drafter`` only needs ``tokenizer`` and ``info`` (for bridging).
+        ``look``: where the draft head's window state comes from (default: the local
+        drafter, on a thread; e.g. ``DrafterProcess.look``).
         """
         t_close = time.monotonic() if t_close is None else t_close
         window_id = int(getattr(window, "id", 0))
@@ -135,8 +141,14 @@ class SpeculativeEngine:
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
-        local_draft = self.drafter is not None and draft is None and (
+        proposers = set(self.config.proposers)
+        local_draft = self.drafter is not None and draft is None and bool(
+            proposers & {"draft_stream", "draft_ngram"}) and (
             not (self.config.adaptive and self.config.drafter_gate) or self.gate.should_draft())
+        head_run = None
+        if self.head is not None and "draft_head" in proposers and (
+                look is not None or self.drafter is not None):
+            head_run = HeadRun(self.head, look or HeadRun.local_look(self.drafter, window))
         if local_draft:
             drafter_thread = threading.Thread(
                 target=run_drafter, name=f"crossspec-drafter-{window_id}", daemon=True,
@@ -144,11 +156,15 @@ class SpeculativeEngine:
             drafter_thread.start()
         sessions: dict[str, ModelSession] = {}
         try:
-            tokens = self._verify(window, channel, emit, stats, sessions)
+            tokens = self._verify(window, channel, emit, stats, sessions, head_run)
         finally:
             channel.stop()
             if drafter_thread is not None:
                 drafter_thread.join()
+            if head_run is not None:
+                head_run.join()
+        if head_run is not None and head_run.error is not None:
+            emit(EventKind.DRAFT_ERROR, text=f"draft head: {head_run.error}")
         text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
         self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
         draft_tokens, _ = channel.snapshot()
@@ -225,7 +241,8 @@ class SpeculativeEngine:
 
     # ---------------------------------------------------------------- verifier
     def _verify(self, window: Any, channel: DraftChannel, emit: Callable[..., None],
-                stats: WindowStats, sessions: dict[str, ModelSession]) -> list[int]:
+                stats: WindowStats, sessions: dict[str, ModelSession],
+                head_run: HeadRun | None = None) -> list[int]:
         cfg, eos = self.config, self.verifier.info.eos_token_id
         generator = self._generator(window)
         t0 = time.perf_counter()
@@ -236,7 +253,8 @@ class SpeculativeEngine:
         # prompt): a window captioned like an earlier one is confirmed in that one pass.
         draft, base = self._draft_in_verifier_ids(channel, [])
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
-                                          self.verifier.info.proposable_ids)
+                                          self.verifier.info.proposable_ids,
+                                          self._model_chains(head_run, []))
         session, rows = self.verifier.prefill_with_proposal(inputs, first.tokens)
         sessions["verifier"] = session
         stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
@@ -253,7 +271,8 @@ class SpeculativeEngine:
         while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
             room = cfg.max_new_tokens - len(confirmed)
             draft, base = self._draft_in_verifier_ids(channel, confirmed)
-            tree = self.policy.propose(confirmed, draft, base, self.history, room)
+            tree = self.policy.propose(confirmed, draft, base, self.history, room,
+                                       self._model_chains(head_run, confirmed))
             t_round = time.perf_counter()
             branching = use_trees and not tree.is_chain()
             if branching:
@@ -289,6 +308,13 @@ class SpeculativeEngine:
             return verify_greedy(proposal, rows)
         return verify_sampling(proposal, rows, temperature=self.config.temperature,
                                generator=generator)
+
+    def _model_chains(self, head_run: HeadRun | None, confirmed: list[int]
+                      ) -> dict[str, list[int]]:
+        """Continuations of ``confirmed`` from proposers that run a model in this thread."""
+        if head_run is None:
+            return {}
+        return {"draft_head": head_run.chain(confirmed, self.config.max_proposal)}
 
     def _draft_in_verifier_ids(self, channel: DraftChannel, confirmed: list[int]
                                ) -> tuple[list[int] | None, int]:

@@ -4,7 +4,9 @@ The verifier labels the user's own windows for free: its greedy caption of a win
 exactly what the engine will confirm, so it is the target a drafter must predict from its
 own input (the events). ``finetune`` trains the drafter's weights on those captions
 (sequence-level distillation: next-token cross-entropy on the verifier's tokens, in the
-drafter's ids; a drafter with another tokenizer gets them re-tokenized through their text).
+drafter's ids; a drafter with another tokenizer gets them re-tokenized through their text);
+``head`` trains a small draft head (``models/draft_head.py``) on the verifier's own ids from
+what the frozen drafter saw of each window.
 
 Everything here is deterministic from the seed and resumable: the batch at step s comes
 from a permutation seeded by (seed, epoch), and a checkpoint (weights + AdamW moments, in
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.speculative.vocab import same_vocabulary
 from crossspec_ros.train.tiny_pair import drafter_loss, warmup_cosine
 
@@ -54,6 +57,7 @@ class Labels:
     drafter_pixels: torch.Tensor         # [N, images, 3, S, S] float16
     captions: list[list[int]]            # the verifier's greedy caption, drafter ids
     skipped: dict[str, int] = field(default_factory=dict)  # why windows were left out
+    verifier_tokens: list[list[int]] = field(default_factory=list)  # the same, verifier ids
 
     def __len__(self) -> int:
         return len(self.captions)
@@ -79,6 +83,7 @@ def label_windows(verifier: Any, drafter: Any, windows: Iterable[Any], max_new_t
     drafter. Windows without RGB frames or without events are counted and left out."""
     pixels: list[torch.Tensor] = []
     captions: list[list[int]] = []
+    own: list[list[int]] = []
     skipped: dict[str, int] = {}
     for window in windows:
         events = getattr(window, "events", None)
@@ -90,11 +95,12 @@ def label_windows(verifier: Any, drafter: Any, windows: Iterable[Any], max_new_t
             tokens = verifier.generate_greedy(verifier.prepare(window), max_new_tokens)
             pixels.append(drafter.prepare(window).pixel_values.half())
             captions.append(to_drafter_ids(verifier, drafter, tokens))
+            own.append(list(tokens))
         if progress:
             progress(1)
     if not captions:
         return Labels(torch.zeros((0,)), [], skipped)
-    return Labels(torch.stack(pixels), captions, skipped)
+    return Labels(torch.stack(pixels), captions, skipped, own)
 
 
 # -- the label cache ------------------------------------------------------------------------
@@ -114,14 +120,23 @@ def labels_key(sources: list[str], verifier_dir: str, drafter_dir: str,
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), -1, dtype=torch.int64)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=torch.int64)
+    return out
+
+
+def _unpadded(rows: torch.Tensor) -> list[list[int]]:
+    return [[int(t) for t in row if t >= 0] for row in rows.tolist()]
+
+
 def save_labels(labels: Labels, path: Path, key: str) -> None:
-    width = max(len(c) for c in labels.captions)
-    captions = torch.full((len(labels), width), -1, dtype=torch.int64)
-    for i, caption in enumerate(labels.captions):
-        captions[i, :len(caption)] = torch.tensor(caption, dtype=torch.int64)
+    tensors = {"drafter_pixels": labels.drafter_pixels.contiguous(),
+               "captions": _padded(labels.captions),
+               "verifier_tokens": _padded(labels.verifier_tokens)}
     _atomic(path, lambda tmp: save_file(
-        {"drafter_pixels": labels.drafter_pixels.contiguous(), "captions": captions}, tmp,
-        metadata={"key": key, "skipped": json.dumps(labels.skipped)}))
+        tensors, tmp, metadata={"key": key, "skipped": json.dumps(labels.skipped)}))
 
 
 def load_labels(path: Path, key: str) -> Labels | None:
@@ -135,8 +150,10 @@ def load_labels(path: Path, key: str) -> Labels | None:
     if metadata.get("key") != key:
         return None
     tensors = load_file(str(path))
-    captions = [[int(t) for t in row if t >= 0] for row in tensors["captions"].tolist()]
-    return Labels(tensors["drafter_pixels"], captions, json.loads(metadata["skipped"]))
+    if "verifier_tokens" not in tensors:  # written before heads were trained: label again
+        return None
+    return Labels(tensors["drafter_pixels"], _unpadded(tensors["captions"]),
+                  json.loads(metadata["skipped"]), _unpadded(tensors["verifier_tokens"]))
 
 
 # -- training -------------------------------------------------------------------------------
@@ -155,14 +172,67 @@ def finetune(drafter: Any, labels: Labels, config: DistillConfig,
     """Train the drafter's weights on the verifier's captions; returns the loss per step.
     With ``checkpoint``: resumes from it when it matches this run, and writes it every
     ``config.checkpoint_every`` steps."""
+    _check_enough(labels)
+
+    def loss_of(index: list[int]) -> torch.Tensor:
+        return drafter_loss(drafter, labels.drafter_pixels[index],
+                            [labels.captions[i] for i in index])[0]
+
+    return _train(drafter.model, loss_of, len(labels), config, checkpoint, progress)
+
+
+def window_states(drafter: Any, labels: Labels,
+                  progress: Callable[[int], None] | None = None) -> torch.Tensor:
+    """[N, hidden] what the (frozen) drafter saw in each labelled window."""
+    from crossspec_ros.models.eventgpt_drafter import EventInputs
+
+    prompt = drafter.prompt_ids()
+    states = []
+    for pixels in labels.drafter_pixels:
+        states.append(drafter.window_state(EventInputs(prompt, pixels.float())))
+        if progress:
+            progress(1)
+    return torch.stack(states)
+
+
+def train_head(head: DraftHead, contexts: torch.Tensor, labels: Labels,
+               config: DistillConfig, checkpoint: Path | None = None,
+               progress: Callable[[int, float], None] | None = None) -> list[float]:
+    """Train a draft head on the verifier's captions (its own ids) from the drafter's window
+    states ``contexts`` (``window_states``); resumable like ``finetune``."""
+    _check_enough(labels)
+    if len(labels.verifier_tokens) != len(labels):
+        raise DistillError("these labels have no verifier tokens; label the windows again")
+
+    def loss_of(index: list[int]) -> torch.Tensor:
+        rows = [labels.verifier_tokens[i] for i in index]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), head.config.eos_token_id, dtype=torch.long)
+        targets = torch.full((len(rows), width), -100, dtype=torch.long)
+        for k, row in enumerate(rows):
+            ids[k, :len(row)] = torch.tensor(row)
+            targets[k, :len(row)] = torch.tensor(row)
+        logits = head(contexts[index], ids)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    return _train(head, loss_of, len(labels), config, checkpoint, progress)
+
+
+def _check_enough(labels: Labels) -> None:
     if len(labels) < MIN_WINDOWS:
         raise DistillError(f"{len(labels)} labelled windows; distillation needs at least "
                            f"{MIN_WINDOWS}")
+
+
+def _train(model: torch.nn.Module, loss_of: Callable[[list[int]], torch.Tensor], n: int,
+           config: DistillConfig, checkpoint: Path | None,
+           progress: Callable[[int, float], None] | None) -> list[float]:
+    """AdamW over deterministic batches (``batch_indices``) with warm-up and cosine decay;
+    checkpointed and resumable. Returns the loss per step."""
     torch.manual_seed(config.seed)
-    model = drafter.model
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
-    run_key = hashlib.sha256(json.dumps([asdict(config), len(labels)]).encode()).hexdigest()
+    run_key = hashlib.sha256(json.dumps([asdict(config), n]).encode()).hexdigest()
     losses: list[float] = []
     start = 0
     if checkpoint is not None and checkpoint.is_file():
@@ -170,11 +240,9 @@ def finetune(drafter: Any, labels: Labels, config: DistillConfig,
     model.train()
     try:
         for step in range(start, config.steps):
-            index = batch_indices(step, len(labels), config.batch_size, config.seed)
             for group in optimizer.param_groups:
                 group["lr"] = config.lr * warmup_cosine(step, config.steps, config.warmup_steps)
-            loss, _ = drafter_loss(drafter, labels.drafter_pixels[index],
-                                   [labels.captions[i] for i in index])
+            loss = loss_of(batch_indices(step, n, config.batch_size, config.seed))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -146,3 +146,37 @@ def draft_quality(drafter: Any, windows: list[Any], references: list[list[int]],
         "exact_caption_rate": round(exact / max(len(windows), 1), 4),
         "proposal": proposal,
     }
+
+
+@torch.inference_mode()
+def head_quality(head: Any, drafter: Any, windows: list[Any], references: list[list[int]],
+                 proposal: int = 8, progress: Callable[[int], None] | None = None
+                 ) -> dict[str, Any]:
+    """``draft_quality`` for a draft head (``references`` in the verifier's ids): its
+    chains proposed in rounds, its teacher-forced agreement and whole captions."""
+    proposed = accepted = passes = tf_ok = tf_n = exact = 0
+    for window, reference in zip(windows, references, strict=True):
+        context = drafter.window_state(drafter.prepare(window))
+        confirmed, state = 0, None
+        while confirmed < len(reference):
+            chain, state = head.propose(context, reference[:confirmed],
+                                        min(proposal, len(reference) - confirmed), state)
+            n = 0
+            while n < len(chain) and chain[n] == reference[confirmed + n]:
+                n += 1
+            proposed, accepted, passes = proposed + len(chain), accepted + n, passes + 1
+            confirmed = min(confirmed + n + 1, len(reference))
+        logits = head(context[None], torch.tensor([reference]))[0]
+        tf_ok += int((logits.argmax(-1) == torch.tensor(reference)).sum())
+        tf_n += len(reference)
+        whole, _ = head.propose(context, [], len(reference))
+        exact += whole == reference
+        if progress:
+            progress(1)
+    return {
+        "acceptance": round(accepted / max(proposed, 1), 4),
+        "accepted_per_pass": round(accepted / max(passes, 1), 3),
+        "token_agreement": round(tf_ok / max(tf_n, 1), 4),
+        "exact_caption_rate": round(exact / max(len(windows), 1), 4),
+        "proposal": proposal,
+    }
