@@ -7,13 +7,12 @@ import copy
 import numpy as np
 import pytest
 import torch
+from synthetic_windows import random_window
 
-from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.models.draft_head import DraftHead, HeadConfig
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.events import EventKind
-from crossspec_ros.sync.window import StampedFrame, Window
 from crossspec_ros.train.distill import DistillConfig, label_windows, train_head, window_states
 
 
@@ -50,21 +49,11 @@ def test_a_saved_head_loads_with_the_same_proposals(tmp_path):
     assert back.propose(context, [5, 6], 8)[0] == head.propose(context, [5, 6], 8)[0]
 
 
-def _window(seed: int) -> Window:
-    rng = np.random.default_rng(seed)
-    n = 300
-    batch = EventBatch(np.sort(rng.integers(0, 10**9, n)), rng.integers(0, 48, n),
-                       rng.integers(0, 36, n), rng.integers(0, 2, n), 48, 36)
-    frames = [StampedFrame(i * 10**8, rng.integers(0, 256, (36, 48, 3), dtype=np.uint8))
-              for i in range(8)]
-    return Window(seed, 0, 10**9, batch, frames, n_distinct_frames=8)
-
-
 @pytest.fixture(scope="module")
 def trained():
     verifier = tiny_verifier(seed=1, init_range=0.3)
     drafter = tiny_eventgpt_drafter(seed=2, init_range=0.3)
-    labels = label_windows(verifier, drafter, [_window(s) for s in range(16)], 8)
+    labels = label_windows(verifier, drafter, [random_window(s) for s in range(16)], 8)
     contexts = window_states(drafter, labels)
     info = verifier.info
     torch.manual_seed(0)
@@ -94,7 +83,7 @@ def test_the_engine_with_a_head_proposes_from_it_and_stays_lossless(trained):
         max_new_tokens=8, proposers=("history_ngram", "draft_head")), head=head)
     proposed = 0
     for seed in range(6):
-        window = _window(seed % 3)  # windows seen in training: the head knows them
+        window = random_window(seed % 3)  # windows seen in training: the head knows them
         result = engine.run_window(window)
         assert result.tokens == verifier.reference_generate(verifier.prepare(window), 8)
         proposed += result.stats.proposed.get("draft_head", 0)
@@ -113,8 +102,8 @@ def test_a_head_whose_drafter_fails_stays_silent_and_says_why(trained):
 
     engine = SpeculativeEngine(verifier, Broken(), EngineConfig(
         max_new_tokens=8, proposers=("draft_head",)), head=head)
-    result = engine.run_window(_window(0))
-    assert result.tokens == verifier.reference_generate(verifier.prepare(_window(0)), 8)
+    result = engine.run_window(random_window(0))
+    assert result.tokens == verifier.reference_generate(verifier.prepare(random_window(0)), 8)
     errors = [e.text for e in result.events if e.kind is EventKind.DRAFT_ERROR]
     assert errors and "events unreadable" in errors[0]
     assert result.stats.proposed.get("draft_head", 0) == 0

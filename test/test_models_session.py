@@ -5,22 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from synthetic_windows import random_window
 
-from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_llava_drafter, tiny_verifier
-from crossspec_ros.sync.window import StampedFrame, Window
 
 ATOL = 1e-5
-
-
-def _window(seed: int = 0) -> Window:
-    rng = np.random.default_rng(seed)
-    n = 400
-    events = EventBatch(np.sort(rng.integers(0, 10**9, n)), rng.integers(0, 48, n),
-                        rng.integers(0, 36, n), rng.integers(0, 2, n), 48, 36)
-    frames = [StampedFrame(i * 10**8, rng.integers(0, 256, (36, 48, 3), dtype=np.uint8))
-              for i in range(8)]
-    return Window(0, 0, 10**9, events, frames, n_distinct_frames=8)
 
 
 BACKENDS = {
@@ -33,7 +22,7 @@ BACKENDS = {
 @pytest.fixture(scope="module", params=sorted(BACKENDS))
 def model_and_inputs(request):
     model = BACKENDS[request.param]()
-    return model, model.prepare(_window())
+    return model, model.prepare(random_window())
 
 
 def _tokens(model, n: int, seed: int) -> list[int]:

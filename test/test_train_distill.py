@@ -8,15 +8,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
+from synthetic_windows import random_window
 from toy_models import ToyModel, ToyWindow
 
-from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
-from crossspec_ros.sync.window import StampedFrame, Window
 from crossspec_ros.train.distill import (
     DistillConfig,
     DistillError,
@@ -32,16 +30,6 @@ from crossspec_ros.train.distill import (
 from crossspec_ros.train.evaluate import draft_rounds
 
 
-def _window(seed: int, events: bool = True, frames: bool = True) -> Window:
-    rng = np.random.default_rng(seed)
-    n = 300 if events else 0
-    batch = EventBatch(np.sort(rng.integers(0, 10**9, n)), rng.integers(0, 48, n),
-                       rng.integers(0, 36, n), rng.integers(0, 2, n), 48, 36)
-    shots = [StampedFrame(i * 10**8, rng.integers(0, 256, (36, 48, 3), dtype=np.uint8))
-             for i in range(8)] if frames else []
-    return Window(seed, 0, 10**9, batch, shots, n_distinct_frames=len(shots))
-
-
 @pytest.fixture(scope="module")
 def pair():
     return tiny_verifier(seed=1, init_range=0.3), tiny_eventgpt_drafter(seed=2, init_range=0.3)
@@ -50,7 +38,7 @@ def pair():
 @pytest.fixture(scope="module")
 def labels(pair):
     verifier, drafter = pair
-    return label_windows(verifier, drafter, [_window(s) for s in range(18)], max_new_tokens=6)
+    return label_windows(verifier, drafter, [random_window(s) for s in range(18)], max_new_tokens=6)
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -59,7 +47,8 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def test_labels_are_the_verifiers_greedy_captions_and_unusable_windows_are_counted(pair):
     verifier, drafter = pair
-    windows = [_window(0), _window(1, events=False), _window(2, frames=False), _window(3)]
+    windows = [random_window(0), random_window(1, events=False),
+               random_window(2, frames=False), random_window(3)]
     got = label_windows(verifier, drafter, windows, max_new_tokens=6)
     assert len(got) == 2
     assert got.skipped == {"no events": 1, "no RGB frames": 1}
@@ -137,7 +126,7 @@ def test_a_distilled_drafter_never_changes_the_confirmed_caption(pair, labels):
     engine = SpeculativeEngine(verifier, distilled, EngineConfig(
         max_new_tokens=10, drafter_gate=False))
     for seed in range(4):
-        window = _window(100 + seed)
+        window = random_window(100 + seed)
         reference = verifier.reference_generate(verifier.prepare(window), 10)
         assert engine.run_window(window).tokens == reference
 

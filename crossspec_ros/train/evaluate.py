@@ -139,13 +139,7 @@ def draft_quality(drafter: Any, windows: list[Any], references: list[list[int]],
         exact += drafter.generate_greedy(drafter.prepare(window), len(reference)) == reference
         if progress:
             progress(1)
-    return {
-        "acceptance": round(accepted / max(proposed, 1), 4),
-        "accepted_per_pass": round(accepted / max(passes, 1), 3),
-        "token_agreement": round(tf_ok / max(tf_n, 1), 4),
-        "exact_caption_rate": round(exact / max(len(windows), 1), 4),
-        "proposal": proposal,
-    }
+    return _quality(proposed, accepted, passes, tf_ok, tf_n, exact, len(windows), proposal)
 
 
 @torch.inference_mode()
@@ -173,10 +167,15 @@ def head_quality(head: Any, drafter: Any, windows: list[Any], references: list[l
         exact += whole == reference
         if progress:
             progress(1)
+    return _quality(proposed, accepted, passes, tf_ok, tf_n, exact, len(windows), proposal)
+
+
+def _quality(proposed: int, accepted: int, passes: int, tf_ok: int, tf_n: int, exact: int,
+             windows: int, proposal: int) -> dict[str, Any]:
     return {
         "acceptance": round(accepted / max(proposed, 1), 4),
         "accepted_per_pass": round(accepted / max(passes, 1), 3),
         "token_agreement": round(tf_ok / max(tf_n, 1), 4),
-        "exact_caption_rate": round(exact / max(len(windows), 1), 4),
+        "exact_caption_rate": round(exact / max(windows, 1), 4),
         "proposal": proposal,
     }
