@@ -6,6 +6,9 @@ import os
 import sys
 from pathlib import Path
 
+# The bundled tiny model pair (crossspec train-tiny) and what was distilled from it.
+BUNDLED_PAIR = Path(__file__).resolve().parent / "data" / "tiny_pair"
+
 # The bundled sample bag (a rosbag2 directory; see rosbags/README.md): in the source tree, or
 # in share/crossspec/rosbags of a colcon install.
 _SOURCE_SAMPLE_BAG = Path(__file__).resolve().parents[1] / "rosbags" / "sample"

@@ -47,3 +47,34 @@ def test_installed_console_script_runs():
     result = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "--version"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.startswith("crossspec ")
+
+
+def test_node_kind_help_prints_help_instead_of_starting_the_node(capsys):
+    assert main(["node", "composed", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: crossspec node")
+
+
+def test_building_the_command_line_imports_no_model_or_ros_library():
+    # what keeps `crossspec --help` and every subcommand's help well under a second
+    code = ("import sys; from crossspec_ros.cli.main import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'transformers', 'rclpy') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]"
+
+
+def test_model_loading_is_quiet_unless_verbose():
+    import os
+
+    from crossspec_ros.paths import sample_bag
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    command = [sys.executable, "-m", "crossspec_ros.cli.main", "caption", str(sample_bag()),
+               "--max-windows", "1"]
+    quiet = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "Loading weights" not in quiet.stderr and "model of type" not in quiet.stderr
+    loud = subprocess.run([*command, "--verbose"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert loud.returncode == 0 and "Loading weights" in loud.stderr

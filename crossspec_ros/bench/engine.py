@@ -1,41 +1,9 @@
-"""`crossspec bench engine`: every way of captioning a window, side by side, in one run.
-
-Modes (every one on every window; the order rotates per window so drift and noise hit all
-alike; the first ``--warmup`` windows run but are not counted; the process has the thread
-settings of the live graph, ``process_tuning``):
-  hf_generate      transformers ``generate`` on the verifier: what a user would write instead
-  verifier_alone   crossspec's plain greedy loop (one forward per token)
-  prompt_lookup    transformers prompt-lookup decoding (``prompt_lookup_num_tokens``). Video-
-                   LLaVA's generate re-sends the video pixels on assisted steps and fails
-                   (transformers 5.23), so the merged prompt embeddings are passed instead
-  history_only     the engine with the suffix trie over earlier captions, no drafter
-  draft_only       the engine with the live drafter (always on) and suffix matches in its
-                   draft only
-  crossspec        the default policy: everything on
-  crossspec_head   with --head DIR: the suffix trie and a draft head (the drafter looks at
-                   the window once, on a thread; the head proposes in the verifier's)
-  crossspec_head_process
-                   the same, the drafter looking at the window in a process of its own
-  crossspec_process
-                   the default policy with the drafter in a process of its own, as the
-                   graph's draft node runs it (CPU, bundled pair)
-  draft_only_distilled, crossspec_distilled, crossspec_distilled_process
-                   with --distilled DIR: the same with a distilled drafter
-  oracle@a=A       the real drafter's compute, its tokens replaced by the verifier's own,
-                   each right with probability A (draft stream only, always on): speedup
-                   per acceptance
-Latency runs from the moment the window is handed over (its close) to the last confirmed
-token. Ratios are paired: per window, the baseline's latency over the mode's, then the median
-and interquartile range of those ratios. Every mode's tokens are compared with
-``hf_generate``'s, token for token.
-"""
+"""The measurement behind `crossspec bench engine` (modes and method: ``engine_cmd.py``):
+runners for every mode, the rotating paired loop, the summary, the table and the plot."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +15,6 @@ import torch
 
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
-from crossspec_ros.paths import sample_bag
 from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
@@ -449,129 +416,3 @@ def plot(report: dict[str, Any], runs_path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(runs_path, dpi=110)
     plt.close(fig)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "engine", help="every decoding mode on the same windows, paired ratios",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--windows", type=int, default=24,
-                        help="windows, warm-up included (default 24: the sample bag)")
-    parser.add_argument("--warmup", type=int, default=2,
-                        help="first windows run but not counted (default 2)")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--max-proposal", type=int, default=24,
-                        help="deepest proposal per verifier pass (default 24)")
-    parser.add_argument("--oracle", type=float, nargs="*", default=[0.2, 0.5, 0.8],
-                        metavar="A", help="also run oracle drafters of these acceptances")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
-                        default="bundled",
-                        help="bundled: the trained tiny pair (default); tiny-random: an "
-                        "untrained tiny pair; full-size: the 7B architectures with random "
-                        "weights (GPU)")
-    parser.add_argument("--bag", type=Path, default=sample_bag(),
-                        help="bag whose windows are decoded (default: the sample bag; "
-                        "'pattern' for moving test patterns)")
-    parser.add_argument("--no-prompt-lookup", action="store_true",
-                        help="skip the transformers prompt-lookup baseline")
-    parser.add_argument("--distilled", type=Path, metavar="DIR",
-                        help="also run a distilled drafter (crossspec distill's OUT/drafter): "
-                        "modes draft_only_distilled and crossspec_distilled")
-    parser.add_argument("--head", type=Path, metavar="DIR",
-                        help="also run a draft head (crossspec distill --method head's "
-                        "OUT/head): mode crossspec_head (history + the head)")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="write engine.json, engine.md and engine.png into DIR")
-    parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="write the plots as PNG")
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.windows < args.warmup + 1 or args.warmup < 0 or args.max_new_tokens < 1:
-        print("crossspec bench engine: need --windows > --warmup >= 0 and --max-new-tokens "
-              ">= 1", file=sys.stderr)
-        return 2
-    import datetime
-    import platform
-
-    from crossspec_ros.models.loading import resolve_device
-    from crossspec_ros.process_tuning import tune_process_for_models
-
-    device = str(resolve_device(args.device))
-    tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
-    torch.manual_seed(0)
-    build = {"bundled": bundled_pair, "tiny-random": tiny_random_pair,
-             "full-size": full_size_pair}[args.models]
-    verifier, drafter, label = build(device)
-    print(f"models: {label} on {device}", file=sys.stderr)
-    if str(args.bag) == "pattern":
-        windows = pattern_windows(args.windows)
-    else:
-        windows = bag_windows(args.bag, args.windows)
-    if len(windows) <= args.warmup:
-        print(f"crossspec bench engine: {args.bag} has {len(windows)} windows with RGB; "
-              f"need more than --warmup {args.warmup}", file=sys.stderr)
-        return 2
-    distilled = None
-    if args.distilled is not None:
-        from crossspec_ros.models.pair import load_drafter
-
-        distilled = load_drafter(str(args.distilled), device=device)
-    head = None
-    if args.head is not None:
-        from crossspec_ros.models.pair import head_drafter_source, load_head
-
-        head = load_head(args.head, device=device)
-    processes: dict[str, DrafterProcess] = {}
-    if args.models == "bundled" and device == "cpu":
-        from crossspec_ros.models.pair import BUNDLED_PAIR
-
-        processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"))
-        if args.distilled is not None:
-            processes["_distilled"] = DrafterProcess(str(args.distilled))
-        if args.head is not None:  # the drafter whose window state the head reads
-            processes["_head"] = DrafterProcess(head_drafter_source(args.head))
-    try:
-        report = run_engine_bench(
-            verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
-            distilled=distilled, processes=processes, head=head,
-            max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
-            prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
-            log=lambda s: print(s, file=sys.stderr, flush=True))
-    finally:
-        for process in processes.values():
-            process.close()
-    report.update({"models": label, "device": device, "bag": str(args.bag), **tuning,
-                   "date": datetime.date.today().isoformat(),
-                   "machine": f"{platform.machine()}, {_cpu_count()} cores"
-                   + (f", {torch.cuda.get_device_name()}" if device.startswith("cuda")
-                      else "")})
-    table = markdown_table(report)
-    print(table)
-    print(f"lossless: {report['lossless']}  paired speedup (crossspec vs verifier_alone): "
-          f"{report['paired_speedup_median']:.2f}x")
-    outputs = {"json": args.json, "plot": args.plot, "md": None}
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        outputs = {"json": args.json or args.out / "engine.json",
-                   "plot": args.plot or args.out / "engine.png", "md": args.out / "engine.md"}
-    for key, path in outputs.items():
-        if path is None:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if key == "json":
-            path.write_text(json.dumps(report, indent=2))
-        elif key == "md":
-            path.write_text(table)
-        else:
-            plot(report, path, f"{label}, {device}, {report['windows']} windows")
-        print(f"wrote {path}")
-    return 0 if report["lossless"] else 1
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

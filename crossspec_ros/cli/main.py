@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from crossspec_ros import __version__
@@ -36,13 +37,33 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live, lossless, cross-modal speculative captioning of driving scenes.",
     )
     parser.add_argument("--version", action="version", version=f"crossspec {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show model loading progress and library warnings (may come "
+                        "anywhere on the command line)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
+# Model loading is quiet unless asked (--verbose, anywhere before --ros-args): transformers
+# otherwise prints a progress bar per model and advisories meant for its own developers.
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def _take_verbose(argv: list[str]) -> tuple[list[str], bool]:
+    ours = argv[:argv.index("--ros-args")] if "--ros-args" in argv else argv
+    if "--verbose" not in ours:
+        return argv, False
+    at = argv.index("--verbose")
+    return argv[:at] + argv[at + 1:], True
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, verbose = _take_verbose(list(sys.argv[1:] if argv is None else argv))
+    if not verbose:  # before any command imports transformers; an explicit setting wins
+        for key, value in QUIET_ENV.items():
+            os.environ.setdefault(key, value)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("kind", choices=(*KINDS, COMPOSED.kind))
     parser.add_argument("ros_args", nargs=argparse.REMAINDER,
                         help="--ros-args ... (parameters, remappings) passed to rclpy")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, print_node_help=parser.print_help)
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -29,6 +29,11 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    ours = args.ros_args[:args.ros_args.index("--ros-args")] if "--ros-args" in args.ros_args \
+        else args.ros_args
+    if "-h" in ours or "--help" in ours:  # REMAINDER keeps them from argparse: answer here
+        args.print_node_help()
+        return 0
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 

@@ -8,9 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from crossspec_ros.train.tiny_pair import BUNDLED_DIR, PairConfig
+from crossspec_ros.paths import BUNDLED_PAIR as BUNDLED_DIR
+from crossspec_ros.train.config import PairConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,6 +112,8 @@ def run_train(args: argparse.Namespace) -> int:
               f"(got {args.drafter_windows}, {args.windows}, {args.steps})", file=sys.stderr)
         return 2
     started = time.perf_counter()
+    import torch
+
     torch.manual_seed(args.seed)
     steps = {} if args.steps is None else {"verifier_steps": args.steps,
                                            "drafter_steps": args.steps}

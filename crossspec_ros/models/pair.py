@@ -9,8 +9,7 @@ from typing import Any
 
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
-
-BUNDLED_PAIR = Path(__file__).resolve().parents[1] / "data" / "tiny_pair"
+from crossspec_ros.paths import BUNDLED_PAIR
 
 
 def _trained_question(directory: Path) -> dict[str, str]:

@@ -16,15 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ  # noqa: F401 (re-exported)
+
 # Frames and events are simulated at the sample bag's sizes, so the models train on exactly
 # what they will see from a bag (the models' preprocessing then resizes both).
 SIM_IMAGE_SIZE = (320, 240)
-# Training events are simulated from renders at 25 Hz instead of the sensor model's 200 Hz:
-# ~5x cheaper, and on held-out windows the drafter's preprocessed event images differ by 4-7 %
-# of their signal (mean absolute difference; 50 Hz: 4-5 %; event counts within 3 %), because
-# the simulator interpolates log intensity between renders and the event image ignores sub-
-# chunk timing. Evaluation always uses the sensor model's rate.
-TRAIN_EVENT_RENDER_HZ = 25.0
 
 
 @dataclass

@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,40 +24,17 @@ from torch import nn
 from crossspec_ros.models.eventgpt import EVENT_TOKEN_INDEX
 from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
-from crossspec_ros.models.pair import BUNDLED_PAIR
 from crossspec_ros.models.tiny import tiny_eventgpt, tiny_tokenizer, tiny_video_llava
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
+from crossspec_ros.paths import BUNDLED_PAIR
 from crossspec_ros.sim.scene import ATTRIBUTES
 from crossspec_ros.sim.visibility import EVENT_VISIBLE
-from crossspec_ros.train.data import TRAIN_EVENT_RENDER_HZ, PairData
+from crossspec_ros.train.config import PairConfig
+from crossspec_ros.train.data import PairData
 from crossspec_ros.train.probe import AttributeProbe, attribute_labels
 
 BUNDLED_DIR = BUNDLED_PAIR  # the committed pair (crossspec_ros/data/tiny_pair)
 QUESTION = "Describe the driving scene."
-
-
-@dataclass
-class PairConfig:
-    """Dimensions of the pair and how it is trained."""
-
-    seed: int = 0
-    verifier_hidden: int = 128
-    verifier_layers: int = 4
-    verifier_image: int = 56
-    drafter_hidden: int = 64
-    drafter_layers: int = 2
-    drafter_image: int = 56
-    patch_size: int = 14            # 4 x 4 patches + CLS = 17 tokens per image
-    heads: int = 4
-    train_windows: int = 6500       # verifier windows (RGB); the first drafter_windows of
-    drafter_windows: int = 2200     # them are simulated with events too and train the drafter
-    event_render_hz: float = TRAIN_EVENT_RENDER_HZ  # training events' render rate (see data)
-    verifier_steps: int = 1750
-    drafter_steps: int = 2000
-    batch_size: int = 16
-    lr: float = 2e-3
-    warmup_steps: int = 50
-    probe_weight: float = 1.0       # attribute probes on the visual tokens (train/probe.py)
 
 
 def build_pair(config: PairConfig, words: list[str]) -> tuple[VideoLlavaVerifier,
