@@ -78,3 +78,65 @@ def test_model_loading_is_quiet_unless_verbose():
     loud = subprocess.run([*command, "--verbose"], capture_output=True, text=True,
                           timeout=120, env=env)
     assert loud.returncode == 0 and "Loading weights" in loud.stderr
+
+
+BAD_BAGS = {
+    "missing": lambda tmp: tmp / "nope",
+    "empty folder": lambda tmp: (tmp / "empty").mkdir() or tmp / "empty",
+    "text named .mcap": lambda tmp: (tmp / "notes.mcap").write_text("hello") and
+    tmp / "notes.mcap",
+}
+
+
+@pytest.mark.parametrize("command", ["caption", "drive"])
+@pytest.mark.parametrize("kind", sorted(BAD_BAGS))
+def test_a_bad_bag_is_one_line_and_exit_2_before_any_model_loads(command, kind, tmp_path,
+                                                                  capsys):
+    bag = BAD_BAGS[kind](tmp_path)
+    argv = [command, str(bag)] if command == "caption" else [command, "--bag", str(bag)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"crossspec {command}: {bag}") and "\n" not in err
+
+
+@pytest.mark.parametrize("command", ["caption", "drive"])
+def test_a_bad_bag_is_refused_before_torch_is_even_imported(command, tmp_path):
+    argv = [command, str(tmp_path)] if command == "caption" else [command, "--bag",
+                                                                   str(tmp_path)]
+    code = ("import sys; from crossspec_ros.cli.main import main; "
+            f"rc = main({argv!r}); print(rc, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.stdout.split() == ["2", "False"], result.stderr
+
+
+def test_caption_runs_on_a_bag_without_ground_truth(tmp_path):
+    bag = tmp_path / "patterns"
+    made = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "make-test-bag",
+                           str(bag)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "caption", str(bag),
+                          "--max-windows", "1"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "confirmed" in run.stdout and "Traceback" not in run.stderr
+
+
+def test_a_closed_pipe_ends_the_output_quietly():
+    # `crossspec windows BAG --json | head -1`
+    from crossspec_ros.paths import sample_bag
+
+    proc = subprocess.Popen([sys.executable, "-m", "crossspec_ros.cli.main", "windows",
+                             str(sample_bag()), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("{")
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert "BrokenPipe" not in err and "Traceback" not in err
+    assert proc.returncode == 0
+
+
+def test_train_tiny_never_writes_into_the_package_by_default(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train-tiny"])
+    assert exit_info.value.code == 2
+    assert "--out" in capsys.readouterr().err

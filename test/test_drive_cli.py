@@ -93,3 +93,15 @@ def test_compare_pairs_the_two_passes_window_by_window():
     assert compare["confirmed_ms_median_on"] == 100.0
     assert compare["same_captions"] == 2
     assert on[2]["confirmed_done_ms_off"] == 200.0
+
+
+def test_check_lossless_with_sampling_says_it_compares_greedy_only(capsys):
+    from types import SimpleNamespace
+
+    from crossspec_ros.cli.drive_cmd import _check_lossless
+
+    engine = SimpleNamespace(config=SimpleNamespace(mode="sampling"))
+    rows = [{"window": 1, "status": "FINAL"}]
+    _check_lossless(engine, SimpleNamespace(windows={}, results={}), rows)
+    assert "only greedy decoding" in capsys.readouterr().err
+    assert "lossless" not in rows[0]  # nothing claimed either way

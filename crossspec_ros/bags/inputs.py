@@ -64,20 +64,10 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
                 stats: InputStats | None = None) -> Iterator[BagInput]:
     """Events and frames of a bag in log-time order (topics auto-detected when unique)."""
     path = Path(path)
-    if not path.exists():
-        raise EventBagError(f"{path}: no such bag. Pass a ROS 2 bag directory or .mcap file.")
     stats = stats if stats is not None else InputStats()
+    reader = _open(path)
     try:
-        reader = AnyReader([path])
-        reader.open()
-    except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
-        raise EventBagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: "
-                            f"{exc})") from exc
-    try:
-        ev_topic = pick_topic(reader, (EVENT_PACKET_TYPE,), event_topic, "event", path)
-        im_topic = pick_topic(reader, IMAGE_TYPES, rgb_topic, "rgb", path)
-        if ev_topic is None and im_topic is None:
-            raise EventBagError(f"{path}: neither event packets nor images in this bag")
+        ev_topic, im_topic = _input_topics(reader, path, event_topic, rgb_topic)
         decoder = EventPacketDecoder(name=ev_topic or "events")
         connections = [c for c in reader.connections if c.topic in (ev_topic, im_topic)]
         for conn, log_time, raw in reader.messages(connections=connections):
@@ -92,6 +82,39 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
                 yield BagInput(conn.topic, log_time, frame=frame)
     finally:
         reader.close()
+
+
+def check_bag(path: str | Path, event_topic: str | None = None,
+              rgb_topic: str | None = None) -> None:
+    """Raise EventBagError (one clear line) unless ``path`` opens as a ROS 2 bag with event
+    packets or images: what commands check before they load any model."""
+    path = Path(path)
+    reader = _open(path)
+    try:
+        _input_topics(reader, path, event_topic, rgb_topic)
+    finally:
+        reader.close()
+
+
+def _open(path: Path) -> AnyReader:
+    if not path.exists():
+        raise EventBagError(f"{path}: no such bag. Pass a ROS 2 bag directory or .mcap file.")
+    try:
+        reader = AnyReader([path])
+        reader.open()
+    except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
+        raise EventBagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: "
+                            f"{exc})") from exc
+    return reader
+
+
+def _input_topics(reader: AnyReader, path: Path, event_topic: str | None,
+                  rgb_topic: str | None) -> tuple[str | None, str | None]:
+    ev_topic = pick_topic(reader, (EVENT_PACKET_TYPE,), event_topic, "event", path)
+    im_topic = pick_topic(reader, IMAGE_TYPES, rgb_topic, "rgb", path)
+    if ev_topic is None and im_topic is None:
+        raise EventBagError(f"{path}: neither event packets nor images in this bag")
+    return ev_topic, im_topic
 
 
 def _frame(msg, msgtype: str, stats: InputStats, topic: str) -> StampedFrame | None:
@@ -121,12 +144,19 @@ def iter_bag_windows(path: str | Path, sync: Any, event_topic: str | None = None
     yield from sync.flush()
 
 
+GROUND_TRUTH_TYPE = "crossspec/msg/Caption"
+
+
 def read_ground_truth(path: str | Path, topic: str = "/crossspec/ground_truth"
                       ) -> dict[int, str]:
-    """window id -> ground-truth caption, from a sample bag's caption topic ({} if absent)."""
+    """window id -> ground-truth caption, from a sample bag's caption topic ({} if absent or
+    of another type)."""
     out: dict[int, str] = {}
     with AnyReader([Path(path)]) as reader:
-        connections = [c for c in reader.connections if c.topic == topic]
+        connections = [c for c in reader.connections
+                       if c.topic == topic and c.msgtype == GROUND_TRUTH_TYPE]
+        if not connections:  # (an empty list would mean every connection to rosbags)
+            return out
         for conn, _, raw in reader.messages(connections=connections):
             msg = reader.deserialize(raw, conn.msgtype)
             out[int(msg.window_id)] = str(msg.confirmed_text)

@@ -36,8 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crossspec_ros.bags.inputs import iter_bag_windows, read_ground_truth
+    from crossspec_ros.bags.inputs import check_bag, iter_bag_windows, read_ground_truth
     from crossspec_ros.events.errors import EventSourceError
+
+    try:  # before any model loads: a bad bag fails at once
+        check_bag(args.bag)
+    except EventSourceError as err:
+        print(f"crossspec caption: {err}", file=sys.stderr)
+        return 2
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
@@ -52,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
     try:
-        truth = read_ground_truth(args.bag) if args.bag.exists() else {}
+        truth = read_ground_truth(args.bag)
         for window in iter_bag_windows(args.bag, WindowSynchronizer()):
             if args.max_windows and len(rows) >= args.max_windows:
                 break

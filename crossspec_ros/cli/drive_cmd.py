@@ -128,11 +128,15 @@ class DriveMonitor:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
+    from crossspec_ros.bags.inputs import check_bag
+    from crossspec_ros.events.errors import EventSourceError
     from crossspec_ros.process_tuning import tune_process_for_models
 
-    if not args.bag.exists():
-        print(f"crossspec drive: {args.bag}: no such bag (pass --bag DIR)", file=sys.stderr)
-        return 1
+    try:  # before any model loads: a bad bag fails at once, in one line
+        check_bag(args.bag)
+    except EventSourceError as err:
+        print(f"crossspec drive: {err}", file=sys.stderr)
+        return 2
     tune_process_for_models()
     passes = [("off", {"max_proposal": 0}), ("on", {})] if args.compare else [("on", {})]
     results: dict[str, tuple[list[dict], dict]] = {}
@@ -289,6 +293,12 @@ def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -
 
 def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> None:
     """The verifier alone on each verified window, after the fact, in the same process."""
+    if engine is not None and engine.config.mode != "greedy":
+        print("crossspec drive: --check-lossless compares tokens, which only greedy decoding "
+              "keeps; with sampling the confirmed caption follows the verifier's distribution "
+              "(tested in test_speculative_*), not its tokens for one seed: not compared",
+              file=sys.stderr)
+        return
     for row in rows:
         window = monitor.windows.get(row["window"])
         if window is None or engine is None:

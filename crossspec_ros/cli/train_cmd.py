@@ -20,8 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "different paraphrase mixes, saves both (safetensors) with their shared tokenizer, "
         "plots the loss curves and evaluates on held-out seeds. Deterministic from --seed.")
     defaults = PairConfig()
-    train.add_argument("--out", type=Path, default=BUNDLED_DIR,
-                       help=f"output directory (default: the bundled {BUNDLED_DIR})")
+    train.add_argument("--out", type=Path, required=True,
+                       help="output directory (to replace the shipped pair, pass its "
+                       f"directory {BUNDLED_DIR} explicitly)")
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--windows", type=int, default=defaults.train_windows,
                        help="verifier training windows (one per drive, RGB frames)")
