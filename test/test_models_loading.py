@@ -133,3 +133,30 @@ def test_video_llava_checkpoint_missing_a_key_names_it(verifier_dir, tmp_path):
     with pytest.raises(CheckpointLayoutError, match=r"1 missing key\(s\), first: "
                                                     r"model\.multi_modal_projector\.linear_1"):
         VideoLlavaVerifier.load(tmp_path, dtype="fp32")
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+@pytest.mark.parametrize("kind", ["verifier", "drafter"])
+def test_a_pickle_that_runs_code_is_refused_alike_for_verifier_and_drafter(kind, tmp_path,
+                                                                            capsys):
+    import pickle
+    import shutil
+
+    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
+
+    directory = tmp_path / kind
+    shutil.copytree(BUNDLED_PAIR / kind, directory)
+    (directory / "model.safetensors").unlink()
+    with open(directory / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"weights": _RunsCode()}, f)
+    load = load_verifier if kind == "verifier" else load_drafter
+    with pytest.raises(ModelLoadError) as info:
+        load(str(directory))
+    message = str(info.value)
+    assert message.startswith(f"cannot read {directory / 'pytorch_model.bin'} as plain tensors")
+    assert message.endswith("Convert the checkpoint to safetensors from a trusted copy.")
+    assert "this must never run" not in capsys.readouterr().out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import pickle
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -169,6 +170,24 @@ def weight_files(directory: str | Path) -> list[Path]:
     )
 
 
+def refused_pickle(file: str | Path, err: BaseException) -> ModelLoadError:
+    """The clean error for a .bin checkpoint that ``weights_only=True`` will not unpickle:
+    the refusal's own reason (torch's message around it is advice for other situations)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    reason = type(err).__name__
+    for i, line in enumerate(lines):
+        if "Unsupported global" in line:
+            reason = line
+            break
+        if "WeightsUnpickler error:" in line:
+            detail = line.split("WeightsUnpickler error:", 1)[1].strip()
+            reason = detail or (lines[i + 1] if i + 1 < len(lines) else line)
+            break
+    return ModelLoadError(
+        f"cannot read {file} as plain tensors: weights_only=True refuses what it holds "
+        f"({reason.rstrip('.')}). Convert the checkpoint to safetensors from a trusted copy.")
+
+
 def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a checkpoint directory (safetensors, or .bin via weights_only)."""
     state: dict[str, torch.Tensor] = {}
@@ -181,14 +200,7 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
             try:
                 part = torch.load(str(file), map_location="cpu", weights_only=True)
             except Exception as err:  # pickles with code objects are refused here
-                lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-                reason = next((line for line in lines if "Unsupported global" in line),
-                              lines[0] if lines else type(err).__name__)
-                raise ModelLoadError(
-                    f"cannot read {file} as plain tensors (weights_only=True refuses "
-                    f"pickled objects: {reason[:300]}); convert the checkpoint to "
-                    "safetensors from a trusted copy"
-                ) from err
+                raise refused_pickle(file, err) from err
             if not isinstance(part, Mapping):
                 raise CheckpointLayoutError(f"{file} does not hold a state dict of tensors")
             state.update(part)
@@ -264,6 +276,10 @@ def load_hf_model(model_cls: Any, source: str | Path, *, dtype: str | torch.dtyp
         model, info = model_cls.from_pretrained(where, **kwargs)
     except OSError as err:  # transformers reports missing files/cache misses as OSError
         raise ModelNotFoundError(f"cannot load {model_cls.__name__} from {where}: {err}") from err
+    except pickle.UnpicklingError as err:  # a .bin that weights_only=True refuses
+        files = [f.name for f in Path(str(where)).glob("*.bin")] if Path(str(where)).is_dir() \
+            else []
+        raise refused_pickle(Path(str(where)) / (files[0] if files else "*.bin"), err) from err
     if info["missing_keys"] or info["mismatched_keys"]:
         raise_layout_error(where, info["missing_keys"], info["unexpected_keys"],
                            info["mismatched_keys"])
