@@ -59,6 +59,16 @@ SYNC_PARAMS = [
 def load_yaml_params(path: str | Path, node_name: str) -> dict[str, Any]:
     """``/**`` parameters overlaid by the node's own (``/name`` or ``name``) from a YAML file."""
     path = Path(path)
+    doc = _read_yaml(path)
+    merged: dict[str, Any] = {}
+    for key in ("/**", node_name, f"/{node_name}"):
+        section = doc.get(key)
+        if section is not None:
+            merged.update(_section_params(path, key, section))
+    return merged
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError as err:
@@ -67,16 +77,14 @@ def load_yaml_params(path: str | Path, node_name: str) -> dict[str, Any]:
         raise ParameterError(f"parameter file {path} is not valid YAML: {err}") from err
     if not isinstance(doc, dict):
         raise ParameterError(f"{path}: expected a mapping of node names to ros__parameters")
-    merged: dict[str, Any] = {}
-    for key in ("/**", node_name, f"/{node_name}"):
-        section = doc.get(key)
-        if section is None:
-            continue
-        if not isinstance(section, dict) or not isinstance(
-                section.get("ros__parameters", {}), dict):
-            raise ParameterError(f"{path}: section '{key}' needs a 'ros__parameters' mapping")
-        merged.update(section.get("ros__parameters", {}))
-    return merged
+    return doc
+
+
+def _section_params(path: Path, key: Any, section: Any) -> dict[str, Any]:
+    if not isinstance(section, dict) or not isinstance(
+            section.get("ros__parameters", {}), dict):
+        raise ParameterError(f"{path}: section '{key}' needs a 'ros__parameters' mapping")
+    return dict(section.get("ros__parameters", {}))
 
 
 def validate(values: dict[str, Any], spec: list[Param], where: str = "parameters",
@@ -165,6 +173,44 @@ VIZ_PARAMS = [
           positive, ">= 1"),
 ]
 
+FOXGLOVE_PARAMS = [
+    Param("foxglove", False, "serve captions and annotated frames on a Foxglove WebSocket"),
+    Param("foxglove_host", "127.0.0.1", "Foxglove server address (loopback unless you mean it)"),
+    Param("foxglove_port", 8765, "Foxglove server port (0: any free port)",
+          lambda x: 0 <= x <= 65535, "0..65535"),
+    Param("record_mcap", "", "also record the outputs to this MCAP file (empty: no)"),
+]
+
 DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *ENGINE_PARAMS, *TOPIC_PARAMS]
 VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
-VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:3], *VIZ_PARAMS]
+VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:3], *VIZ_PARAMS]  # + FOXGLOVE_PARAMS
+
+
+def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:
+    """Raise ParameterError for a name no node would read: rclpy drops undeclared overrides
+    silently, so a misspelt name would otherwise just keep its default. ``nodes``: node name
+    -> the parameters it declares. ``/**`` may hold any node's parameters; a node's own
+    section only that node's; a section must name a node. The message names the section, the
+    parameter and the closest valid name."""
+    path = Path(path)
+    doc = _read_yaml(path)
+    every = sorted({p.name for spec in nodes.values() for p in spec})
+    for key, section in doc.items():
+        names = _section_params(path, key, section)
+        if key == "/**":
+            allowed, who = every, "no crossspec node declares it"
+        else:
+            node = str(key).lstrip("/")
+            if node not in nodes:
+                raise ParameterError(f"{path}: unknown node section '{key}'{_hint(node, nodes)}"
+                                     f"; crossspec nodes: {', '.join(sorted(nodes))}")
+            allowed, who = [p.name for p in nodes[node]], f"node '{node}' declares no such name"
+        for name in names:
+            if name not in allowed:
+                raise ParameterError(f"{path}: section '{key}': unknown parameter '{name}'"
+                                     f"{_hint(name, allowed)} ({who})")
+
+
+def _hint(name: str, choices: Any) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -140,6 +140,7 @@ class _RunsCode:
         return (print, ("this must never run",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 @pytest.mark.parametrize("kind", ["verifier", "drafter"])
 def test_a_pickle_that_runs_code_is_refused_alike_for_verifier_and_drafter(kind, tmp_path,
                                                                             capsys):

@@ -58,3 +58,48 @@ def test_broken_yaml_files_are_reported_with_their_path(tmp_path):
     bad.write_text("/**:\n  ros__parameters: 3\n")
     with pytest.raises(ParameterError, match="needs a 'ros__parameters' mapping"):
         load_yaml_params(bad, "n")
+
+
+# ---- parameter files: a name no node reads is an error, not a silent default -------------
+from crossspec_ros.nodes.graph import default_config, node_parameters  # noqa: E402
+from crossspec_ros.params import check_param_file  # noqa: E402
+
+
+def _file(tmp_path, text: str):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_drive_config_passes_the_check():
+    check_param_file(default_config(), node_parameters())
+
+
+@pytest.mark.parametrize("text, message", [
+    ("/**:\n  ros__parameters:\n    window_lenght_s: 2.0\n",
+     r"section '/\*\*': unknown parameter 'window_lenght_s' \(did you mean 'window_length_s'"),
+    ("/crossspec_verfier:\n  ros__parameters:\n    max_new_tokens: 8\n",
+     r"unknown node section '/crossspec_verfier' \(did you mean 'crossspec_verifier'"),
+    ("crossspec_viz:\n  ros__parameters:\n    max_new_tokens: 8\n",
+     r"section 'crossspec_viz': unknown parameter 'max_new_tokens'.*node 'crossspec_viz'"),
+])
+def test_a_misspelt_or_misplaced_name_names_section_parameter_and_closest(tmp_path, text,
+                                                                          message):
+    with pytest.raises(ParameterError, match=message):
+        check_param_file(_file(tmp_path, text), node_parameters())
+
+
+@pytest.mark.parametrize("argv", [["windows", "BAG", "--config", "FILE"],
+                                  ["drive", "--config", "FILE"],
+                                  ["node", "viz", "--ros-args", "--params-file", "FILE"]])
+def test_every_command_refuses_a_misspelt_parameter_in_one_line(argv, tmp_path, capsys):
+    from crossspec_ros.cli.main import main
+    from crossspec_ros.paths import sample_bag
+
+    path = _file(tmp_path, "/**:\n  ros__parameters:\n    max_new_tokns: 8\n")
+    argv = [str(path) if a == "FILE" else str(sample_bag()) if a == "BAG" else a
+            for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown parameter 'max_new_tokns' (did you mean 'max_new_tokens'?)" in err
+    assert "\n" not in err

@@ -130,11 +130,15 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
     from crossspec_ros.bags.inputs import check_bag
     from crossspec_ros.events.errors import EventSourceError
+    from crossspec_ros.nodes.graph import node_parameters
+    from crossspec_ros.params import ParameterError, check_param_file
     from crossspec_ros.process_tuning import tune_process_for_models
 
-    try:  # before any model loads: a bad bag fails at once, in one line
+    try:  # before any model loads: a bad bag or parameter file fails at once, in one line
         check_bag(args.bag)
-    except EventSourceError as err:
+        if args.config:
+            check_param_file(args.config, node_parameters())
+    except (EventSourceError, ParameterError) as err:
         print(f"crossspec drive: {err}", file=sys.stderr)
         return 2
     tune_process_for_models()

@@ -34,6 +34,17 @@ def run(args: argparse.Namespace) -> int:
     if "-h" in ours or "--help" in ours:  # REMAINDER keeps them from argparse: answer here
         args.print_node_help()
         return 0
+    from crossspec_ros.nodes.graph import node_parameters
+    from crossspec_ros.params import ParameterError, check_param_file
+
+    files = [args.ros_args[i + 1] for i, a in enumerate(args.ros_args[:-1])
+             if a == "--params-file"]
+    try:  # rclpy would drop a misspelt name silently; say so before anything starts
+        for path in files:
+            check_param_file(path, node_parameters())
+    except ParameterError as err:
+        print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
+        return 2
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 

@@ -9,7 +9,13 @@ import sys
 
 from crossspec_ros.bags.inputs import InputStats, iter_bag_windows
 from crossspec_ros.events.errors import EventSourceError
-from crossspec_ros.params import SYNC_PARAMS, ParameterError, load_yaml_params, validate
+from crossspec_ros.params import (
+    SYNC_PARAMS,
+    ParameterError,
+    check_param_file,
+    load_yaml_params,
+    validate,
+)
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 from crossspec_ros.sync.window import Window
 
@@ -34,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="[%(levelname)s] %(name)s: %(message)s")
+    from crossspec_ros.nodes.graph import node_parameters
+
     try:
+        if args.config:
+            check_param_file(args.config, node_parameters())
         values = load_yaml_params(args.config, NODE_NAME) if args.config else {}
         if args.window_length is not None:
             values["window_length_s"] = args.window_length

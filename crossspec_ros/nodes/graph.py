@@ -43,6 +43,20 @@ KINDS = tuple(spec.kind for spec in GRAPH)
 COMPOSED = NodeSpec("composed", "crossspec_composed", "all of the above in one process")
 
 
+def node_parameters() -> dict[str, list]:
+    """Node name -> the parameters it declares (for checking parameter files)."""
+    from crossspec_ros.params import (
+        DRAFT_NODE_PARAMS,
+        FOXGLOVE_PARAMS,
+        VERIFIER_NODE_PARAMS,
+        VIZ_NODE_PARAMS,
+    )
+
+    declared = {"draft": DRAFT_NODE_PARAMS, "verifier": VERIFIER_NODE_PARAMS,
+                "viz": [*VIZ_NODE_PARAMS, *FOXGLOVE_PARAMS]}
+    return {item.name: declared[item.kind] for item in GRAPH}
+
+
 def spec(kind: str) -> NodeSpec:
     for item in GRAPH:
         if item.kind == kind:

@@ -18,16 +18,8 @@ from visualization_msgs.msg import Marker
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
 from crossspec_ros.nodes.common import declare_params, msg_to_ns, reliable_qos, sensor_qos
-from crossspec_ros.params import VIZ_NODE_PARAMS, Param
+from crossspec_ros.params import FOXGLOVE_PARAMS, VIZ_NODE_PARAMS
 from crossspec_ros.viz.overlay import annotate_frame, marker_text
-
-FOXGLOVE_PARAMS = [
-    Param("foxglove", False, "serve captions and annotated frames on a Foxglove WebSocket"),
-    Param("foxglove_host", "127.0.0.1", "Foxglove server address (loopback unless you mean it)"),
-    Param("foxglove_port", 8765, "Foxglove server port (0: any free port)",
-          lambda x: 0 <= x <= 65535, "0..65535"),
-    Param("record_mcap", "", "also record the outputs to this MCAP file (empty: no)"),
-]
 
 
 class VizNode(Node):
