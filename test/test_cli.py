@@ -140,3 +140,23 @@ def test_train_tiny_never_writes_into_the_package_by_default(capsys):
         main(["train-tiny"])
     assert exit_info.value.code == 2
     assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["caption", "drive"])
+def test_model_options_are_checked_like_the_node_parameters(command, capsys):
+    assert main([command, "--device", "tpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"crossspec {command}: command line: 'device' = 'tpu' is invalid: must be "
+                   "cpu, cuda or cuda:N (cpu, cuda or cuda:N (cuda without a GPU is an error "
+                   "at startup))")
+
+
+def test_caption_runs_another_drafter_given_on_the_command_line():
+    from crossspec_ros.paths import BUNDLED_PAIR, sample_bag
+
+    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "caption",
+                          str(sample_bag()), "--max-windows", "2", "--drafter-model",
+                          str(BUNDLED_PAIR / "distilled" / "drafter"), "--check-lossless"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "2 windows captioned" in run.stdout

@@ -55,3 +55,16 @@ def test_directory_round_trip_keeps_logits(tmp_path):
     assert torch.allclose(loaded.prefill(inputs).last_logits,
                           drafter.prefill(inputs).last_logits, atol=1e-5)
     assert loaded.info.proposable_ids == drafter.info.proposable_ids
+
+
+def test_a_llava_drafter_directory_loads_from_parameters(tmp_path):
+    from crossspec_ros.models.pair import load_drafter
+
+    drafter = tiny_llava_drafter(seed=2, init_range=0.3)
+    drafter.model.save_pretrained(tmp_path)
+    drafter.tokenizer.save_pretrained(tmp_path)
+    loaded = load_drafter(str(tmp_path))  # what drafter_model:=DIR does
+    assert isinstance(loaded, LlavaEventDrafter)
+    inputs = drafter.prepare(_window(1))
+    assert torch.allclose(loaded.prefill(inputs).last_logits,
+                          drafter.prefill(inputs).last_logits, atol=1e-5)

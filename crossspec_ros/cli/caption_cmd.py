@@ -15,6 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.paths import sample_bag
 
 
@@ -25,32 +26,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("bag", nargs="?", type=Path, default=sample_bag(),
                         help="ROS 2 bag (default: the bundled sample bag)")
     parser.add_argument("--models", type=Path, default=None,
-                        help="trained pair directory (default: the bundled tiny pair)")
+                        help="trained pair directory with verifier/ and drafter/ (default: "
+                        "the bundled tiny pair; --verifier-model/--drafter-model win)")
     parser.add_argument("--max-windows", type=int, default=0, help="stop after N windows")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--check-lossless", action="store_true",
                         help="compare each confirmed caption with the verifier run alone")
     parser.add_argument("--json", type=Path, metavar="OUT",
                         help="write one JSON object per window (JSON lines)")
+    add_model_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.inputs import check_bag, iter_bag_windows, read_ground_truth
     from crossspec_ros.events.errors import EventSourceError
+    from crossspec_ros.params import MODEL_PARAMS, ParameterError, validate
 
-    try:  # before any model loads: a bad bag fails at once
+    try:  # before any model loads: a bad bag or option fails at once
         check_bag(args.bag)
-    except EventSourceError as err:
+        given = model_overrides(args)
+        if args.models is not None:
+            for part in ("verifier", "drafter"):
+                given.setdefault(f"{part}_model", str(args.models / part))
+        params = validate(given, MODEL_PARAMS, where="command line")
+    except (EventSourceError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 2
     from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.models.pair import load_from_params
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
-    from crossspec_ros.train.tiny_pair import BUNDLED_DIR, load_pair
 
     try:
-        verifier, drafter = load_pair(args.models or BUNDLED_DIR)
+        verifier, drafter = load_from_params(params)
     except ModelLoadError as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 1

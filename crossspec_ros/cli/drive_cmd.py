@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.paths import sample_bag
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
@@ -52,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replay the bag twice through the same graph, speculation off "
                         "(the verifier decodes plainly; the draft node still drafts) then on, "
                         "and print the paired ratio of confirmed latency per window")
+    add_model_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -138,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         check_bag(args.bag)
         if args.config:
             check_param_file(args.config, node_parameters())
+        args.model_params = model_overrides(args)
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec drive: {err}", file=sys.stderr)
         return 2
@@ -203,8 +206,10 @@ def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
     interrupted = False
     stop_spinning = None
     try:
+        models_given = getattr(args, "model_params", {})
         nodes = create_nodes(kinds, config=config,
-                             extra={"viz": viz, "verifier": verifier_params},
+                             extra={"viz": viz, "draft": models_given,
+                                    "verifier": {**models_given, **verifier_params}},
                              models=models, on_result=monitor.on_result)
         watcher = rclpy.create_node("crossspec_drive_monitor")
         watcher.create_subscription(cs_msg.Caption, nodes[1].params["caption_topic"],

@@ -39,14 +39,38 @@ def load_verifier(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
 
 
 def load_drafter(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
-                 quantization: str = "none") -> EventGPTDrafter:
-    """EventGPT from ``source`` (empty: the bundled tiny drafter)."""
+                 quantization: str = "none") -> Any:
+    """The drafter at ``source`` (empty: the bundled tiny drafter): an EventGPT in its
+    released layout, or any transformers LLaVA (config.json ``model_type: llava``; a local
+    directory or a hub id in the local cache) reading event images."""
     directory = Path(source) if source else BUNDLED_PAIR / "drafter"
     kwargs = _trained_question(directory)
+    if _model_type(source or str(directory)) == "llava":
+        from crossspec_ros.models.llava_drafter import LlavaEventDrafter
+
+        return LlavaEventDrafter.load(source or directory, dtype=dtype, device=device,
+                                      quantization=_quantization(quantization), **kwargs)
     if "question" in kwargs:
         kwargs = {"query": kwargs["question"]}
     return EventGPTDrafter.load(directory, dtype=dtype, device=device,
                                 quantization=_quantization(quantization), **kwargs)
+
+
+def _model_type(source: str) -> str | None:
+    """config.json's model_type of a local directory or cached hub id (None if unknown)."""
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.models.loading import resolve_source
+
+    try:
+        config = Path(resolve_source(source, False)) / "config.json"
+    except (ModelLoadError, OSError, ValueError):
+        return None
+    if not config.is_file():
+        return None
+    try:
+        return json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError):
+        return None
 
 
 def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: bool = True

@@ -132,7 +132,8 @@ def _draft(drafter: CaptionModel, window: Any, channel: DraftChannel,
         text = drafter.tokenizer.decode(tokens, skip_special_tokens=True)
         event = emit(EventKind.DRAFT, tokens=tokens, revision=revision, done=done, text=text,
                      log_probs=log_probs)
-        if len(tokens) == 1 and revision == 0:
+        if stats.draft_first_token_ms != stats.draft_first_token_ms:  # NaN: the first one
+            # (not "len(tokens) == 1": a re-sync may have taken over confirmed tokens first)
             stats.draft_first_token_ms = event.t_ms
         if done or len(tokens) >= max_new_tokens:
             if stats.draft_done_ms != stats.draft_done_ms:  # NaN: first time
