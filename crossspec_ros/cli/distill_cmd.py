@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-UNDISTILLED = "drafter_undistilled"  # the bundled drafter before distillation, if it is
-#                                      ever replaced by a distilled default
 DISTILLED = "distilled/drafter"      # the bundled drafter distilled on simulated drives
 HEAD = "distilled_head/head"         # a draft head over the distilled drafter's window state
 METHOD_DEFAULTS = {"finetune": {"steps": 600, "batch_size": 16, "lr": 1e-3},
@@ -101,9 +99,10 @@ def _sim_windows(keys: list[tuple[int, int]], workers: int, desc: str,
 
 def heldout(n: int, workers: int) -> list[Any]:
     """Held-out simulated windows (seeds never used to train or distill), sensor-rate events."""
-    from crossspec_ros.train.data import heldout_keys
+    from crossspec_ros.cli.train_cmd import heldout_windows
+    from crossspec_ros.train.data import SIM_IMAGE_SIZE
 
-    return _sim_windows(heldout_keys(n), workers, "simulating held-out windows", None)
+    return [w.as_window() for w in heldout_windows(n, workers, SIM_IMAGE_SIZE)]
 
 
 def references(verifier: Any, drafter: Any, windows: list[Any], max_new_tokens: int = 48
@@ -161,7 +160,8 @@ def run_distill(args: argparse.Namespace) -> int:
     from crossspec_ros.models.draft_head import DraftHead, HeadConfig
     from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
-    from crossspec_ros.train.data import TRAIN_EVENT_RENDER_HZ, training_keys
+    from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ
+    from crossspec_ros.train.data import training_keys
     from crossspec_ros.train.distill import (
         MIN_WINDOWS,
         DistillConfig,
@@ -177,7 +177,7 @@ def run_distill(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     torch.manual_seed(args.seed)
-    drafter_source = args.drafter_model or str(_undistilled_dir(BUNDLED_PAIR))
+    drafter_source = args.drafter_model or str(BUNDLED_PAIR / "drafter")
     verifier = load_verifier(args.verifier_model)
     drafter = load_drafter(drafter_source)
     if not isinstance(drafter, EventGPTDrafter):
@@ -272,11 +272,6 @@ def _head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[in
         return head_quality(head, drafter, windows, refs, proposal, bar.update)
 
 
-def _undistilled_dir(bundled: Path) -> Path:
-    kept = bundled / UNDISTILLED
-    return kept if kept.is_dir() else bundled / "drafter"
-
-
 def _write_result(directory: Path, drafter: Any, head: Any, card: dict, losses: list[float],
                   drafter_source: str) -> None:
     from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
@@ -317,18 +312,15 @@ def run_eval_draft(args: argparse.Namespace) -> int:
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
 
     verifier = load_verifier("")
-    sources = {"default": BUNDLED_PAIR / "drafter",
-               "undistilled": _undistilled_dir(BUNDLED_PAIR),
-               "distilled": args.drafter or BUNDLED_PAIR / DISTILLED}
-    drafters = {name: load_drafter(str(path)) for name, path in sources.items()
-                if name != "undistilled" or path != sources["default"]}
+    drafters = {"default": load_drafter(""),
+                "distilled": load_drafter(str(args.drafter or BUNDLED_PAIR / DISTILLED))}
     if args.bag is None:
         windows = heldout(args.windows, args.workers)
     refs = references(verifier, drafters["default"], windows)
     report = compare(drafters, windows, refs, args.proposal)
-    if "undistilled" not in drafters:  # the default drafter is the undistilled one
-        report["undistilled"] = report["default"]
-        drafters["undistilled"] = drafters["default"]
+    # the default drafter is the undistilled one (the default changes only on a bench win)
+    report["undistilled"] = report["default"]
+    drafters["undistilled"] = drafters["default"]
     head_dir = args.head or BUNDLED_PAIR / HEAD
     if head_dir.is_dir():
         from crossspec_ros.models.pair import load_head

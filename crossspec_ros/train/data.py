@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ  # noqa: F401 (re-exported)
-
 # Frames and events are simulated at the sample bag's sizes, so the models train on exactly
 # what they will see from a bag (the models' preprocessing then resizes both).
 SIM_IMAGE_SIZE = (320, 240)
