@@ -20,15 +20,35 @@ class ParameterError(ValueError):
 
 @dataclass(frozen=True)
 class Param:
+    """One parameter. ``live``: a running node applies a new value (``ros2 param set``);
+    the others are read-only once the node started. ``bounds``: (low, high) for the ROS
+    descriptor's range (inferred for ``positive`` and ``non_negative``)."""
+
     name: str
     default: Any
     doc: str
     check: Callable[[Any], bool] | None = None
     requirement: str = ""  # shown when check fails, e.g. "> 0"
+    live: bool = False
+    bounds: tuple[float, float] | None = None
 
     @property
     def type(self) -> type:
         return type(self.default)
+
+    @property
+    def range(self) -> tuple[float, float] | None:
+        """The inclusive range a ROS descriptor shows (the check may be stricter: > 0)."""
+        if self.bounds is not None or self.type not in (int, float):
+            return self.bounds
+        low = {positive: 1 if self.type is int else 0.0, non_negative: 0}.get(self.check)
+        if low is None:
+            return None
+        return (low, INT_MAX) if self.type is int else (float(low), FLOAT_MAX)
+
+
+INT_MAX = 2**31 - 1
+FLOAT_MAX = 1e9  # descriptors need a finite end
 
 
 def positive(x: Any) -> bool:
@@ -40,8 +60,8 @@ def non_negative(x: Any) -> bool:
 
 
 SYNC_PARAMS = [
-    Param("event_topic", "/event_camera/events", "event_camera_msgs/EventPacket input"),
-    Param("rgb_topic", "/camera/image_raw", "sensor_msgs/Image or CompressedImage input"),
+    Param("event_topic", "event_camera/events", "event_camera_msgs/EventPacket input"),
+    Param("rgb_topic", "camera/image_raw", "sensor_msgs/Image or CompressedImage input"),
     Param("window_length_s", 1.0, "caption window length [s]; ids = floor(t / length)",
           positive, "> 0"),
     Param("frames_per_window", 8, "RGB frames sampled uniformly per window", positive, ">= 1"),
@@ -110,6 +130,9 @@ def validate(values: dict[str, Any], spec: list[Param], where: str = "parameters
         if param.check is not None and not param.check(value):
             raise ParameterError(f"{where}: '{name}' = {value!r} is invalid: must be "
                                  f"{param.requirement} ({param.doc})")
+        if param.bounds is not None and not param.bounds[0] <= value <= param.bounds[1]:
+            raise ParameterError(f"{where}: '{name}' = {value!r} is out of range: must be "
+                                 f"{param.bounds[0]}..{param.bounds[1]} ({param.doc})")
         out[name] = value
     return out
 
@@ -132,29 +155,32 @@ MODEL_PARAMS = [
 ]
 
 ENGINE_PARAMS = [
-    Param("max_new_tokens", 48, "longest caption in tokens", positive, ">= 1"),
+    Param("max_new_tokens", 48, "longest caption in tokens", positive, ">= 1", live=True,
+          bounds=(1, 4096)),
     Param("max_proposal", 24, "deepest proposal checked in one verifier pass (0: plain "
-          "decoding, no speculation)", non_negative, ">= 0"),
+          "decoding, no speculation)", non_negative, ">= 0", live=True, bounds=(0, 512)),
     Param("max_tree_nodes", 48, "most proposed tokens in one verifier pass, all branches of "
-          "the draft tree together", non_negative, ">= 0"),
-    Param("adaptive", True, "choose proposal lengths from measured acceptance and costs"),
+          "the draft tree together", non_negative, ">= 0", live=True, bounds=(0, 4096)),
+    Param("adaptive", True, "choose proposal lengths from measured acceptance and costs",
+          live=True),
     Param("decoding", "greedy", "greedy (token-identical) or sampling (same distribution)",
-          one_of("greedy", "sampling"), "greedy or sampling"),
-    Param("temperature", 1.0, "sampling temperature", positive, "> 0"),
+          one_of("greedy", "sampling"), "greedy or sampling", live=True),
+    Param("temperature", 1.0, "sampling temperature", positive, "> 0", live=True,
+          bounds=(0.0, 100.0)),
     Param("proposers", "draft_stream,draft_ngram,history_ngram",
           "comma-separated proposers the verifier may use",
           lambda x: bool(x) and set(x.split(",")) <= {"draft_stream", "draft_ngram",
                                                      "history_ngram"},
-          "a comma-separated subset of draft_stream, draft_ngram, history_ngram"),
+          "a comma-separated subset of draft_stream, draft_ngram, history_ngram", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
-          non_negative, ">= 0"),
+          non_negative, ">= 0", live=True, bounds=(0, 4096)),
 ]
 
 TOPIC_PARAMS = [
-    Param("draft_topic", "/crossspec/draft", "crossspec/DraftTokens: draft -> verifier, UIs"),
-    Param("confirmed_topic", "/crossspec/confirmed",
+    Param("draft_topic", "crossspec/draft", "crossspec/DraftTokens: draft -> verifier, UIs"),
+    Param("confirmed_topic", "crossspec/confirmed",
           "crossspec/ConfirmedTokens: verifier -> draft (re-sync), UIs"),
-    Param("caption_topic", "/crossspec/caption", "crossspec/Caption: for consumers"),
+    Param("caption_topic", "crossspec/caption", "crossspec/Caption: for consumers"),
     Param("diagnostics_topic", "/diagnostics", "diagnostic_msgs/DiagnosticArray"),
     Param("diagnostics_period_s", 1.0, "how often health is published [s]", positive, "> 0"),
     Param("max_queued_windows", 2, "windows waiting for a busy model; beyond, the oldest "
@@ -164,26 +190,28 @@ TOPIC_PARAMS = [
 ]
 
 VIZ_PARAMS = [
-    Param("annotated_image_topic", "/crossspec/annotated_image",
+    Param("annotated_image_topic", "crossspec/annotated_image",
           "sensor_msgs/Image: the RGB frame with the caption drawn on it"),
-    Param("marker_topic", "/crossspec/caption_marker",
+    Param("marker_topic", "crossspec/caption_marker",
           "visualization_msgs/Marker TEXT_VIEW_FACING with the caption"),
-    Param("marker_frame", "camera", "frame_id of the caption marker"),
+    Param("marker_frame", "camera", "frame_id of the caption marker until an RGB frame gives "
+          "its own"),
     Param("annotate_every_n_frames", 2, "annotate one RGB frame in n (drawing costs CPU)",
-          positive, ">= 1"),
+          positive, ">= 1", live=True, bounds=(1, 10_000)),
 ]
 
 FOXGLOVE_PARAMS = [
     Param("foxglove", False, "serve captions and annotated frames on a Foxglove WebSocket"),
     Param("foxglove_host", "127.0.0.1", "Foxglove server address (loopback unless you mean it)"),
     Param("foxglove_port", 8765, "Foxglove server port (0: any free port)",
-          lambda x: 0 <= x <= 65535, "0..65535"),
-    Param("record_mcap", "", "also record the outputs to this MCAP file (empty: no)"),
+          lambda x: 0 <= x <= 65535, "0..65535", bounds=(0, 65535)),
+    Param("record_bag", "", "record captions, annotated images, the marker and diagnostics to "
+          "this rosbag2 directory (MCAP, on the graph's clock; empty: no)"),
 ]
 
 DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *ENGINE_PARAMS, *TOPIC_PARAMS]
 VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
-VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:3], *VIZ_PARAMS]  # + FOXGLOVE_PARAMS
+VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS]  # + FOXGLOVE_PARAMS
 
 
 def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:

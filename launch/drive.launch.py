@@ -1,6 +1,6 @@
-"""ros2 launch crossspec drive.launch.py [bag:=PATH] [config:=YAML] [composed:=true|false]
+"""ros2 launch crossspec drive.launch.py [bag:=PATH|live] [config:=YAML] [composed:=true|false]
     [drafter_model:=DIR] [verifier_model:=DIR|HUB_ID] [device:=cpu|cuda] [foxglove:=true]
-    [rviz:=true] [rate:=1.0]
+    [rviz:=true] [rate:=1.0] [namespace:=NS]
 
 The graph (which nodes, what runs them) is defined once in crossspec_ros/nodes/graph.py and
 shared with `crossspec drive`; this file only turns it into launch actions. composed:=true
@@ -9,17 +9,18 @@ thread and CUDA stream); composed:=false runs one process per node, talking only
 (the distributed layout: the draft node could as well run on the robot).
 """
 
+import shutil
+
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
-from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration, PythonExpression
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from crossspec_ros.nodes.graph import COMPOSED, EXECUTABLE, GRAPH, default_config
 from crossspec_ros.paths import sample_bag
 
 ARGUMENTS = {
-    "bag": (str(sample_bag()), "bag to replay with /clock ('' for live cameras)"),
+    "bag": (str(sample_bag()), "bag to replay with /clock, or 'live' for live cameras"),
     "rate": ("1.0", "bag replay rate"),
     "config": (str(default_config()), "ROS parameter YAML for every crossspec node"),
     "composed": ("true", "all nodes in one process (true) or one process per node (false)"),
@@ -28,36 +29,69 @@ ARGUMENTS = {
     "device": ("cpu", "cpu, cuda or cuda:N"),
     "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:8765"),
     "rviz": ("false", "start RViz with config/crossspec.rviz"),
+    "namespace": ("", "namespace of every node and topic (two robots on one DDS domain)"),
 }
+LIVE = ("live", "")  # bag values meaning: no replay, the cameras publish
+
+
+def _namespace(context) -> str:
+    value = LaunchConfiguration("namespace").perform(context).strip("/")
+    return f"/{value}" if value else ""
 
 
 def _nodes(context, *_args, **_kwargs) -> list:
     get = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
-    use_sim_time = bool(get("bag"))
+    use_sim_time = get("bag") not in LIVE
     overrides = {"use_sim_time": use_sim_time, "device": get("device"),
                  "drafter_model": get("drafter_model"),
                  "verifier_model": get("verifier_model"),
                  "foxglove": get("foxglove").lower() == "true"}
     params = [get("config"), overrides]
+    namespace = _namespace(context)
     if get("composed").lower() == "true":
         # no name remapping here: it would rename every node of the process
         return [Node(package="crossspec", executable=EXECUTABLE, arguments=COMPOSED.arguments,
-                     parameters=params, output="screen", emulate_tty=True)]
+                     namespace=namespace, parameters=params, output="screen",
+                     emulate_tty=True)]
     return [Node(package="crossspec", executable=EXECUTABLE, name=spec.name,
-                 arguments=spec.arguments, parameters=params, output="screen",
-                 emulate_tty=True)
+                 namespace=namespace, arguments=spec.arguments, parameters=params,
+                 output="screen", emulate_tty=True)
             for spec in GRAPH]
+
+
+def _replay(context, *_args, **_kwargs) -> list:
+    bag = LaunchConfiguration("bag").perform(context)
+    if bag in LIVE:
+        return [LogInfo(msg="crossspec: bag:=live, no replay: waiting for the cameras")]
+    cmd = [EXECUTABLE, "play", bag, "--rate", LaunchConfiguration("rate").perform(context)]
+    namespace = _namespace(context)
+    if namespace:  # the player's topics are relative: they move with the graph
+        cmd += ["--ros-args", "-r", f"__ns:={namespace}"]
+    return [ExecuteProcess(cmd=cmd, output="screen")]
+
+
+def _rviz(context, *_args, **_kwargs) -> list:
+    if LaunchConfiguration("rviz").perform(context).lower() != "true":
+        return []
+    if shutil.which("rviz2") is None and not _has_package("rviz2"):
+        return [LogInfo(msg="crossspec: rviz:=true but rviz2 is not installed here (e.g. "
+                        "`apt install ros-$ROS_DISTRO-rviz2`); going on without RViz")]
+    return [Node(package="rviz2", executable="rviz2", output="screen",
+                 arguments=["-d", str(default_config().parent / "crossspec.rviz")])]
+
+
+def _has_package(name: str) -> bool:
+    try:
+        from ament_index_python.packages import get_package_prefix
+
+        get_package_prefix(name)
+    except Exception:  # not installed, or no ament index at all
+        return False
+    return True
 
 
 def generate_launch_description() -> LaunchDescription:
     declared = [DeclareLaunchArgument(name, default_value=default, description=doc)
                 for name, (default, doc) in ARGUMENTS.items()]
-    replay = ExecuteProcess(
-        cmd=[EXECUTABLE, "play", LaunchConfiguration("bag"), "--rate",
-             LaunchConfiguration("rate")],
-        output="screen",
-        condition=IfCondition(PythonExpression(["'", LaunchConfiguration("bag"), "' != ''"])))
-    rviz = Node(package="rviz2", executable="rviz2", output="screen",
-                arguments=["-d", str(default_config().parent / "crossspec.rviz")],
-                condition=IfCondition(LaunchConfiguration("rviz")))
-    return LaunchDescription([*declared, OpaqueFunction(function=_nodes), replay, rviz])
+    return LaunchDescription([*declared, OpaqueFunction(function=_nodes),
+                              OpaqueFunction(function=_replay), OpaqueFunction(function=_rviz)])

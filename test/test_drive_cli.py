@@ -40,6 +40,7 @@ def test_drive_compares_speculation_off_and_on_and_checks_losslessness(tmp_path)
                 "confirmed_done_ms", "accepted", "proposed", "status", "verifier_only_text",
                 "lossless"} <= set(row)
         assert row["lossless"] is True and row["confirmed_text"] == row["verifier_only_text"]
+        assert row["draft_text"]  # the draft is kept, even when the verifier finished first
         assert row["t1"] - row["t0"] == pytest.approx(1.0)
     assert summary["final"] == len(final) and summary["lossless"] == len(final)
     assert "lossless 3/3" in result.stdout or f"lossless {len(final)}/{len(final)}" \
@@ -47,12 +48,11 @@ def test_drive_compares_speculation_off_and_on_and_checks_losslessness(tmp_path)
     assert "confirmed" in result.stdout and "draft" in result.stdout
 
 
-def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_mcap(tmp_path):
-    from mcap_helpers import read_mcap
-
-    mcap = tmp_path / "out.mcap"
-    # Ctrl-C must reach it even where this test runs in the background (which ignores SIGINT)
-    process = subprocess.Popen([*DRIVE, "--record", str(mcap)], stdout=subprocess.PIPE,
+def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:
+    """Run drive, send ``signum`` once ``confirmed`` captions were confirmed; (exit code,
+    output)."""
+    # the signal must reach it even where this test runs in the background (ignores SIGINT)
+    process = subprocess.Popen([*DRIVE, *args], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
@@ -61,19 +61,64 @@ def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_mcap(tmp_path):
         for line in process.stdout:
             seen.append(line)
             # a live-view line of a confirmed caption: "[window] confirmed  ... ms  text"
-            if (line.startswith("[17") and " confirmed " in line) \
+            if sum(" confirmed " in s for s in seen) >= confirmed \
                     or time.monotonic() > deadline:
                 break
-        time.sleep(1.0)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         rest, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, "".join(seen) + rest
-    recorded = read_mcap(mcap)
-    topics = {m[0] for m in recorded["messages"]}
-    assert "/crossspec/caption" in topics, topics
+    return process.returncode, "".join(seen) + rest
+
+
+def read_bag(path) -> list[tuple[str, str, int]]:
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([path]) as reader:
+        return [(c.topic, c.msgtype, t) for c, t, _ in reader.messages()]
+
+
+SAMPLE_START_NS, SAMPLE_END_NS = 1_700_000_000 * 10**9, 1_700_000_024 * 10**9
+
+
+def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_bag_on_the_bags_clock(tmp_path):
+    bag = tmp_path / "out"
+    code, output = stop_after_confirmed(["--record", str(bag)], 3, signal.SIGINT)
+    assert code == 130, output
+    recorded = read_bag(bag)
+    topics = {(topic, msgtype) for topic, msgtype, _ in recorded}
+    assert {("/crossspec/caption", "crossspec/msg/Caption"),
+            ("/crossspec/annotated_image", "sensor_msgs/msg/Image"),
+            ("/crossspec/caption_marker", "visualization_msgs/msg/Marker"),
+            ("/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")} <= topics, topics
+    # one clock: every message is filed under the replayed bag's time
+    assert all(SAMPLE_START_NS <= t <= SAMPLE_END_NS + 10**10 for _, _, t in recorded)
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_sigterm_ends_drive_like_ctrl_c_with_json_rows_and_the_bag(tmp_path):
+    bag, out = tmp_path / "out", tmp_path / "rows.jsonl"
+    code, output = stop_after_confirmed(["--record", str(bag), "--json", str(out)], 2,
+                                        signal.SIGTERM)
+    assert code == 143, output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    rows, summary = lines[:-1], lines[-1]["summary"]
+    assert summary["interrupted"] is True
+    final = [r for r in rows if r["status"] == "FINAL"]
+    assert len(final) >= 2 and all(r["confirmed_text"] and r["draft_text"] for r in final)
+    assert {t for t, _, _ in read_bag(bag)} >= {"/crossspec/caption"}
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_a_killed_recording_leaves_nothing_under_the_final_name(tmp_path):
+    from crossspec_ros.bags.recorder import BagRecorder
+
+    recorder = BagRecorder(tmp_path / "out")
+    recorder.write("/x", "crossspec/msg/Caption", b"", 1)  # never closed: as after SIGKILL
+    assert not (tmp_path / "out").exists() and recorder.staging.is_dir()
+    BagRecorder(tmp_path / "out").close()  # the next run clears the leftover staging
+    assert (tmp_path / "out").is_dir() and not recorder.staging.exists()
 
 
 def test_compare_pairs_the_two_passes_window_by_window():

@@ -22,7 +22,7 @@ def _description():
 def test_launch_file_declares_its_documented_arguments():
     names = {a.name for a in _description().get_launch_arguments()}
     assert {"bag", "rate", "config", "composed", "drafter_model", "verifier_model", "device",
-            "foxglove", "rviz"} <= names
+            "foxglove", "rviz", "namespace"} <= names
 
 
 @pytest.mark.parametrize(("composed", "expected"), [("true", 1), ("false", 3)])

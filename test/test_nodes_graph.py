@@ -256,7 +256,7 @@ def test_only_a_newer_window_with_events_preempts_the_current_draft(pair):
     try:
         (node,) = create_nodes(("draft",), models=pair)
         channel = DraftChannel(lookahead=4)
-        node._current = (int(with_events.id) - 1, channel)  # a draft in progress
+        node.cursor.begin((0, int(with_events.id) - 1), channel)  # a draft in progress
         node._enqueue([empty])  # nothing to draft in it: the draft goes on
         assert not channel.stopped and len(node.queue) == 0
         node._enqueue([with_events])  # the drafter is needed for the newer window

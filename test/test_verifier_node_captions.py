@@ -1,8 +1,7 @@
-"""The verifier node's Caption stream for one window: drafts before, nothing after FINAL.
-
-Drives the node's callbacks directly (no executor, no bag) so the orderings that happen only
-by chance under load in the graph tests are reproduced every time.
-"""
+"""The verifier node's Caption stream, driven through its callbacks (no executor, no bag), so
+the orderings that happen only by chance under load in the graph tests happen every time.
+The protocol itself is tested without ROS in test_caption_protocol.py; this proves the node
+follows it: what it publishes, with which fields."""
 
 from __future__ import annotations
 
@@ -11,9 +10,10 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from crossspec import msg as cs_msg  # noqa: E402
+from synthetic_windows import random_window  # noqa: E402
 
 from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
-from crossspec_ros.nodes.verifier_node import VerifierNode, WindowState  # noqa: E402
+from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 
 pytestmark = pytest.mark.ros
 Caption = cs_msg.Caption
@@ -31,7 +31,9 @@ class RecordingPublisher:
 def node():
     rclpy.init()
     node = VerifierNode(tiny_verifier(seed=1))
+    node.worker.stop()  # the test runs the worker's step itself
     node.pub_caption = RecordingPublisher()
+    node.pub_confirmed = RecordingPublisher()
     try:
         yield node
     finally:
@@ -39,10 +41,15 @@ def node():
         rclpy.shutdown()
 
 
-def draft(window_id: int, tokens: list[int], text: str, done: bool = False):
-    msg = cs_msg.DraftTokens(window_id=window_id, token_ids=tokens, text=text, done=done)
+def draft(window_id: int, tokens: list[int], text: str, done: bool = False, epoch: int = 0):
+    msg = cs_msg.DraftTokens(window_id=window_id, epoch=epoch, token_ids=tokens, text=text,
+                             done=done, first_token_latency_ms=12.0)
     msg.window_end.sec = 1
     return msg
+
+
+def statuses(node) -> list[tuple[int, int]]:
+    return [(c.window_id, c.status) for c in node.pub_caption.sent]
 
 
 def test_a_draft_for_a_new_window_is_published_as_a_draft_caption(node):
@@ -50,25 +57,54 @@ def test_a_draft_for_a_new_window_is_published_as_a_draft_caption(node):
     [caption] = node.pub_caption.sent
     assert (caption.window_id, caption.status) == (7, Caption.STATUS_DRAFT)
     assert caption.unconfirmed_text == "a red car" and caption.confirmed_text == ""
+    assert caption.draft_text == "a red car" and caption.draft_first_token_ms == 12.0
 
 
-def test_a_draft_after_the_final_caption_does_not_repeat_it(node):
-    # the worker has published FINAL but not yet moved the window to `finished`
-    node.windows[7] = WindowState(7, status=Caption.STATUS_FINAL, confirmed_text="a red car")
+def test_a_verified_window_ends_with_one_final_caption_and_later_drafts_are_late(node):
+    window = random_window(7)
+    node._on_draft(draft(7, [5, 6], "a red car"))
+    node.queue.put(window, 0.0)
+    node._step()
+    assert statuses(node)[-1] == (7, Caption.STATUS_FINAL)
+    assert [s for _, s in statuses(node)].count(Caption.STATUS_FINAL) == 1
+    final = node.pub_caption.sent[-1]
+    assert final.confirmed_text and final.unconfirmed_text == ""
+    assert final.draft_text == "a red car"
+    assert node.pub_confirmed.sent[-1].done
+    sent = len(node.pub_caption.sent)
     node._on_draft(draft(7, [5, 6, 9], "a red car turns", done=True))
-    assert node.pub_caption.sent == []
-    assert node.counters["late_drafts"] == 1
+    assert len(node.pub_caption.sent) == sent
+    assert node.book.counters["late_drafts"] == 1
 
 
-def test_a_draft_for_a_finished_window_is_counted_late_not_published(node):
-    node.finished[7] = 0.0
-    node._on_draft(draft(7, [5], "a"))
-    assert node.pub_caption.sent == [] and node.counters["late_drafts"] == 1
+def test_a_window_dropped_by_a_busy_verifier_is_unverified_with_its_draft(node):
+    node.queue.maxlen = 1
+    node._on_draft(draft(1, [5], "a red"))
+    node._enqueue([random_window(1), random_window(2)])  # window 1 dropped for window 2
+    assert statuses(node) == [(1, Caption.STATUS_DRAFT)]  # its draft is still coming
+    node._on_draft(draft(1, [5, 6], "a red car", done=True))
+    last = node.pub_caption.sent[-1]
+    assert (last.window_id, last.status) == (1, Caption.STATUS_UNVERIFIED)
+    assert last.unconfirmed_text == "a red car" and last.draft_text == "a red car"
 
 
-def test_a_partially_confirmed_window_shows_the_drafts_unconfirmed_tail(node):
-    node.windows[7] = WindowState(7, status=Caption.STATUS_PARTIAL, confirmed_text="a red")
-    node._on_draft(draft(7, [5, 6, 9], "a red car turns"))
-    [caption] = node.pub_caption.sent
-    assert caption.status == Caption.STATUS_PARTIAL
-    assert (caption.confirmed_text, caption.unconfirmed_text) == ("a red", "car turns")
+def test_a_verifier_failure_ends_the_window_unverified_with_its_draft(node, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(node.engine, "run_window", fail)
+    node._on_draft(draft(3, [5, 6], "a red car", done=True))
+    node.queue.put(random_window(3), 0.0)
+    with pytest.raises(RuntimeError):
+        node._step()  # the Worker counts and logs it
+    assert statuses(node)[-1] == (3, Caption.STATUS_UNVERIFIED)
+    assert node.pub_caption.sent[-1].unconfirmed_text == "a red car"
+    assert node.channels == {}
+
+
+def test_drafts_of_two_epochs_with_the_same_id_are_two_windows(node):
+    node._on_draft(draft(4, [5], "a car", epoch=0))
+    node._on_draft(draft(4, [6], "a bus", epoch=1))
+    assert [(c.epoch, c.draft_text) for c in node.pub_caption.sent] == [(0, "a car"),
+                                                                          (1, "a bus")]
+    assert set(node.channels) == {(0, 4), (1, 4)}

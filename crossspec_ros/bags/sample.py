@@ -44,6 +44,7 @@ def _caption_msg(bag: BagWriter, chunk: Chunk):
         header=header(chunk.t1, "crossspec_sim"), window_id=chunk.t0 // WINDOW_NS, epoch=0,
         window_start=ns_to_time(chunk.t0), window_end=ns_to_time(chunk.t1),
         status=STATUS_FINAL, confirmed_text=chunk.caption_verifier, unconfirmed_text="",
+        draft_text="",
         draft_first_token_ms=nan, draft_done_ms=nan, confirmed_first_ms=nan,
         confirmed_done_ms=nan, acceptance=nan)
 

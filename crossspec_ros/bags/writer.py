@@ -72,7 +72,10 @@ class BagWriter:
 
     def write(self, topic: str, msgtype: str, msg, log_time_ns: int) -> None:
         """Write any message of the type store at log time ``log_time_ns``."""
-        data = self.store.serialize_cdr(msg, msgtype)
+        self.write_raw(topic, msgtype, self.store.serialize_cdr(msg, msgtype), log_time_ns)
+
+    def write_raw(self, topic: str, msgtype: str, data: bytes, log_time_ns: int) -> None:
+        """Write an already serialized (CDR) message of the type store."""
         self._writer.write(self._connection(topic, msgtype), int(log_time_ns), data)
 
     def write_event_packet(self, topic: str, packet: EventPacketData) -> None:

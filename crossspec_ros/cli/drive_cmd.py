@@ -11,17 +11,18 @@ compares token for token.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
+from crossspec_ros.cli.streaming import JsonLinesFile, exit_code_for, sigterm_as_interrupt
 from crossspec_ros.paths import sample_bag
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
@@ -42,8 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--foxglove", action="store_true",
                         help="serve live on a Foxglove WebSocket (127.0.0.1)")
     parser.add_argument("--foxglove-port", type=int, default=8765)
-    parser.add_argument("--record", type=Path, metavar="OUT.mcap",
-                        help="record captions and annotated frames to MCAP (for Foxglove)")
+    parser.add_argument("--record", type=Path, metavar="OUT",
+                        help="record captions, annotated frames, the marker and diagnostics "
+                        "as a rosbag2 bag directory OUT (MCAP, on the bag's clock: ros2 bag "
+                        "play, crossspec play and Foxglove read it)")
     parser.add_argument("--json", type=Path, metavar="OUT",
                         help="write one JSON object per window (JSON lines) and a summary")
     parser.add_argument("--check-lossless", action="store_true",
@@ -60,10 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 class DriveMonitor:
     """Collects the graph's outputs per window and prints the live view."""
 
-    def __init__(self, out=sys.stdout) -> None:
+    def __init__(self, out=sys.stdout, on_row: Callable[[dict], None] | None = None) -> None:
+        self.on_row = on_row
+        self.rows_done: set[int] = set()
         self.rows: dict[int, dict[str, Any]] = {}
         self.windows: dict[int, Any] = {}  # sync.Window per verified window (lossless check)
         self.results: dict[int, Any] = {}
+        self.drafts_shown: set[int] = set()
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
         self.out = out
@@ -75,6 +81,7 @@ class DriveMonitor:
     def on_caption(self, msg: Any) -> None:
         status = STATUS.get(msg.status, str(msg.status))
         wid = int(msg.window_id)
+        lines = []
         with self.lock:
             self.last_activity = time.monotonic()
             row = self.rows.setdefault(wid, {
@@ -83,37 +90,50 @@ class DriveMonitor:
                 "confirmed_done_ms": None, "accepted": 0, "proposed": 0, "status": status})
             if row["t0"] == 0.0:
                 row["t0"], row["t1"] = _sec(msg.window_start), _sec(msg.window_end)
-            # the draft is shown once complete (its text is the unconfirmed part while nothing
-            # is confirmed yet)
-            first_draft = not row["draft_text"] and not math.isnan(msg.draft_done_ms) \
-                and not msg.confirmed_text
-            if first_draft:
-                row["draft_text"] = msg.unconfirmed_text
+            row["draft_text"] = msg.draft_text or row["draft_text"]
             row["draft_first_token_ms"] = _num(msg.draft_first_token_ms)
+            finished = status in ("FINAL", "UNVERIFIED")
+            # the draft is shown once complete, or when the caption finishes before it did
+            if row["draft_text"] and wid not in self.drafts_shown and (
+                    not math.isnan(msg.draft_done_ms) or finished):
+                self.drafts_shown.add(wid)
+                lines.append(f"[{wid}] draft     {_ms(msg.draft_first_token_ms)}  "
+                             f"{row['draft_text']}")
             if status == "FINAL" and row["status"] != "FINAL":
                 row["confirmed_text"] = msg.confirmed_text
                 row["confirmed_done_ms"] = _num(msg.confirmed_done_ms)
                 row["acceptance"] = _num(msg.acceptance)
-            if status == "UNVERIFIED":
-                row["draft_text"] = msg.unconfirmed_text or row["draft_text"]
-            changed = status != row["status"]
-            row["status"] = status if row["status"] != "FINAL" else "FINAL"
-        if first_draft:
-            self._print(f"[{wid}] draft     {_ms(msg.draft_first_token_ms)}  "
-                        f"{msg.unconfirmed_text}")
-        if changed and status == "FINAL":
-            self._print(f"[{wid}] confirmed {_ms(msg.confirmed_done_ms)}  {msg.confirmed_text}"
-                        f"   (acceptance {_pct(msg.acceptance)})")
-        elif changed and status == "UNVERIFIED":
-            self._print(f"[{wid}] UNVERIFIED (no RGB, or dropped by a busy verifier)  "
-                        f"{msg.unconfirmed_text}")
+                lines.append(f"[{wid}] confirmed {_ms(msg.confirmed_done_ms)}  "
+                             f"{msg.confirmed_text}   (acceptance {_pct(msg.acceptance)})")
+            elif status == "UNVERIFIED" and row["status"] != "UNVERIFIED":
+                lines.append(f"[{wid}] UNVERIFIED (no RGB, or the verifier was busy)  "
+                             f"{msg.draft_text or '(no draft either)'}")
+            if row["status"] not in ("FINAL", "UNVERIFIED"):
+                row["status"] = status
+            done = self._row_done(wid)
+        for line in lines:
+            self._print(line)
+        if done is not None and self.on_row is not None:
+            self.on_row(done)
+
+    def _row_done(self, wid: int) -> dict | None:
+        """The row, once and only once, when it is complete: UNVERIFIED, or FINAL with the
+        engine's result too (they arrive on different threads, in either order)."""
+        row = self.rows[wid]
+        complete = row["status"] == "UNVERIFIED" or (row["status"] == "FINAL"
+                                                    and wid in self.results)
+        if not complete or wid in self.rows_done:
+            return None
+        self.rows_done.add(wid)
+        return dict(row)
 
     def on_result(self, window: Any, result: Any) -> None:
         with self.lock:
             wid = int(window.id)
             self.windows[wid], self.results[wid] = window, result
+            # status FINAL comes with the caption (printed then), which may come after this
             row = self.rows.setdefault(wid, {"window": wid, "t0": window.t0 / 1e9,
-                                             "t1": window.t1 / 1e9, "status": "FINAL",
+                                             "t1": window.t1 / 1e9, "status": "PARTIAL",
                                              "draft_text": result.draft_text,
                                              "draft_first_token_ms": None})
             s = result.stats
@@ -123,6 +143,9 @@ class DriveMonitor:
                        confirmed_first_ms=_num(s.confirmed_first_ms),
                        final_draft_text=result.draft_text)
             self.last_activity = time.monotonic()
+            done = self._row_done(wid)
+        if done is not None and self.on_row is not None:
+            self.on_row(done)
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -148,37 +171,43 @@ def run(args: argparse.Namespace) -> int:
     passes = [("off", {"max_proposal": 0}), ("on", {})] if args.compare else [("on", {})]
     results: dict[str, tuple[list[dict], dict]] = {}
     models = None
-    for label, verifier_params in passes:
-        if args.compare:
-            print(f"crossspec drive: pass {len(results) + 1}/2, speculation {label}",
-                  file=sys.stderr)
-        outcome = _drive_once(args, verifier_params, models)
-        if isinstance(outcome, int):
-            return outcome
-        rows, summary, models, interrupted = outcome
-        results[label] = (rows, summary)
-        if interrupted:
-            return 130
+    stream = JsonLinesFile(args.json) if args.json else None
+    with sigterm_as_interrupt() as caught:
+        for label, verifier_params in passes:
+            if args.compare:
+                print(f"crossspec drive: pass {len(results) + 1}/2, speculation {label}",
+                      file=sys.stderr)
+            on_row = None if stream is None else (
+                lambda row, label=label: stream.add({**row, "pass": label} if args.compare
+                                                    else row))
+            outcome = _drive_once(args, verifier_params, models, on_row)
+            if isinstance(outcome, int):
+                return outcome
+            rows, summary, models, interrupted = outcome
+            results[label] = (rows, summary)
+            if interrupted:  # what finished is kept: the rows so far and their summary
+                if stream is not None:
+                    stream.finish([*stream.rows, {"summary": {**summary, "interrupted": True,
+                                                              "pass": label}}])
+                return exit_code_for(caught)
     rows, summary = results["on"]
     if args.compare:
         summary["compare"] = compare_passes(results["off"][0], rows)
         print_comparison(results["off"][0], rows, summary["compare"])
     print(summary["line"])
-    if args.json:
-        with args.json.open("w") as out:
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
-            out.write(json.dumps({"summary": summary, **(
-                {"compare": summary["compare"]} if args.compare else {})}) + "\n")
+    if stream is not None:
+        stream.finish([*rows, {"summary": summary, **(
+            {"compare": summary["compare"]} if args.compare else {})}])
     return 0 if all(r.get("lossless", True) for label in results
                     for r in results[label][0]) else 1
 
 
 def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
-                models: tuple[Any, Any] | None
+                models: tuple[Any, Any] | None, on_row: Callable[[dict], None] | None = None
                 ) -> int | tuple[list[dict], dict, tuple[Any, Any], bool]:
     """One replay of the bag through the graph; (rows, summary, (verifier, drafter),
-    interrupted), or an exit code when the graph could not start."""
+    interrupted), or an exit code when the graph could not start. ``on_row``: called with
+    each window's row once it is finished."""
     import rclpy
     from crossspec import msg as cs_msg
     from rclpy.signals import SignalHandlerOptions
@@ -196,9 +225,9 @@ def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
 
     config = args.config or default_config()
     viz = {"foxglove": args.foxglove, "foxglove_port": args.foxglove_port,
-           "record_mcap": str(args.record or "")}
+           "record_bag": str(args.record or "")}
     kinds = tuple(k for k in KINDS if not (args.no_viz and k == "viz"))
-    monitor = DriveMonitor()
+    monitor = DriveMonitor(on_row=on_row)
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
@@ -207,9 +236,12 @@ def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
     stop_spinning = None
     try:
         models_given = getattr(args, "model_params", {})
+        sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
         nodes = create_nodes(kinds, config=config,
-                             extra={"viz": viz, "draft": models_given,
-                                    "verifier": {**models_given, **verifier_params}},
+                             extra={"viz": {**viz, **sim_time},
+                                    "draft": {**models_given, **sim_time},
+                                    "verifier": {**models_given, **verifier_params,
+                                                 **sim_time}},
                              models=models, on_result=monitor.on_result)
         watcher = rclpy.create_node("crossspec_drive_monitor")
         watcher.create_subscription(cs_msg.Caption, nodes[1].params["caption_topic"],
@@ -233,7 +265,7 @@ def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
             stop_spinning()
         executor.shutdown(timeout_sec=2.0)
         for node in nodes:
-            node.destroy_node()  # the viz node closes its MCAP here: readable after Ctrl-C
+            node.destroy_node()  # the viz node closes its recording here (Ctrl-C, SIGTERM)
         if rclpy.ok():
             rclpy.shutdown()
     rows = [monitor.rows[w] for w in sorted(monitor.rows)]
@@ -295,7 +327,8 @@ def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -
             player.stop()
             return
         if player.done.is_set():
-            busy = len(verifier.queue) or any(s.started for s in list(verifier.windows.values()))
+            busy = len(verifier.queue) or any(
+                w.verifying for w in list(verifier.book.windows.values()))
             if not busy and time.monotonic() - monitor.last_activity > settle:
                 return
 

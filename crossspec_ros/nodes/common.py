@@ -13,6 +13,7 @@ import rclpy
 from builtin_interfaces.msg import Time
 from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
@@ -23,17 +24,66 @@ from crossspec_ros.sync.synchronizer import WindowSynchronizer
 NS = 1_000_000_000
 
 
-def declare_params(node: Node, spec: list[Param]) -> dict[str, Any]:
-    """Declare ``spec`` on the node (defaults and docs from one place) and validate the
-    values it was started with; raises ParameterError naming the node and the parameter."""
-    from rcl_interfaces.msg import ParameterDescriptor
+def declare_params(node: Node, spec: list[Param],
+                   on_change: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Declare ``spec`` on the node (defaults, docs and ranges from one place), validate the
+    values it was started with (ParameterError naming the node and the parameter), and keep
+    validating at runtime: ``ros2 param set`` of a read-only parameter is refused by rclpy, a
+    live one is checked like at startup and refused with the same message when invalid.
+    Returns the values; live changes update that dict in place, then call ``on_change`` with
+    the changed names and values (executor thread)."""
+    from rcl_interfaces.msg import SetParametersResult
 
+    where = f"node '{node.get_name()}' parameters"
     values = {}
     for param in spec:
-        declared = node.declare_parameter(
-            param.name, param.default, ParameterDescriptor(description=param.doc))
+        declared = node.declare_parameter(param.name, param.default,
+                                          descriptor(param, final=False))
         values[param.name] = declared.value
-    return validate(values, spec, where=f"node '{node.get_name()}' parameters")
+    params = validate(values, spec, where=where)
+    for param in spec:  # range and read-only after our own check: rclpy's refusal says less
+        node.set_descriptor(param.name, descriptor(param))
+    ours = {param.name for param in spec}
+
+    def on_set(changes: list) -> Any:
+        changed = {p.name: p.value for p in changes if p.name in ours}
+        try:
+            checked = validate({**params, **changed}, spec, where=where)
+        except ParameterError as err:
+            return SetParametersResult(successful=False, reason=str(err))
+        params.update({name: checked[name] for name in changed})
+        if changed and on_change is not None:
+            on_change(changed)
+        return SetParametersResult(successful=True)
+
+    node.add_on_set_parameters_callback(on_set)
+    return params
+
+
+def descriptor(param: Param, final: bool = True) -> Any:
+    """The ROS ParameterDescriptor of ``param``: its doc and requirement, then (``final``)
+    whether it is read-only and its range."""
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+    from rclpy.parameter import Parameter
+
+    out = ParameterDescriptor(description=param.doc, read_only=final and not param.live,
+                              additional_constraints=param.requirement,
+                              type=Parameter.Type.from_parameter_value(param.default).value)
+    bounds = param.range if final else None
+    if bounds is not None and param.type is int:
+        out.integer_range = [IntegerRange(from_value=int(bounds[0]), to_value=int(bounds[1]),
+                                          step=1)]
+    elif bounds is not None:
+        out.floating_point_range = [FloatingPointRange(from_value=float(bounds[0]),
+                                                       to_value=float(bounds[1]), step=0.0)]
+    return out
+
+
+def steady_timer(node: Node, period_s: float, callback: Callable[[], None]) -> Any:
+    """A timer on the steady clock: window closing, expiry and diagnostics keep running when
+    /clock stops (a bag player paused or ended under ``use_sim_time``), where a timer on the
+    node's own clock would stop with it."""
+    return node.create_timer(period_s, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -118,9 +168,10 @@ class WindowQueue:
                 self.cond.wait(timeout)
             return self._items.popleft() if self._items else None
 
-    def ids(self) -> list[int]:
+    def keys(self) -> list[tuple[int, int]]:
+        """(epoch, id) of the queued windows."""
         with self.cond:
-            return [int(w.id) for w, _ in self._items]
+            return [w.key for w, _ in self._items]
 
     def __len__(self) -> int:
         with self.cond:

@@ -10,7 +10,6 @@ the drafter leaves the old one as soon as the next window closes.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from crossspec_ros.nodes.common import (
     ns_to_msg,
     reliable_qos,
     sensor_qos,
+    steady_timer,
     sync_from_params,
 )
 from crossspec_ros.params import DRAFT_NODE_PARAMS
@@ -37,6 +37,7 @@ from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
+from crossspec_ros.sync.captions import DraftCursor
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 
@@ -58,10 +59,7 @@ class DraftNode(Node):
         self.sync = sync_from_params(p, streams=("events",))
         self.decoder = EventPacketDecoder(name=p["event_topic"])
         self.queue = WindowQueue(p["max_queued_windows"])
-        self._lock = threading.Lock()  # guards the current window
-        self._current: tuple[int, DraftChannel] | None = None
-        self._current_done_at: float | None = None
-        self._confirmed: list[int] = []  # the current window's confirmed verifier ids
+        self.cursor = DraftCursor()  # the window being drafted and its confirmed prefix
         self.windows_drafted = 0
         self.last_first_token_ms = float("nan")
         self.pub_draft = self.create_publisher(cs_msg.DraftTokens, p["draft_topic"],
@@ -71,8 +69,8 @@ class DraftNode(Node):
                                  sensor_qos(p["sensor_qos_depth"]))
         self.create_subscription(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                                  self._on_confirmed, reliable_qos())
-        self.create_timer(0.1, self._tick)
-        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        steady_timer(self, 0.1, self._tick)
+        steady_timer(self, p["diagnostics_period_s"], self._publish_diagnostics)
         self.worker = Worker(f"{node_name}-worker", self._step,
                              lambda e: self.get_logger().error(f"drafting failed: {e}"))
         self.worker.start()
@@ -88,10 +86,9 @@ class DraftNode(Node):
 
     def _tick(self) -> None:
         self._enqueue(self.sync.poll(time.monotonic_ns()))
-        with self._lock:  # a finished draft nobody confirms any more is let go
-            current, done_at = self._current, self._current_done_at
-        if current is not None and done_at is not None and time.monotonic() - done_at > LINGER_S:
-            current[1].stop()
+        lingering = self.cursor.lingering(time.monotonic(), LINGER_S)
+        if lingering is not None:  # a finished draft nobody confirms any more is let go
+            lingering.stop()
 
     def _enqueue(self, windows: list) -> None:
         now = time.monotonic()
@@ -104,23 +101,20 @@ class DraftNode(Node):
             if dropped is not None:
                 self.get_logger().warning(
                     f"drafter busy: dropped window {dropped.id} ({self.queue.dropped} so far)")
-        if queued:
-            with self._lock:
-                if self._current is not None:
-                    self._current[1].stop()  # a newer window closed: move on to it
+        current = self.cursor.current() if queued else None
+        if current is not None:
+            current.stop()  # a newer window closed: move on to it
 
     def _on_confirmed(self, msg: Any) -> None:
-        with self._lock:
-            current = self._current
-        if current is None or current[0] != msg.window_id:
-            return
-        channel = current[1]
-        if msg.done:
-            channel.stop()
-            return
-        # rounds arrive in order on a reliable topic; each carries its new tokens at a base
-        self._confirmed = self._confirmed[:msg.base_index] + [int(t) for t in msg.new_token_ids]
-        channel.push_confirmed(confirmed_in_drafter_ids(self.drafter, self._confirmed, msg.text))
+        channel, confirmed = self.cursor.confirmed(
+            (int(msg.epoch), int(msg.window_id)), int(msg.base_index), list(msg.new_token_ids),
+            msg.done)
+        if channel is None:
+            return  # not the window being drafted
+        if confirmed is None:
+            channel.stop()  # the verifier is done with it
+        else:
+            channel.push_confirmed(confirmed_in_drafter_ids(self.drafter, confirmed, msg.text))
 
     # ------------------------------------------------------------ worker thread
     def _step(self) -> None:
@@ -129,11 +123,9 @@ class DraftNode(Node):
             return
         window, t_close = item
         channel = DraftChannel(lookahead=self.params["max_new_tokens"])
-        with self._lock:
-            self._current, self._current_done_at = (int(window.id), channel), None
-            self._confirmed = []
-            if self.queue.closed:  # shutting down after this window was taken: nobody would
-                channel.stop()     # stop its draft, and the worker's join would wait it out
+        self.cursor.begin(window.key, channel)
+        if self.queue.closed:  # shutting down after this window was taken (destroy_node closes
+            channel.stop()     # the queue, then stops the current draft: one of them sees it)
         stats = WindowStats(proposer_names=["draft_stream"])
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
@@ -147,9 +139,11 @@ class DraftNode(Node):
                 self.get_logger().error(f"window {window.id}: drafter failed: {event.text}")
             return event
 
-        run_drafter(self.drafter, window, channel, emit, stats, self.params["max_new_tokens"])
-        with self._lock:
-            self._current = None
+        try:
+            run_drafter(self.drafter, window, channel, emit, stats,
+                        self.params["max_new_tokens"])
+        finally:
+            self.cursor.end(window.key)
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
 
@@ -165,9 +159,7 @@ class DraftNode(Node):
         msg.header.frame_id = "event_camera"
         self.pub_draft.publish(msg)
         if event.done:
-            with self._lock:
-                if self._current is not None and self._current[0] == window.id:
-                    self._current_done_at = time.monotonic()
+            self.cursor.completed(window.key, time.monotonic())
 
     def _publish_diagnostics(self) -> None:
         s = self.sync.stats
@@ -181,9 +173,9 @@ class DraftNode(Node):
                                           "dropping windows" if self.queue.dropped else "ok"))
 
     def destroy_node(self) -> None:
-        with self._lock:  # close under the lock: _step sees either the closed queue or is
-            self.queue.close()  # current already, and then it is stopped here
-            if self._current is not None:
-                self._current[1].stop()
+        self.queue.close()  # before reading the cursor: see _step
+        current = self.cursor.current()
+        if current is not None:
+            current.stop()
         self.worker.stop()
         super().destroy_node()

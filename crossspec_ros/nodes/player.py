@@ -116,7 +116,10 @@ class BagPlayer(Node):
                 continue
             depth = SENSOR_DEPTHS.get(msgtype)
             qos = sensor_qos(depth) if depth else DEFAULT_DEPTH
-            self._publishers_by_topic[topic] = self.create_publisher(cls, topic, qos)
+            # relative to the player's namespace (the root by default: the bag's own names), so
+            # a namespaced player feeds a namespaced graph
+            self._publishers_by_topic[topic] = self.create_publisher(cls, topic.lstrip("/"),
+                                                                     qos)
         self._clock_pub = self.create_publisher(Clock, "/clock", 10) if clock else None
         # Shutting the context down (Ctrl-C) ends the replay; rclpy keeps a weak reference.
         self.context.on_shutdown(self.stop)

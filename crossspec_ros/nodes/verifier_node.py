@@ -4,9 +4,10 @@ Windows the RGB stream (ids from time, the same as the draft node's), runs the v
 the speculative engine on a worker thread, and uses whatever the draft node has published for
 that window as proposals (drafts may arrive before, during or after the verifier's prefill).
 Publishes crossspec/ConfirmedTokens after each verification round (the draft node re-syncs
-to them) and crossspec/Caption for consumers: DRAFT while only the draft exists, PARTIAL with
-a confirmed prefix and the draft's unconfirmed tail, FINAL when done, UNVERIFIED for windows
-that got a draft but no RGB.
+to them) and crossspec/Caption for consumers, as the caption protocol (sync/captions.py)
+decides: DRAFT while only the draft exists, PARTIAL with a confirmed prefix and the draft's
+unconfirmed tail, FINAL when done, UNVERIFIED (the draft) for windows the verifier never
+captions. This node only converts messages and runs the engine.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from crossspec import msg as cs_msg
@@ -34,38 +34,17 @@ from crossspec_ros.nodes.common import (
     reliable_qos,
     sensor_qos,
     stats_msg,
+    steady_timer,
     sync_from_params,
 )
 from crossspec_ros.params import VERIFIER_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.sync.captions import CaptionBook, WindowCaption, WindowKey
 from crossspec_ros.sync.window import StampedFrame
 
-FINISHED_MEMORY_S = 10.0  # finished window ids are remembered this long (late drafts ignored)
 NAN = math.nan
-TERMINAL = (cs_msg.Caption.STATUS_FINAL, cs_msg.Caption.STATUS_UNVERIFIED)
-
-
-@dataclass
-class WindowState:
-    """What the verifier node knows about one window, for its Caption messages."""
-
-    window_id: int
-    epoch: int = 0
-    t0: int = 0
-    t1: int = 0
-    channel: DraftChannel = field(default_factory=DraftChannel)
-    draft_text: str = ""
-    draft_first_token_ms: float = NAN
-    draft_done_ms: float = NAN
-    first_seen: float = field(default_factory=time.monotonic)
-    confirmed_text: str = ""
-    status: int = cs_msg.Caption.STATUS_DRAFT
-    started: bool = False
-    confirmed_first_ms: float = NAN
-    confirmed_done_ms: float = NAN
-    acceptance: float = NAN
 
 
 def engine_config(p: dict[str, Any]) -> EngineConfig:
@@ -86,7 +65,8 @@ class VerifierNode(Node):
                  on_result: Callable[[Any, WindowResult], None] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
-        self.params = p = declare_params(self, VERIFIER_NODE_PARAMS)
+        self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params)
+        self._next_config: EngineConfig | None = None  # a live change, for the next window
         if verifier is None:
             from crossspec_ros.models.pair import load_from_params
 
@@ -95,12 +75,12 @@ class VerifierNode(Node):
         self.on_result = on_result
         self.sync = sync_from_params(p, streams=("rgb",))
         self.queue = WindowQueue(p["max_queued_windows"])
-        self._lock = threading.Lock()  # guards windows/finished (executor vs worker thread)
-        self.windows: dict[int, WindowState] = {}
-        self.finished: dict[int, float] = {}
-        self._draft_epoch = self._rgb_epoch = 0
-        self.counters = {"windows_verified": 0, "windows_unverified": 0, "bad_frames": 0,
-                         "late_drafts": 0, "errors": 0}
+        # the caption protocol (sync/captions.py); the lock makes each change and its
+        # publication one step (executor vs worker thread), so captions leave in order
+        self._lock = threading.Lock()
+        self.book = CaptionBook(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5)
+        self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
+        self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0}
         self.last_stats: dict[str, float] = {}
         self.pub_confirmed = self.create_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                                                    reliable_qos())
@@ -113,8 +93,8 @@ class VerifierNode(Node):
                                  self._on_compressed, qos)
         self.create_subscription(cs_msg.DraftTokens, p["draft_topic"], self._on_draft,
                                  reliable_qos())
-        self.create_timer(0.1, self._tick)
-        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        steady_timer(self, 0.1, self._tick)
+        steady_timer(self, p["diagnostics_period_s"], self._publish_diagnostics)
         self.worker = Worker(f"{node_name}-worker", self._step, self._on_error)
         self.worker.start()
         self.get_logger().info(
@@ -140,12 +120,7 @@ class VerifierNode(Node):
                 throttle_duration_sec=5.0)
             return
         frame = StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id)
-        windows = self.sync.add_frame(frame)
-        if self.sync.epoch != self._rgb_epoch:  # RGB time jumped back: window ids repeat
-            self._rgb_epoch = self.sync.epoch
-            with self._lock:
-                self.finished.clear()
-        self._enqueue(windows)
+        self._enqueue(self.sync.add_frame(frame))
 
     def _enqueue(self, windows: list) -> None:
         now = time.monotonic()
@@ -153,85 +128,66 @@ class VerifierNode(Node):
             dropped = self.queue.put(window, now)
             if dropped is not None:
                 self.get_logger().warning(
-                    f"verifier busy: dropped window {dropped.id} ({self.queue.dropped} so far)")
-                self._give_up(dropped)
-
-    def _give_up(self, window: Any) -> None:
-        """A window the verifier dropped is final as it is: UNVERIFIED, draft only."""
-        wid = int(window.id)
-        with self._lock:
-            state = self.windows.pop(wid, None) or WindowState(wid)
-            state.epoch, state.t0, state.t1 = window.epoch, window.t0, window.t1
-            state.status = cs_msg.Caption.STATUS_UNVERIFIED
-            self.finished[wid] = time.monotonic()
-            self.pub_caption.publish(self._caption_msg(state))
-        self.counters["windows_unverified"] += 1
+                    f"verifier busy: dropped window {dropped.id} ({self.queue.dropped} so far); "
+                    "its draft is published as UNVERIFIED")
+                with self._lock:
+                    self._publish(self.book.on_verifier_gave_up(
+                        dropped.key, dropped.t0, dropped.t1, time.monotonic()))
 
     def _on_draft(self, msg: Any) -> None:
-        wid = int(msg.window_id)
+        key = (int(msg.epoch), int(msg.window_id))
         with self._lock:
-            if msg.epoch != self._draft_epoch:  # the draft node's time jumped (bag loop)
-                self._draft_epoch = msg.epoch
-                self.finished.clear()
-            state = self.windows.get(wid)
-            # FINAL is checked too: the worker publishes it just before it marks the window
-            # finished, and a draft slipping in between must not repeat the FINAL caption
-            if wid in self.finished or (state is not None and state.status in TERMINAL):
-                self.counters["late_drafts"] += 1
-                return
-            if state is None:
-                state = self.windows[wid] = WindowState(
-                    wid, int(msg.epoch), msg_to_ns(msg.window_start), msg_to_ns(msg.window_end))
-            state.draft_text = msg.text
-            state.draft_first_token_ms = msg.first_token_latency_ms
-            if msg.done and math.isnan(state.draft_done_ms):
-                state.draft_done_ms = (time.monotonic() - state.first_seen) * 1e3
-            self.pub_caption.publish(self._caption_msg(state))
-        state.channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
+            captions = self.book.on_draft(
+                key, msg_to_ns(msg.window_start), msg_to_ns(msg.window_end), msg.text,
+                msg.first_token_latency_ms, msg.done, time.monotonic())
+            self._publish(captions)
+            if not captions or captions[-1].finished:
+                return  # late, or finished as UNVERIFIED: no verifier will read it
+            channel = self.channels.setdefault(key, DraftChannel())
+        channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
 
     def _tick(self) -> None:
         self._enqueue(self.sync.poll(time.monotonic_ns()))
-        self._expire_unverified()
-
-    def _expire_unverified(self) -> None:
-        """Drafted windows the verifier will never see: no RGB came for them."""
-        p, now = self.params, time.monotonic()
-        patience = p["max_lateness_s"] + p["window_length_s"] + 0.5
+        waiting = {(self.sync.epoch, wid) for wid in self.sync.pending_ids()}
+        waiting |= set(self.queue.keys())
         closed = self.sync.closed_before
-        waiting = set(self.sync.pending_ids()) | set(self.queue.ids())
-        expired = 0
         with self._lock:
-            for wid, state in list(self.windows.items()):
-                if state.started or wid in waiting:
-                    continue
-                if (closed is not None and wid < closed) or now - state.first_seen > patience:
-                    state.status = cs_msg.Caption.STATUS_UNVERIFIED
-                    self.pub_caption.publish(self._caption_msg(self.windows.pop(wid)))
-                    self.finished[wid] = now
-                    expired += 1
-            for wid, t in list(self.finished.items()):
-                if now - t > FINISHED_MEMORY_S:
-                    del self.finished[wid]
-        self.counters["windows_unverified"] += expired
+            self._publish(self.book.expire(
+                time.monotonic(), waiting, None if closed is None else (self.sync.epoch, closed)))
+
+    def _on_params(self, changed: dict[str, Any]) -> None:
+        """``ros2 param set`` of an engine parameter: the next window uses it."""
+        with self._lock:
+            self._next_config = engine_config(self.params)
+        self.get_logger().info(f"parameters {', '.join(sorted(changed))} changed: used from "
+                               "the next window on")
 
     # ------------------------------------------------------------ worker thread
     def _step(self) -> None:
         item = self.queue.get()
         if item is None:
             return
+        with self._lock:
+            config, self._next_config = self._next_config, None
+        if config is not None:
+            self.engine.reconfigure(config)
         window, t_close = item
-        wid = int(window.id)
+        key = window.key
         with self._lock:
-            state = self.windows.get(wid)
-            if state is None:
-                state = self.windows[wid] = WindowState(wid)
-            state.epoch, state.t0, state.t1 = window.epoch, window.t0, window.t1
-            state.started = True
-        result = self.engine.run_window(window, on_event=lambda e: self._on_engine(state, e),
-                                        t_close=t_close, draft=state.channel)
-        with self._lock:
-            self.windows.pop(wid, None)
-            self.finished[wid] = time.monotonic()
+            if not self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic()):
+                self.channels.pop(key, None)
+                return  # its caption already finished without RGB: one caption per window
+            channel = self.channels.setdefault(key, DraftChannel())
+        try:
+            result = self.engine.run_window(
+                window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
+                draft=channel)
+        finally:
+            with self._lock:
+                self.channels.pop(key, None)
+                if not self.book.is_finished(key):  # the engine failed mid-window
+                    self._publish(self.book.on_verifier_gave_up(
+                        key, window.t0, window.t1, time.monotonic()))
         self.counters["windows_verified"] += 1
         s = result.stats
         self.last_stats = {"confirmed_done_ms": s.confirmed_done_ms,
@@ -240,53 +196,30 @@ class VerifierNode(Node):
         if self.on_result is not None:
             self.on_result(window, result)
 
-    def _on_engine(self, state: WindowState, event: EngineEvent) -> None:
+    def _on_engine(self, window: Any, event: EngineEvent) -> None:
         if event.kind is not EventKind.CONFIRMED:
             return
         stats = self.engine.current_stats
-        # under the lock: the executor's _on_draft updates and publishes the same window, and
-        # captions must leave in order (never a PARTIAL after the FINAL)
         with self._lock:
-            state.confirmed_text = event.text
-            if stats is not None:
-                state.acceptance = stats.acceptance
-            if event.base == 0:
-                state.confirmed_first_ms = event.t_ms
-            state.status = cs_msg.Caption.STATUS_FINAL if event.done else \
-                cs_msg.Caption.STATUS_PARTIAL
-            if event.done:
-                state.confirmed_done_ms = event.t_ms
-            self.pub_caption.publish(self._caption_msg(state))
+            self._publish(self.book.on_confirmed(
+                window.key, event.text, event.done, event.t_ms,
+                stats.acceptance if stats is not None else NAN, time.monotonic()))
         msg = cs_msg.ConfirmedTokens(
-            window_id=state.window_id, epoch=int(state.epoch), window_start=ns_to_msg(state.t0),
-            window_end=ns_to_msg(state.t1), base_index=event.base,
+            window_id=int(window.id), epoch=int(window.epoch), window_start=ns_to_msg(window.t0),
+            window_end=ns_to_msg(window.t1), base_index=event.base,
             new_token_ids=[int(t) for t in event.tokens], text=event.text, done=event.done,
             stats=stats_msg(stats) if stats is not None else cs_msg.WindowStats())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.pub_confirmed.publish(msg)
 
-    def _caption_msg(self, state: WindowState) -> Any:
-        """The Caption for ``state`` as it is now; callers hold ``self._lock`` and publish it
-        before releasing it, so captions leave in the order their states changed."""
-        confirmed, draft = state.confirmed_text, state.draft_text
-        unconfirmed = ""
-        if state.status != cs_msg.Caption.STATUS_FINAL:
-            norm_c, norm_d = " ".join(confirmed.split()), " ".join(draft.split())
-            if norm_d.startswith(norm_c):
-                unconfirmed = norm_d[len(norm_c):].strip()
-        if state.status == cs_msg.Caption.STATUS_DRAFT and confirmed:
-            state.status = cs_msg.Caption.STATUS_PARTIAL
-        msg = cs_msg.Caption(
-            window_id=state.window_id, epoch=int(state.epoch),
-            window_start=ns_to_msg(state.t0), window_end=ns_to_msg(state.t1),
-            status=state.status, confirmed_text=confirmed, unconfirmed_text=unconfirmed,
-            draft_first_token_ms=float(state.draft_first_token_ms),
-            draft_done_ms=float(state.draft_done_ms),
-            confirmed_first_ms=float(state.confirmed_first_ms),
-            confirmed_done_ms=float(state.confirmed_done_ms),
-            acceptance=float(state.acceptance))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        return msg
+    def _publish(self, captions: list[WindowCaption]) -> None:
+        """Publish ``captions`` in order; callers hold ``self._lock``."""
+        for caption in captions:
+            if caption.finished:
+                self.channels.pop(caption.key, None)
+            msg = caption_msg(caption)
+            msg.header.stamp = self.get_clock().now().to_msg()
+            self.pub_caption.publish(msg)
 
     def _on_error(self, error: str) -> None:
         if not self.context.ok():
@@ -298,7 +231,7 @@ class VerifierNode(Node):
         s = self.sync.stats
         values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
                   "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
-                  "resets": s.resets, **self.counters,
+                  "resets": s.resets, **self.counters, **self.book.counters,
                   **{k: round(v, 3) for k, v in self.last_stats.items()}}
         bad = self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"]
         self.pub_diag.publish(diagnostics(self, "crossspec: verifier", values, 1 if bad else 0,
@@ -307,7 +240,19 @@ class VerifierNode(Node):
     def destroy_node(self) -> None:
         self.queue.close()
         with self._lock:
-            for state in self.windows.values():
-                state.channel.stop()
+            for channel in self.channels.values():
+                channel.stop()
         self.worker.stop()
         super().destroy_node()
+
+
+def caption_msg(caption: WindowCaption) -> Any:
+    """crossspec/Caption for one window's caption (header stamp left to the publisher)."""
+    return cs_msg.Caption(
+        window_id=caption.window_id, epoch=caption.epoch,
+        window_start=ns_to_msg(caption.t0), window_end=ns_to_msg(caption.t1),
+        status=int(caption.status), confirmed_text=caption.confirmed_text,
+        unconfirmed_text=caption.unconfirmed_text, draft_text=caption.draft_text,
+        draft_first_token_ms=caption.draft_first_token_ms,
+        draft_done_ms=caption.draft_done_ms, confirmed_first_ms=caption.confirmed_first_ms,
+        confirmed_done_ms=caption.confirmed_done_ms, acceptance=caption.acceptance)

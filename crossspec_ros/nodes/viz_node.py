@@ -1,9 +1,11 @@
 """The visualization node: captions drawn where people look.
 
 Subscribes to crossspec/Caption and the RGB stream; publishes a visualization_msgs/Marker
-(TEXT_VIEW_FACING: RViz) and an annotated sensor_msgs/Image (the frame with the confirmed text
-in one style and the unconfirmed draft tail in another: RViz and Foxglove). Optionally serves
-the same live on a Foxglove WebSocket (127.0.0.1 by default) and records it to MCAP.
+(TEXT_VIEW_FACING in the RGB frame's frame_id: RViz) and an annotated sensor_msgs/Image (the
+frame with the confirmed text in one style and the unconfirmed draft tail in another: RViz and
+Foxglove). Optionally serves the same live on a Foxglove WebSocket (127.0.0.1 by default), and
+records captions, annotated images, the marker and diagnostics as a rosbag2 bag
+(``record_bag``) on the graph's clock.
 """
 
 from __future__ import annotations
@@ -33,16 +35,16 @@ class VizNode(Node):
         self._latest: Any = None   # the newest Caption
         self._frames = 0
         self.annotated = 0
+        self.not_recorded = 0
+        self._frame_id = p["marker_frame"]  # the RGB camera's, once a frame came
         self.foxglove = None
-        if p["foxglove"] or p["record_mcap"]:
+        if p["foxglove"]:
             from crossspec_ros.viz.foxglove_out import FoxgloveOutput
 
-            self.foxglove = FoxgloveOutput(serve=p["foxglove"], host=p["foxglove_host"],
-                                           port=p["foxglove_port"],
-                                           mcap_path=p["record_mcap"] or None, overwrite=True)
-            if p["foxglove"]:
-                self.get_logger().info(
-                    f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
+            self.foxglove = FoxgloveOutput(serve=True, host=p["foxglove_host"],
+                                           port=p["foxglove_port"])
+            self.get_logger().info(f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
+        self.recorder = self._start_recording(p["record_bag"]) if p["record_bag"] else None
         self.pub_marker = self.create_publisher(Marker, p["marker_topic"], reliable_qos(10))
         self.pub_image = self.create_publisher(Image, p["annotated_image_topic"], 5)
         self.create_subscription(cs_msg.Caption, p["caption_topic"], self._on_caption,
@@ -56,7 +58,7 @@ class VizNode(Node):
             self._latest = msg
         marker = Marker(ns="crossspec", id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD,
                         text=marker_text(msg.confirmed_text, msg.unconfirmed_text, msg.status))
-        marker.header.frame_id = self.params["marker_frame"]
+        marker.header.frame_id = self._frame_id
         marker.header.stamp = msg.header.stamp
         marker.pose.position.z = 2.0
         marker.pose.orientation.w = 1.0
@@ -76,6 +78,7 @@ class VizNode(Node):
 
     def _annotate(self, msg: Any, convert: Any) -> None:
         self._frames += 1
+        self._frame_id = msg.header.frame_id or self._frame_id
         with self._lock:
             caption = self._latest
         if caption is None or self._frames % self.params["annotate_every_n_frames"]:
@@ -95,9 +98,42 @@ class VizNode(Node):
             self.foxglove.log_image(self.params["annotated_image_topic"], out,
                                     msg_to_ns(msg.header.stamp), msg.header.frame_id)
 
+    def _start_recording(self, path: str) -> Any:
+        """Record the graph's outputs as they are published (raw CDR, nothing re-encoded)."""
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        from crossspec_ros.bags.recorder import BagRecorder
+
+        recorder = BagRecorder(path, overwrite=True)
+        p = self.params
+        for topic, msg_type, msgtype, qos in (
+                (p["caption_topic"], cs_msg.Caption, "crossspec/msg/Caption", reliable_qos()),
+                (p["annotated_image_topic"], Image, "sensor_msgs/msg/Image", sensor_qos(5)),
+                (p["marker_topic"], Marker, "visualization_msgs/msg/Marker", reliable_qos(10)),
+                (p["diagnostics_topic"], DiagnosticArray, "diagnostic_msgs/msg/DiagnosticArray",
+                 10)):
+            name = self.resolve_topic_name(topic)  # the bag holds full names
+            self.create_subscription(
+                msg_type, topic, lambda data, t=name, m=msgtype: self._record(t, m, data), qos,
+                raw=True)
+        self.get_logger().info(f"recording to {path} (written under {recorder.staging.name} "
+                               "until the node stops)")
+        return recorder
+
+    def _record(self, topic: str, msgtype: str, data: bytes) -> None:
+        now = self.get_clock().now().nanoseconds
+        if now <= 0:  # use_sim_time before the first /clock: no time to file it under
+            self.not_recorded += 1
+            return
+        self.recorder.write(topic, msgtype, data, now)
+
     def destroy_node(self) -> None:
         if self.foxglove is not None:
             self.foxglove.close()
+        if self.recorder is not None:
+            self.recorder.close()
+            self.get_logger().info(f"recorded {self.recorder.written} messages to "
+                                   f"{self.recorder.path}")
         super().destroy_node()
 
 

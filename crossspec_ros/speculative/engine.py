@@ -121,6 +121,19 @@ class SpeculativeEngine:
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
         self.current_stats: WindowStats | None = None
 
+    def reconfigure(self, config: EngineConfig) -> None:
+        """Use ``config`` from the next window on (call between windows: a window keeps the
+        config it started with). What the policy measured is kept unless the proposers
+        change."""
+        if tuple(config.proposers) != tuple(self.config.proposers):
+            self.policy = ProposalPolicy(config.proposers, max_depth=config.max_proposal,
+                                         max_nodes=config.max_tree_nodes,
+                                         adaptive=config.adaptive)
+        self.policy.max_depth, self.policy.max_nodes = config.max_proposal, config.max_tree_nodes
+        self.policy.adaptive = config.adaptive
+        self.history.max_sources = config.history_windows
+        self.config = config
+
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
                    t_close: float | None = None, draft: DraftChannel | None = None,

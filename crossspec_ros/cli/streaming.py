@@ -1,0 +1,63 @@
+"""What long-running commands need to end well however they are stopped: JSON lines written
+as results come (never an unreadable file under the final name), and SIGTERM treated like
+Ctrl-C (systemd, docker and launch escalation send SIGTERM)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+class JsonLinesFile:
+    """JSON lines for ``path``: rows are appended (and flushed) to a hidden sibling as they
+    come; ``finish(lines)`` writes the final content and renames it to ``path``. After a kill,
+    only the sibling (``.NAME.partial``, every row so far) is left."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.partial = self.path.with_name(f".{self.path.name}.partial")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._out = self.partial.open("w")
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if not self._out.closed:
+            self._out.write(json.dumps(row) + "\n")
+            self._out.flush()
+
+    def finish(self, lines: list[dict[str, Any]]) -> Path:
+        """Replace the streamed rows by ``lines`` (the final, enriched rows and a summary)."""
+        self._out.close()
+        with self.partial.open("w") as out:
+            for line in lines:
+                out.write(json.dumps(line) + "\n")
+        os.replace(self.partial, self.path)
+        return self.path
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[dict[str, int]]:
+    """Within the block SIGTERM raises KeyboardInterrupt, so one clean shutdown path serves
+    both; yields {"signal": number of the last stop signal (0: none)} for the exit code."""
+    caught = {"signal": 0}
+
+    def stop(signum: int, _frame: Any) -> None:
+        caught["signal"] = signum
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_code_for(caught: dict[str, int]) -> int:
+    """128 + the signal that stopped the command (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + (caught["signal"] or signal.SIGINT)

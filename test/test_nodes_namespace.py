@@ -1,0 +1,47 @@
+"""Topic names are relative: a namespace (``-r __ns:=/robot1``, the launch file's namespace
+argument) moves every crossspec topic and the player's, so two robots on one DDS domain never
+mix their captions. /diagnostics and /clock stay global, as ROS tools expect."""
+
+from __future__ import annotations
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier  # noqa: E402
+from crossspec_ros.nodes.draft_node import DraftNode  # noqa: E402
+from crossspec_ros.nodes.player import BagPlayer  # noqa: E402
+from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
+from crossspec_ros.nodes.viz_node import VizNode  # noqa: E402
+from crossspec_ros.paths import sample_bag  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+def topics(node) -> set[str]:
+    names = {name for name, _ in node.get_publisher_names_and_types_by_node(
+        node.get_name(), node.get_namespace())}
+    names |= {name for name, _ in node.get_subscriber_names_and_types_by_node(
+        node.get_name(), node.get_namespace())}
+    return names
+
+
+def test_every_crossspec_topic_moves_with_the_namespace():
+    rclpy.init()
+    nodes = []
+    try:
+        nodes = [DraftNode(tiny_eventgpt_drafter(seed=1), namespace="/robot1"),
+                 VerifierNode(tiny_verifier(seed=1), namespace="/robot1"),
+                 VizNode(namespace="/robot1"),
+                 BagPlayer(sample_bag(), autostart=False, namespace="/robot1")]
+        seen = set().union(*(topics(n) for n in nodes))
+        assert {"/robot1/event_camera/events", "/robot1/camera/image_raw",
+                "/robot1/crossspec/draft", "/robot1/crossspec/confirmed",
+                "/robot1/crossspec/caption", "/robot1/crossspec/annotated_image",
+                "/robot1/crossspec/caption_marker"} <= seen
+        outside = {t for t in seen if not t.startswith("/robot1/")}
+        assert outside <= {"/diagnostics", "/clock", "/parameter_events", "/rosout"}, outside
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        rclpy.shutdown()

@@ -1,0 +1,82 @@
+"""Parameters at runtime, as `ros2 param set` changes them: a live parameter is checked like
+at startup (refused with the same message when invalid) and used from the next window; the
+others are read-only; descriptors carry their ranges."""
+
+from __future__ import annotations
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.parameter import Parameter  # noqa: E402
+
+from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
+from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
+from crossspec_ros.nodes.viz_node import VizNode  # noqa: E402
+from crossspec_ros.params import ParameterError  # noqa: E402
+from synthetic_windows import random_window  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture()
+def node():
+    rclpy.init()
+    node = VerifierNode(tiny_verifier(seed=1))
+    node.worker.stop()  # the test runs the worker's step itself
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+def test_an_invalid_live_value_is_refused_with_the_startup_message(node):
+    [result] = node.set_parameters([Parameter("proposers", value="draft_stream,beam")])
+    assert not result.successful
+    assert "'proposers' = 'draft_stream,beam' is invalid: must be a comma-separated subset" \
+        in result.reason
+    [result] = node.set_parameters([Parameter("temperature", value=0.0)])
+    assert not result.successful and "must be > 0" in result.reason
+    assert node.params["proposers"] == "draft_stream,draft_ngram,history_ngram"
+
+
+def test_a_value_outside_the_descriptor_range_is_refused(node):
+    [result] = node.set_parameters([Parameter("max_proposal", value=-1)])
+    assert not result.successful and "out of range" in result.reason
+    assert node.get_parameter("max_proposal").value == 24 and node.params["max_proposal"] == 24
+
+
+def test_a_live_engine_parameter_is_used_from_the_next_window(node):
+    [result] = node.set_parameters([Parameter("max_proposal", value=0)])
+    assert result.successful
+    assert node.engine.config.max_proposal == 24  # not in the middle of a window
+    node.queue.put(random_window(1), 0.0)
+    node._step()
+    assert node.engine.config.max_proposal == 0 and node.engine.policy.max_depth == 0
+
+
+def test_a_parameter_that_cannot_change_live_is_read_only(node):
+    [result] = node.set_parameters([Parameter("rgb_topic", value="other/image")])
+    assert not result.successful and "read-only" in result.reason
+    assert node.params["rgb_topic"] == "camera/image_raw"
+
+
+def test_descriptors_carry_ranges_and_requirements(node):
+    [proposal, temperature, topic] = node.describe_parameters(
+        ["max_proposal", "temperature", "rgb_topic"])
+    assert (proposal.integer_range[0].from_value, proposal.integer_range[0].to_value) == (0, 512)
+    assert temperature.floating_point_range[0].to_value == 100.0
+    assert proposal.additional_constraints == ">= 0" and not proposal.read_only
+    assert topic.read_only
+
+
+def test_an_out_of_range_value_at_startup_gets_crossspecs_message():
+    rclpy.init()
+    try:
+        with pytest.raises(ParameterError, match="'annotate_every_n_frames' = 0 is invalid"):
+            VizNode(parameter_overrides=[Parameter("annotate_every_n_frames", value=0)])
+        with pytest.raises(ParameterError, match="'foxglove_port' = 70000 is invalid"):
+            VizNode(parameter_overrides=[Parameter("foxglove_port", value=70000)])
+    finally:
+        rclpy.shutdown()
