@@ -187,6 +187,9 @@ TOPIC_PARAMS = [
           "is dropped and counted", positive, ">= 1"),
     Param("sensor_qos_depth", 50, "queue depth of the camera subscriptions (sensor-data QoS)",
           positive, ">= 1"),
+    Param("latest_caption_topic", "crossspec/caption/latest",
+          "crossspec/Caption: the latest FINAL or UNVERIFIED caption, latched (reliable, "
+          "transient local, depth 1): a late subscriber gets it at once"),
 ]
 
 VIZ_PARAMS = [
@@ -214,6 +217,14 @@ VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
 VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS]  # + FOXGLOVE_PARAMS
 
 
+# What rclpy itself declares on every node (a launch file passes use_sim_time to all).
+RCLPY_PARAMS = ("use_sim_time", "start_type_description_service")
+
+
+def _declared_by_rclpy(name: str) -> bool:
+    return name in RCLPY_PARAMS or name.startswith("qos_overrides.")
+
+
 def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:
     """Raise ParameterError for a name no node would read: rclpy drops undeclared overrides
     silently, so a misspelt name would otherwise just keep its default. ``nodes``: node name
@@ -234,7 +245,7 @@ def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:
                                      f"; crossspec nodes: {', '.join(sorted(nodes))}")
             allowed, who = [p.name for p in nodes[node]], f"node '{node}' declares no such name"
         for name in names:
-            if name not in allowed:
+            if name not in allowed and not _declared_by_rclpy(name):
                 raise ParameterError(f"{path}: section '{key}': unknown parameter '{name}'"
                                      f"{_hint(name, allowed)} ({who})")
 

@@ -7,6 +7,10 @@ shared with `crossspec drive`; this file only turns it into launch actions. comp
 (the default) runs every node in one process (one CUDA context, each model on its own worker
 thread and CUDA stream); composed:=false runs one process per node, talking only over topics
 (the distributed layout: the draft node could as well run on the robot).
+
+The nodes are lifecycle nodes that configure and activate themselves (`crossspec node`);
+the bag player waits until all of them report active before its first message. `ros2
+lifecycle set /crossspec_verifier deactivate` (and activate, cleanup...) works on them.
 """
 
 import shutil
@@ -63,10 +67,13 @@ def _replay(context, *_args, **_kwargs) -> list:
     bag = LaunchConfiguration("bag").perform(context)
     if bag in LIVE:
         return [LogInfo(msg="crossspec: bag:=live, no replay: waiting for the cameras")]
-    cmd = [EXECUTABLE, "play", bag, "--rate", LaunchConfiguration("rate").perform(context)]
+    # the player starts once every node is active (models loaded): no window is replayed
+    # before anyone listens, however long a 7B model takes to load
+    cmd = [EXECUTABLE, "play", bag, "--rate", LaunchConfiguration("rate").perform(context),
+           "--wait-active", *(spec.name for spec in GRAPH)]
     namespace = _namespace(context)
     if namespace:  # the player's topics are relative: they move with the graph
-        cmd += ["--ros-args", "-r", f"__ns:={namespace}"]
+        cmd += ["--namespace", namespace]
     return [ExecuteProcess(cmd=cmd, output="screen")]
 
 

@@ -253,6 +253,21 @@ def test_interrupt_leaves_no_partial_bag(sequence: Path, tmp_path: Path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_sigterm_removes_the_staging_folder_too(sequence: Path, tmp_path: Path, monkeypatch,
+                                                capsys):
+    import os
+    import signal
+
+    def terminate(*args: object) -> None:  # what systemd, docker or launch sends
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(dsec_convert._ImageConverter, "write", terminate)
+    assert main(["convert-dsec", str(sequence), str(tmp_path / "bag"), "--quiet"]) == 143
+    assert list(tmp_path.iterdir()) == []
+    assert "staging folder removed" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is given back
+
+
 def test_bad_options_are_clear_errors(sequence: Path, tmp_path: Path, capsys):
     for args, message in ((["--packet-ms", "0"], "--packet-ms must be > 0"),
                           (["--packet-ms", "0.0005"], "whole number of microseconds"),

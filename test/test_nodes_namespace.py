@@ -10,6 +10,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier  # noqa: E402
 from crossspec_ros.nodes.draft_node import DraftNode  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
 from crossspec_ros.nodes.player import BagPlayer  # noqa: E402
 from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 from crossspec_ros.nodes.viz_node import VizNode  # noqa: E402
@@ -34,6 +35,8 @@ def test_every_crossspec_topic_moves_with_the_namespace():
                  VerifierNode(tiny_verifier(seed=1), namespace="/robot1"),
                  VizNode(namespace="/robot1"),
                  BagPlayer(sample_bag(), autostart=False, namespace="/robot1")]
+        for node in nodes[:3]:
+            bring_up(node, activate=False)
         seen = set().union(*(topics(n) for n in nodes))
         assert {"/robot1/event_camera/events", "/robot1/camera/image_raw",
                 "/robot1/crossspec/draft", "/robot1/crossspec/confirmed",
@@ -41,6 +44,10 @@ def test_every_crossspec_topic_moves_with_the_namespace():
                 "/robot1/crossspec/caption_marker"} <= seen
         outside = {t for t in seen if not t.startswith("/robot1/")}
         assert outside <= {"/diagnostics", "/clock", "/parameter_events", "/rosout"}, outside
+        # the lifecycle services live under the node, in the namespace too
+        assert any(name == "/robot1/crossspec_verifier/change_state"
+                   for name, _ in nodes[1].get_service_names_and_types_by_node(
+                       "crossspec_verifier", "/robot1"))
     finally:
         for node in nodes:
             node.destroy_node()

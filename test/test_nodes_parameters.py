@@ -9,12 +9,13 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from rclpy.parameter import Parameter  # noqa: E402
+from synthetic_windows import random_window  # noqa: E402
 
 from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
 from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 from crossspec_ros.nodes.viz_node import VizNode  # noqa: E402
 from crossspec_ros.params import ParameterError  # noqa: E402
-from synthetic_windows import random_window  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.ros
 @pytest.fixture()
 def node():
     rclpy.init()
-    node = VerifierNode(tiny_verifier(seed=1))
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     node.worker.stop()  # the test runs the worker's step itself
     try:
         yield node

@@ -17,6 +17,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
 from crossspec_ros.nodes.graph import make_executor, spin_in_thread  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
 from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -27,7 +28,7 @@ def test_a_drafted_window_without_rgb_expires_while_sim_time_stands_still():
     overrides = [Parameter("use_sim_time", value=True), Parameter("window_length_s", value=0.2),
                  Parameter("max_lateness_s", value=0.1), Parameter("diagnostics_period_s",
                                                                    value=0.2)]
-    node = VerifierNode(tiny_verifier(seed=1), parameter_overrides=overrides)
+    node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=overrides))
     got: list = []
     diagnostics = threading.Event()
     listener = rclpy.create_node("steady_time_listener")

@@ -75,6 +75,13 @@ def test_the_shipped_drive_config_passes_the_check():
     check_param_file(default_config(), node_parameters())
 
 
+def test_parameters_rclpy_declares_itself_pass_the_check(tmp_path):
+    # what drive.launch.py writes for every node (it broke every `ros2 launch` once)
+    check_param_file(_file(tmp_path, "/**:\n  ros__parameters:\n    use_sim_time: true\n"
+                           "    qos_overrides./clock.subscription.depth: 5\n"),
+                     node_parameters())
+
+
 @pytest.mark.parametrize("text, message", [
     ("/**:\n  ros__parameters:\n    window_lenght_s: 2.0\n",
      r"section '/\*\*': unknown parameter 'window_lenght_s' \(did you mean 'window_length_s'"),

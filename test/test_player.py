@@ -341,24 +341,65 @@ def test_play_replays_and_prints_a_one_line_summary(capsys):
     assert len(out) == 1 and f"{IMAGES} 10" in out[0] and "10 messages in" in out[0]
 
 
+PLAY_SCRIPT = ("import argparse, sys; from crossspec_ros.cli import play_cmd; "
+               "p = argparse.ArgumentParser(prog='crossspec'); "
+               "play_cmd.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); "
+               "sys.exit(a.func(a))")
+
+
 @pytest.mark.ros
-def test_play_exits_130_with_a_summary_on_ctrl_c():
-    script = ("import argparse, sys; from crossspec_ros.cli import play_cmd; "
-              "p = argparse.ArgumentParser(prog='crossspec'); "
-              "play_cmd.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); "
-              "sys.exit(a.func(a))")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_play_stopped_by_a_signal_exits_0_with_a_summary(signum):
     # Ctrl-C must reach it even where this test runs in the background (which ignores SIGINT)
-    proc = subprocess.Popen([sys.executable, "-c", script, "play", str(SAMPLE), "--delay", "0"],
+    proc = subprocess.Popen([sys.executable, "-c", PLAY_SCRIPT, "play", str(SAMPLE), "--delay",
+                             "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ.copy(),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert "crossspec play:" in proc.stderr.readline()  # the player is running
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 0, err  # as ros2 bag play: launch logs no "process has died"
     assert "messages in" in out and "Traceback" not in err
+
+
+@pytest.mark.ros
+def test_play_waits_for_lifecycle_nodes_to_be_active_before_the_first_message():
+    import rclpy
+
+    from crossspec_ros.models.tiny import tiny_verifier
+    from crossspec_ros.nodes.graph import make_executor, spin_in_thread
+    from crossspec_ros.nodes.verifier_node import VerifierNode
+
+    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    proc = subprocess.Popen([sys.executable, "-c", PLAY_SCRIPT, "play", str(SAMPLE), "--delay",
+                             "0", "--duration", "0.5", "--wait-active", "crossspec_verifier",
+                             "--wait-timeout", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    rclpy.init()
+    node = VerifierNode(tiny_verifier(seed=1))
+    executor = make_executor()
+    executor.add_node(node)
+    stop = spin_in_thread(executor)
+    try:
+        waiting = proc.stderr.readline()
+        assert "waiting for crossspec_verifier to become active" in waiting, waiting
+        time.sleep(1.0)
+        assert proc.poll() is None  # still waiting: the node is unconfigured
+        node.trigger_configure()
+        node.trigger_activate()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop()
+        executor.shutdown(timeout_sec=2.0)
+        node.destroy_node()
+        rclpy.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "messages in" in out

@@ -13,6 +13,7 @@ from crossspec import msg as cs_msg  # noqa: E402
 from synthetic_windows import random_window  # noqa: E402
 
 from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
 from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -30,7 +31,7 @@ class RecordingPublisher:
 @pytest.fixture()
 def node():
     rclpy.init()
-    node = VerifierNode(tiny_verifier(seed=1))
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     node.worker.stop()  # the test runs the worker's step itself
     node.pub_caption = RecordingPublisher()
     node.pub_confirmed = RecordingPublisher()
@@ -108,3 +109,31 @@ def test_drafts_of_two_epochs_with_the_same_id_are_two_windows(node):
     assert [(c.epoch, c.draft_text) for c in node.pub_caption.sent] == [(0, "a car"),
                                                                           (1, "a bus")]
     assert set(node.channels) == {(0, 4), (1, 4)}
+
+
+def test_a_late_subscriber_gets_the_latest_finished_caption_at_once(node):
+    from crossspec_ros.nodes.common import latched_qos
+    from crossspec_ros.nodes.graph import make_executor, spin_in_thread
+
+    node._on_draft(draft(1, [5], "a red car", done=True))
+    with node._lock:  # the window ends UNVERIFIED (no RGB will come for it)
+        node._publish(node.book.expire(1e9, set(), (0, 5)))
+    got = []
+    late = rclpy.create_node("late_subscriber")
+    late.create_subscription(Caption, "/crossspec/caption/latest", got.append, latched_qos())
+    executor = make_executor()
+    executor.add_node(node)
+    executor.add_node(late)
+    stop = spin_in_thread(executor)
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop()
+        executor.shutdown(timeout_sec=2.0)
+        late.destroy_node()
+    assert [(c.window_id, c.status, c.draft_text) for c in got] == [
+        (1, Caption.STATUS_UNVERIFIED, "a red car")]

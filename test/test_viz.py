@@ -185,6 +185,45 @@ def test_foxglove_mcap_records_captions_images_and_stats_on_their_timeline(tmp_p
     assert json.loads(stats) == {"acceptance": 0.25, "queue": 2, "nan": None}
 
 
+def test_caption_labels_put_status_confirmed_and_tail_on_the_image_in_their_colours():
+    from crossspec_ros.viz.foxglove_out import caption_labels
+
+    status, confirmed, tail = caption_labels("a red car", " turns left", 1, 320, 240)
+    assert status.text.strip() == "PARTIAL"
+    assert (confirmed.text, tail.text) == ("a red car", "turns left")
+    assert (confirmed.colour, tail.colour) == (CONFIRMED_RGB, UNCONFIRMED_RGB)
+    assert 0 < confirmed.y < tail.y <= 240  # two lines at the bottom
+    final = caption_labels("a red car turns", "", 2, 320, 240)
+    assert [label.text for label in final][1:] == ["a red car turns"]  # no tail line
+
+
+def test_caption_annotations_are_recorded_for_foxglove(tmp_path):
+    from crossspec_ros.viz.foxglove_out import ANNOTATIONS_TOPIC, caption_annotations
+
+    path = tmp_path / "a.mcap"
+    with FoxgloveOutput(serve=False, mcap_path=path) as out:
+        out.log_annotations(ANNOTATIONS_TOPIC, caption_annotations("a car", "", 2, 32, 24, 5),
+                            5)
+    mcap = read_mcap(path)
+    [(topic, log_time, data, schema)] = mcap["messages"]
+    assert (topic, log_time, schema) == (ANNOTATIONS_TOPIC, 5, "foxglove.ImageAnnotations")
+    assert b"a car" in data
+
+
+def test_overlay_words_keep_a_visible_gap_at_the_sample_bags_size():
+    frame = np.zeros((240, 320, 3), np.uint8)
+    out = annotate_frame(frame, "The ego car drives", "", "FINAL", 1)
+    # the caption line: rows with confirmed-white pixels; columns with any such ink
+    white = np.all(out > 200, axis=-1)
+    rows = np.flatnonzero(white.any(axis=1))
+    ink = white[rows.min():rows.max() + 1].any(axis=0)
+    cols = np.flatnonzero(ink)
+    gaps = np.diff(cols) - 1
+    words = 4
+    # the widest gaps are the word gaps: three of them, each at least 3 px wide
+    assert sorted(gaps)[-(words - 1):][0] >= 3, sorted(gaps)[-6:]
+
+
 def test_foxglove_output_refuses_an_existing_mcap_unless_told(tmp_path):
     path = tmp_path / "run.mcap"
     FoxgloveOutput(serve=False, mcap_path=path).close()

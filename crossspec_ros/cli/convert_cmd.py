@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -25,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the rectified images as sensor_msgs/Image rgb8 on /camera/image_raw (or "
         "CompressedImage on /camera/image_raw/compressed), all on the image clock. Events are "
         "read by time range (flat memory) and counted in and out; the bag is written "
-        "atomically: no partial bag on failure or Ctrl-C.")
+        "atomically: no partial bag on failure, Ctrl-C or SIGTERM (after kill -9, remove the "
+        "hidden .OUT.partial-* folder next to OUT).")
     parser.add_argument("sequence_dir", metavar="SEQUENCE_DIR",
                         help="DSEC sequence directory, e.g. zurich_city_00_a")
     parser.add_argument("out", metavar="OUT", help="output bag directory")
@@ -52,13 +54,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.dsec_convert import DsecConvertError, convert_dsec
+    from crossspec_ros.cli.streaming import exit_code_for, sigterm_as_interrupt
 
     try:
-        report = convert_dsec(
-            args.sequence_dir, args.out, duration_s=args.duration, image_scale=args.image_scale,
-            storage=args.storage, compressed=args.compressed_format if args.compressed else None,
-            packet_ms=args.packet_ms, sensor_size=args.sensor_size, overwrite=args.overwrite,
-            compress=not args.no_compress, progress=not args.quiet)
+        with sigterm_as_interrupt() as caught:  # SIGTERM too removes the staging folder
+            report = convert_dsec(
+                args.sequence_dir, args.out, duration_s=args.duration,
+                image_scale=args.image_scale, storage=args.storage,
+                compressed=args.compressed_format if args.compressed else None,
+                packet_ms=args.packet_ms, sensor_size=args.sensor_size,
+                overwrite=args.overwrite, compress=not args.no_compress,
+                progress=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"crossspec convert-dsec: interrupted: {args.out} was left as it was and the "
+              "staging folder removed (after a kill -9, remove the hidden "
+              f"{Path(args.out).parent}/.{Path(args.out).name}.partial-* folder by hand)",
+              file=sys.stderr)
+        return exit_code_for(caught)
     except DsecConvertError as err:
         print(f"crossspec convert-dsec: error: {err}", file=sys.stderr)
         return 1

@@ -264,14 +264,17 @@ def _drive_once(args: argparse.Namespace, verifier_params: dict[str, Any],
         if stop_spinning is not None:
             stop_spinning()
         executor.shutdown(timeout_sec=2.0)
+        # kept past the nodes: the lossless check and the next pass use the same models
+        engine = nodes[1].engine if len(nodes) > 1 else None
+        drafter = nodes[0].drafter if nodes else None
         for node in nodes:
             node.destroy_node()  # the viz node closes its recording here (Ctrl-C, SIGTERM)
         if rclpy.ok():
             rclpy.shutdown()
     rows = [monitor.rows[w] for w in sorted(monitor.rows)]
     if args.check_lossless and not interrupted:
-        _check_lossless(nodes[1].engine if len(nodes) > 1 else None, monitor, rows)
-    models = (nodes[1].engine.verifier, nodes[0].drafter) if len(nodes) > 1 else None
+        _check_lossless(engine, monitor, rows)
+    models = (engine.verifier, drafter) if engine is not None else None
     return rows, summarize(rows, nodes), models, interrupted
 
 

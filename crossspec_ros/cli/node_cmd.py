@@ -2,6 +2,11 @@
 
 What launch files and `ros2 run crossspec crossspec node draft` start. ROS arguments
 (`--ros-args --params-file config/drive.yaml -r __node:=...`) go to rclpy unchanged.
+
+The nodes are lifecycle nodes: by default they configure (load their models) and activate at
+once; ``--no-autostart`` leaves them unconfigured for a lifecycle manager (`ros2 lifecycle set
+/crossspec_verifier configure`, launch). Ctrl-C and SIGTERM stop the spin loop, then the nodes
+stop their workers and the process exits 0.
 """
 
 from __future__ import annotations
@@ -20,12 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=f"{__doc__}\nKinds: {kinds}.")
     parser.add_argument("kind", choices=(*KINDS, COMPOSED.kind))
     parser.add_argument("ros_args", nargs=argparse.REMAINDER,
-                        help="--ros-args ... (parameters, remappings) passed to rclpy")
+                        help="[--no-autostart] --ros-args ... (parameters, remappings) passed "
+                        "to rclpy")
     parser.set_defaults(func=run, print_node_help=parser.print_help)
-
-
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
     if "-h" in ours or "--help" in ours:  # REMAINDER keeps them from argparse: answer here
         args.print_node_help()
         return 0
+    unknown = [a for a in ours if a != "--no-autostart"]
+    if unknown:
+        print(f"crossspec node {args.kind}: unknown argument(s) {' '.join(unknown)}; ROS "
+              "arguments go after --ros-args", file=sys.stderr)
+        return 2
     from crossspec_ros.nodes.graph import node_parameters
     from crossspec_ros.params import ParameterError, check_param_file
 
@@ -45,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     except ParameterError as err:
         print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
         return 2
+    import threading
+
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
@@ -52,27 +61,37 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.nodes.graph import create_nodes, make_executor, tune_process_for_models
     from crossspec_ros.params import ParameterError
 
-    # Ctrl-C and SIGTERM (what launch sends) raise KeyboardInterrupt here, so the nodes stop
-    # their model workers while the ROS context is still valid, then the context goes
-    # (rclpy's own handler would invalidate it first, under workers still publishing).
+    # Ctrl-C and SIGTERM (what launch sends) only set a flag: the spin loop ends within 0.1 s,
+    # then the nodes stop their model workers while the ROS context is still valid. (Raising
+    # from the handler landed inside the executor's dispatch; rclpy's own handler would
+    # invalidate the context under workers still publishing.)
+    stopping, spinning = threading.Event(), threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stopping.set()
+        if not spinning.is_set():  # still loading models: stop that at once
+            raise KeyboardInterrupt
+
     rclpy.init(args=["crossspec", *args.ros_args],
                signal_handler_options=SignalHandlerOptions.NO)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     tune_process_for_models()
     kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
     nodes: list = []
     try:
-        nodes = create_nodes(kinds, use_overrides=False)
+        nodes = create_nodes(kinds, use_overrides=False,
+                             state="unconfigured" if "--no-autostart" in ours else "active")
         executor = make_executor()
         for node in nodes:
             executor.add_node(node)
-        while True:
+        spinning.set()
+        while not stopping.is_set():
             executor.spin_once(timeout_sec=0.1)
     except (ParameterError, ModelLoadError) as err:
         print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # while starting
         pass
     finally:
         # launch forwards a terminal's Ctrl-C again: a second one must not abort the cleanup

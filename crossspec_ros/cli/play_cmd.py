@@ -11,6 +11,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Replay a ROS 2 bag (rosbag2 directory, .mcap or .db3) on its recorded "
                     "topics at its recorded timing, publishing the stored CDR bytes as they "
                     "are and the bag time on /clock (for use_sim_time nodes). Prints one "
-                    "summary line at the end; Ctrl-C stops cleanly (exit 130).")
+                    "summary line at the end; Ctrl-C or SIGTERM stops cleanly (exit 0, as "
+                    "ros2 bag play: under ros2 launch a stopped player is not a failure).")
     parser.add_argument("bag", type=Path,
                         help="bag directory (with metadata.yaml) or a .mcap/.db3 file")
     parser.add_argument("--rate", type=float, default=1.0,
@@ -38,7 +40,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="wait S seconds before the first message so that subscribers "
                              "are discovered (default: 0.5)")
     parser.add_argument("--no-clock", action="store_true", help="do not publish /clock")
+    parser.add_argument("--namespace", default="", metavar="NS",
+                        help="publish the bag's topics under this namespace (/clock stays "
+                             "global)")
+    parser.add_argument("--wait-active", nargs="+", default=[], metavar="NODE",
+                        help="start only once these lifecycle nodes are active (e.g. "
+                             "crossspec_draft crossspec_verifier): nothing is replayed before "
+                             "anyone listens, however long the models take to load")
+    parser.add_argument("--wait-timeout", type=float, default=900.0, metavar="S",
+                        help="give up waiting for --wait-active after S seconds (default 900)")
     parser.set_defaults(func=run)
+
+
+def _make_player(args: argparse.Namespace, context: Any) -> Any:
+    from crossspec_ros.nodes.player import BagPlayer
+
+    return BagPlayer(args.bag, rate=args.rate, loop=args.loop, topics=args.topics,
+                     start_s=args.start, max_duration_s=args.duration,
+                     clock=not args.no_clock, start_delay_s=args.delay, context=context,
+                     namespace=args.namespace or None, autostart=not args.wait_active)
+
+
+def _start(args: argparse.Namespace, player: Any, executor: Any) -> None:
+    """Start replaying, after --wait-active if given."""
+    from crossspec_ros.nodes.lifecycle import wait_until_active
+
+    if args.wait_active:
+        wait_until_active(player, args.wait_active, lambda t: executor.spin_once(timeout_sec=t),
+                          args.wait_timeout,
+                          report=lambda m: print(f"crossspec play: {m}", file=sys.stderr))
+        player.start()
+    unpaced = args.rate == 0 or math.isinf(args.rate)
+    rate = "as fast as possible" if unpaced else f"rate {args.rate:g}"
+    print(f"crossspec play: {args.bag}: {len(player.replay.topics)} topics, "
+          f"{player.replay.duration_s:.2f} s per pass, {rate}"
+          f"{', looping' if args.loop else ''}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,47 +95,46 @@ def run(args: argparse.Namespace) -> int:
 
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
 
-    from crossspec_ros.nodes.player import BagPlayer
+    from crossspec_ros.cli.streaming import sigterm_as_interrupt
+    from crossspec_ros.nodes.lifecycle import NodeStartError
 
     context = rclpy.Context()
-    rclpy.init(context=context)
+    # signals are ours (sigterm_as_interrupt): rclpy's handler re-raised a forwarded second
+    # Ctrl-C inside a finalizer (exit 130, "process has died" under launch)
+    rclpy.init(context=context, signal_handler_options=SignalHandlerOptions.NO)
     player = None
     executor = SingleThreadedExecutor(context=context)
     interrupted = False
-    try:
-        player = BagPlayer(args.bag, rate=args.rate, loop=args.loop, topics=args.topics,
-                           start_s=args.start, max_duration_s=args.duration,
-                           clock=not args.no_clock, start_delay_s=args.delay, context=context)
-        executor.add_node(player)
-        unpaced = args.rate == 0 or math.isinf(args.rate)
-        rate = "as fast as possible" if unpaced else f"rate {args.rate:g}"
-        print(f"crossspec play: {args.bag}: {len(player.replay.topics)} topics, "
-              f"{player.replay.duration_s:.2f} s per pass, {rate}"
-              f"{', looping' if args.loop else ''}", file=sys.stderr)
-        # Spin in this (the main) thread: Ctrl-C lands here. The player publishes from its own
-        # thread; spinning only serves the node's parameter services.
-        while not player.done.is_set():
-            executor.spin_once(timeout_sec=0.1)
-    except BagError as exc:  # the bag changed between the check and here
-        print(f"crossspec play: error: {exc}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, ExternalShutdownException):
-        interrupted = True
-    finally:
-        if player is not None:
-            player.stop(timeout_s=2.0)
-        executor.shutdown(timeout_sec=1.0)
-        if player is not None:
-            player.destroy_node()
-        if context.ok():
-            rclpy.shutdown(context=context)
+    with sigterm_as_interrupt():  # around the cleanup too: a second signal cannot cut it
+        try:
+            player = _make_player(args, context)
+            executor.add_node(player)
+            _start(args, player, executor)
+            # Spin in this (the main) thread: Ctrl-C lands here. The player publishes from
+            # its own thread; spinning only serves the node's parameter services.
+            while not player.done.is_set():
+                executor.spin_once(timeout_sec=0.1)
+        except (BagError, NodeStartError) as exc:  # the bag changed since the check; late
+            print(f"crossspec play: error: {exc}", file=sys.stderr)  # nodes
+            return 1
+        except (KeyboardInterrupt, ExternalShutdownException):
+            interrupted = True
+        finally:
+            if player is not None:
+                player.stop(timeout_s=2.0)
+            executor.shutdown(timeout_sec=1.0)
+            if player is not None:
+                player.destroy_node()
+            if context.ok():
+                rclpy.shutdown(context=context)
     if interrupted:
         print("interrupted", file=sys.stderr)
     if player is None:  # interrupted while starting
-        return 130
+        return 0
     print(f"crossspec play: {player.summary()}")
     if player.error:
         print(f"crossspec play: error: {player.error}", file=sys.stderr)
         return 1
-    return 130 if interrupted else 0
+    return 0

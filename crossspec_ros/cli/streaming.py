@@ -43,19 +43,24 @@ class JsonLinesFile:
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[dict[str, int]]:
-    """Within the block SIGTERM raises KeyboardInterrupt, so one clean shutdown path serves
-    both; yields {"signal": number of the last stop signal (0: none)} for the exit code."""
+    """Within the block SIGINT and SIGTERM raise KeyboardInterrupt once, so one clean
+    shutdown path serves both; after that both are ignored until the block ends, so the
+    cleanup is not cut short (launch forwards a terminal's Ctrl-C a second time). Yields
+    {"signal": number of the stop signal (0: none)} for the exit code."""
     caught = {"signal": 0}
 
     def stop(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         caught["signal"] = signum
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield caught
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def exit_code_for(caught: dict[str, int]) -> int:

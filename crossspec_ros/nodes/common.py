@@ -15,7 +15,7 @@ from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from crossspec_ros.params import Param, ParameterError, validate
 from crossspec_ros.speculative.stats import WindowStats
@@ -98,6 +98,13 @@ def reliable_qos(depth: int = 50) -> QoSProfile:
     a lost confirmation would leave a caption unfinished)."""
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
                       reliability=ReliabilityPolicy.RELIABLE)
+
+
+def latched_qos() -> QoSProfile:
+    """The latest value of a topic for late joiners: reliable, transient local, depth 1."""
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
+                      reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 def ns_to_msg(t_ns: int) -> Time:

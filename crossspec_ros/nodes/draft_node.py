@@ -16,7 +16,6 @@ from typing import Any
 from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
 from event_camera_msgs.msg import EventPacket
-from rclpy.node import Node
 
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.packet import from_msg
@@ -29,9 +28,9 @@ from crossspec_ros.nodes.common import (
     ns_to_msg,
     reliable_qos,
     sensor_qos,
-    steady_timer,
     sync_from_params,
 )
+from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import DRAFT_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
@@ -42,49 +41,71 @@ from crossspec_ros.sync.captions import DraftCursor
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 
 
-class DraftNode(Node):
-    """See the module docstring. ``drafter``: a loaded model (composed mode shares one);
-    None loads it from the parameters."""
+class DraftNode(ManagedNode):
+    """See the module docstring; the lifecycle is nodes/lifecycle.py's. ``drafter``: a loaded
+    model (composed mode shares one); None loads it from the parameters on configure."""
 
     def __init__(self, drafter: Any = None, *, node_name: str = "crossspec_draft",
                  parameter_overrides: list | None = None, **kwargs: Any) -> None:
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
-        self.params = p = declare_params(self, DRAFT_NODE_PARAMS)
-        if drafter is None:
-            from crossspec_ros.models.pair import load_from_params
-
-            drafter = load_from_params(p, verifier=False)[1]
-        self.drafter = drafter
-        assign_cuda_streams(drafter)  # its own CUDA stream, also when composed with a verifier
-        self.sync = sync_from_params(p, streams=("events",))
-        self.decoder = EventPacketDecoder(name=p["event_topic"])
-        self.queue = WindowQueue(p["max_queued_windows"])
+        self.params = declare_params(self, DRAFT_NODE_PARAMS)
+        self._given_drafter = self.drafter = drafter
         self.cursor = DraftCursor()  # the window being drafted and its confirmed prefix
+        self.queue = WindowQueue(self.params["max_queued_windows"])
+        self.worker: Worker | None = None
         self.windows_drafted = 0
         self.last_first_token_ms = float("nan")
-        self.pub_draft = self.create_publisher(cs_msg.DraftTokens, p["draft_topic"],
-                                               reliable_qos())
-        self.pub_diag = self.create_publisher(DiagnosticArray, p["diagnostics_topic"], 10)
-        self.create_subscription(EventPacket, p["event_topic"], self._on_events,
-                                 sensor_qos(p["sensor_qos_depth"]))
-        self.create_subscription(cs_msg.ConfirmedTokens, p["confirmed_topic"],
-                                 self._on_confirmed, reliable_qos())
-        steady_timer(self, 0.1, self._tick)
-        steady_timer(self, p["diagnostics_period_s"], self._publish_diagnostics)
-        self.worker = Worker(f"{node_name}-worker", self._step,
-                             lambda e: self.get_logger().error(f"drafting failed: {e}"))
-        self.worker.start()
+
+    def configure_node(self) -> None:
+        p = self.params
+        if self.drafter is None:
+            from crossspec_ros.models.pair import load_from_params
+
+            self.drafter = load_from_params(p, verifier=False)[1]
+        assign_cuda_streams(self.drafter)  # its own CUDA stream, also when composed
+        self.sync = sync_from_params(p, streams=("events",))
+        self.decoder = EventPacketDecoder(name=p["event_topic"])
+        self.pub_draft = self.add_publisher(cs_msg.DraftTokens, p["draft_topic"],
+                                            reliable_qos())
+        self.pub_diag = self.add_publisher(DiagnosticArray, p["diagnostics_topic"], 10)
+        self.add_subscription(EventPacket, p["event_topic"], self._on_events,
+                              sensor_qos(p["sensor_qos_depth"]))
+        self.add_subscription(cs_msg.ConfirmedTokens, p["confirmed_topic"],
+                              self._on_confirmed, reliable_qos())
+        self.add_timer(0.1, self._tick)
+        self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
-            f"({type(drafter).__name__} on {getattr(drafter, 'device', 'cpu')})")
+            f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')})")
+
+    def start(self) -> None:
+        self.queue = WindowQueue(self.params["max_queued_windows"])
+        self.worker = Worker(f"{self.get_name()}-worker", self._step,
+                             lambda e: self.get_logger().error(f"drafting failed: {e}"))
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.queue.close()  # before reading the cursor: see _step
+        current = self.cursor.current()
+        if current is not None:
+            current.stop()
+        if self.worker is not None:
+            self.worker.stop()
+
+    def release(self) -> None:
+        self.drafter = self._given_drafter  # a model this node loaded is let go
 
     # ------------------------------------------------------------ callbacks (executor)
     def _on_events(self, msg: EventPacket) -> None:
+        if not self.active:
+            return  # inactive: inputs are ignored
         batch = self.decoder.decode(from_msg(msg))
         if len(batch):
             self._enqueue(self.sync.add_events(batch))
 
     def _tick(self) -> None:
+        if not self.active:
+            return
         self._enqueue(self.sync.poll(time.monotonic_ns()))
         lingering = self.cursor.lingering(time.monotonic(), LINGER_S)
         if lingering is not None:  # a finished draft nobody confirms any more is let go
@@ -124,8 +145,8 @@ class DraftNode(Node):
         window, t_close = item
         channel = DraftChannel(lookahead=self.params["max_new_tokens"])
         self.cursor.begin(window.key, channel)
-        if self.queue.closed:  # shutting down after this window was taken (destroy_node closes
-            channel.stop()     # the queue, then stops the current draft: one of them sees it)
+        if self.queue.closed:  # stopping after this window was taken (stop() closes the
+            channel.stop()     # queue, then stops the current draft: one of them sees it)
         stats = WindowStats(proposer_names=["draft_stream"])
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
@@ -171,11 +192,3 @@ class DraftNode(Node):
         level = 1 if self.queue.dropped or self.decoder.stats.bad_packets else 0
         self.pub_diag.publish(diagnostics(self, "crossspec: draft", values, level,
                                           "dropping windows" if self.queue.dropped else "ok"))
-
-    def destroy_node(self) -> None:
-        self.queue.close()  # before reading the cursor: see _step
-        current = self.cursor.current()
-        if current is not None:
-            current.stop()
-        self.worker.stop()
-        super().destroy_node()

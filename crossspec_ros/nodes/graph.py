@@ -126,15 +126,19 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
                  extra: dict[str, dict[str, Any]] | None = None,
                  models: tuple[Any, Any] | None = None,
                  on_result: Callable[[Any, Any], None] | None = None,
-                 use_overrides: bool = True) -> list:
+                 use_overrides: bool = True, state: str = "active") -> list:
     """The graph's nodes in this process (composed mode: one CUDA context, the models loaded
-    once; each model runs on its own worker thread and CUDA stream).
+    once; each model runs on its own worker thread and CUDA stream), brought to ``state``:
+    "active", "inactive" (configured: models loaded) or "unconfigured" (a lifecycle manager
+    drives them; the drafter object is then not shared with the verifier).
 
     ``extra``: per-kind parameter values over the config's. ``models``: (verifier, drafter)
-    already loaded; None loads them from the draft/verifier parameters. ``use_overrides``:
-    False leaves parameters to the process's --ros-args (``crossspec node``).
+    already loaded; None loads them from the draft/verifier parameters on configure.
+    ``use_overrides``: False leaves parameters to the process's --ros-args (``crossspec
+    node``). Raises what made a node's configure fail (e.g. ModelLoadError).
     """
     from crossspec_ros.nodes.draft_node import DraftNode
+    from crossspec_ros.nodes.lifecycle import bring_up
     from crossspec_ros.nodes.verifier_node import VerifierNode
 
     extra = extra or {}
@@ -144,18 +148,27 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
             return []
         return parameter_overrides(config, spec(kind).name, extra.get(kind))
 
+    def started(node: Any) -> Any:
+        nodes.append(node)  # first: destroyed below if it does not come up
+        if state != "unconfigured":
+            bring_up(node, activate=state == "active")
+        return node
+
     verifier, drafter = models if models is not None else (None, None)
     nodes: list = []
-    if "draft" in kinds:
-        nodes.append(DraftNode(drafter, parameter_overrides=overrides("draft")))
-        drafter = nodes[-1].drafter
-    if "verifier" in kinds:
-        # the drafter object (if here) lets the verifier bridge vocabularies exactly
-        nodes.append(VerifierNode(verifier, drafter if "draft" in kinds else None,
-                                  parameter_overrides=overrides("verifier"),
-                                  on_result=on_result))
-    if "viz" in kinds:
-        from crossspec_ros.nodes.viz_node import VizNode
+    try:
+        if "draft" in kinds:
+            drafter = started(DraftNode(drafter, parameter_overrides=overrides("draft"))).drafter
+        if "verifier" in kinds:
+            # the drafter object (if here) lets the verifier bridge vocabularies exactly
+            started(VerifierNode(verifier, drafter if "draft" in kinds else None,
+                                 parameter_overrides=overrides("verifier"), on_result=on_result))
+        if "viz" in kinds:
+            from crossspec_ros.nodes.viz_node import VizNode
 
-        nodes.append(VizNode(parameter_overrides=overrides("viz")))
+            started(VizNode(parameter_overrides=overrides("viz")))
+    except BaseException:
+        for node in nodes:  # what started is stopped again: no worker outlives the error
+            node.destroy_node()
+        raise
     return nodes

@@ -20,7 +20,6 @@ from typing import Any
 
 from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
@@ -29,14 +28,15 @@ from crossspec_ros.nodes.common import (
     Worker,
     declare_params,
     diagnostics,
+    latched_qos,
     msg_to_ns,
     ns_to_msg,
     reliable_qos,
     sensor_qos,
     stats_msg,
-    steady_timer,
     sync_from_params,
 )
+from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import VERIFIER_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
@@ -55,10 +55,11 @@ def engine_config(p: dict[str, Any]) -> EngineConfig:
                         history_windows=p["history_windows"])
 
 
-class VerifierNode(Node):
-    """See the module docstring. ``verifier``: a loaded model (None: from the parameters);
-    ``drafter``: the drafter object when it lives in this process (composed mode; used for
-    vocabulary bridging only), else drafts are taken to share the verifier's ids."""
+class VerifierNode(ManagedNode):
+    """See the module docstring; the lifecycle is nodes/lifecycle.py's. ``verifier``: a loaded
+    model (None: from the parameters, on configure); ``drafter``: the drafter object when it
+    lives in this process (composed mode; used for vocabulary bridging only), else drafts are
+    taken to share the verifier's ids."""
 
     def __init__(self, verifier: Any = None, drafter: Any = None, *,
                  node_name: str = "crossspec_verifier", parameter_overrides: list | None = None,
@@ -67,14 +68,11 @@ class VerifierNode(Node):
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
         self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params)
         self._next_config: EngineConfig | None = None  # a live change, for the next window
-        if verifier is None:
-            from crossspec_ros.models.pair import load_from_params
-
-            verifier = load_from_params(p, drafter=False)[0]
-        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p))
+        self._given = (verifier, drafter)
+        self.engine: SpeculativeEngine | None = None
         self.on_result = on_result
-        self.sync = sync_from_params(p, streams=("rgb",))
         self.queue = WindowQueue(p["max_queued_windows"])
+        self.worker: Worker | None = None
         # the caption protocol (sync/captions.py); the lock makes each change and its
         # publication one step (executor vs worker thread), so captions leave in order
         self._lock = threading.Lock()
@@ -82,24 +80,51 @@ class VerifierNode(Node):
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
         self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0}
         self.last_stats: dict[str, float] = {}
-        self.pub_confirmed = self.create_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
-                                                   reliable_qos())
-        self.pub_caption = self.create_publisher(cs_msg.Caption, p["caption_topic"],
-                                                 reliable_qos())
-        self.pub_diag = self.create_publisher(DiagnosticArray, p["diagnostics_topic"], 10)
+
+    def configure_node(self) -> None:
+        p = self.params
+        verifier, drafter = self._given
+        if verifier is None:
+            from crossspec_ros.models.pair import load_from_params
+
+            verifier = load_from_params(p, drafter=False)[0]
+        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p))
+        self.sync = sync_from_params(p, streams=("rgb",))
+        self.pub_confirmed = self.add_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
+                                                reliable_qos())
+        self.pub_caption = self.add_publisher(cs_msg.Caption, p["caption_topic"],
+                                              reliable_qos())
+        self.pub_latest = self.add_publisher(cs_msg.Caption, p["latest_caption_topic"],
+                                             latched_qos())
+        self.pub_diag = self.add_publisher(DiagnosticArray, p["diagnostics_topic"], 10)
         qos = sensor_qos(p["sensor_qos_depth"])
-        self.create_subscription(Image, p["rgb_topic"], self._on_image, qos)
-        self.create_subscription(CompressedImage, p["rgb_topic"] + "/compressed",
-                                 self._on_compressed, qos)
-        self.create_subscription(cs_msg.DraftTokens, p["draft_topic"], self._on_draft,
-                                 reliable_qos())
-        steady_timer(self, 0.1, self._tick)
-        steady_timer(self, p["diagnostics_period_s"], self._publish_diagnostics)
-        self.worker = Worker(f"{node_name}-worker", self._step, self._on_error)
-        self.worker.start()
+        self.add_subscription(Image, p["rgb_topic"], self._on_image, qos)
+        self.add_subscription(CompressedImage, p["rgb_topic"] + "/compressed",
+                              self._on_compressed, qos)
+        self.add_subscription(cs_msg.DraftTokens, p["draft_topic"], self._on_draft,
+                              reliable_qos())
+        self.add_timer(0.1, self._tick)
+        self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         self.get_logger().info(
             f"verifying {p['rgb_topic']} with drafts from {p['draft_topic']} -> "
             f"{p['confirmed_topic']}, {p['caption_topic']}")
+
+    def start(self) -> None:
+        self.queue = WindowQueue(self.params["max_queued_windows"])
+        self.worker = Worker(f"{self.get_name()}-worker", self._step, self._on_error)
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.queue.close()
+        with self._lock:
+            for channel in self.channels.values():
+                channel.stop()
+        if self.worker is not None:
+            self.worker.stop()
+
+    def release(self) -> None:
+        if self._given[0] is None:  # a verifier this node loaded is let go (a given one
+            self.engine = None      # stays with its owner, and its engine readable)
 
     # ------------------------------------------------------------ callbacks (executor)
     def _on_image(self, msg: Image) -> None:
@@ -109,6 +134,8 @@ class VerifierNode(Node):
         self._frame(msg, compressed_to_rgb)
 
     def _frame(self, msg: Any, convert: Callable[[Any], Any]) -> None:
+        if not self.active:
+            return  # inactive: inputs are ignored
         stamp = msg_to_ns(msg.header.stamp)
         try:
             rgb = convert(msg)
@@ -135,6 +162,8 @@ class VerifierNode(Node):
                         dropped.key, dropped.t0, dropped.t1, time.monotonic()))
 
     def _on_draft(self, msg: Any) -> None:
+        if not self.active:
+            return
         key = (int(msg.epoch), int(msg.window_id))
         with self._lock:
             captions = self.book.on_draft(
@@ -147,6 +176,8 @@ class VerifierNode(Node):
         channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
 
     def _tick(self) -> None:
+        if not self.active:
+            return
         self._enqueue(self.sync.poll(time.monotonic_ns()))
         waiting = {(self.sync.epoch, wid) for wid in self.sync.pending_ids()}
         waiting |= set(self.queue.keys())
@@ -220,6 +251,8 @@ class VerifierNode(Node):
             msg = caption_msg(caption)
             msg.header.stamp = self.get_clock().now().to_msg()
             self.pub_caption.publish(msg)
+            if caption.finished:
+                self.pub_latest.publish(msg)
 
     def _on_error(self, error: str) -> None:
         if not self.context.ok():
@@ -236,14 +269,6 @@ class VerifierNode(Node):
         bad = self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"]
         self.pub_diag.publish(diagnostics(self, "crossspec: verifier", values, 1 if bad else 0,
                                           "degraded" if bad else "ok"))
-
-    def destroy_node(self) -> None:
-        self.queue.close()
-        with self._lock:
-            for channel in self.channels.values():
-                channel.stop()
-        self.worker.stop()
-        super().destroy_node()
 
 
 def caption_msg(caption: WindowCaption) -> Any:

@@ -14,18 +14,19 @@ import threading
 from typing import Any
 
 from crossspec import msg as cs_msg
-from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image
 from visualization_msgs.msg import Marker
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
 from crossspec_ros.nodes.common import declare_params, msg_to_ns, reliable_qos, sensor_qos
+from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import FOXGLOVE_PARAMS, VIZ_NODE_PARAMS
 from crossspec_ros.viz.overlay import annotate_frame, marker_text
 
 
-class VizNode(Node):
-    """See the module docstring."""
+class VizNode(ManagedNode):
+    """See the module docstring; the lifecycle is nodes/lifecycle.py's (configure starts the
+    Foxglove server and the recording, cleanup finishes them)."""
 
     def __init__(self, *, node_name: str = "crossspec_viz",
                  parameter_overrides: list | None = None, **kwargs: Any) -> None:
@@ -37,7 +38,10 @@ class VizNode(Node):
         self.annotated = 0
         self.not_recorded = 0
         self._frame_id = p["marker_frame"]  # the RGB camera's, once a frame came
-        self.foxglove = None
+        self.foxglove = self.recorder = None
+
+    def configure_node(self) -> None:
+        p = self.params
         if p["foxglove"]:
             from crossspec_ros.viz.foxglove_out import FoxgloveOutput
 
@@ -45,15 +49,26 @@ class VizNode(Node):
                                            port=p["foxglove_port"])
             self.get_logger().info(f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
         self.recorder = self._start_recording(p["record_bag"]) if p["record_bag"] else None
-        self.pub_marker = self.create_publisher(Marker, p["marker_topic"], reliable_qos(10))
-        self.pub_image = self.create_publisher(Image, p["annotated_image_topic"], 5)
-        self.create_subscription(cs_msg.Caption, p["caption_topic"], self._on_caption,
-                                 reliable_qos())
-        self.create_subscription(Image, p["rgb_topic"], self._on_image, sensor_qos(5))
-        self.create_subscription(CompressedImage, p["rgb_topic"] + "/compressed",
-                                 self._on_compressed, sensor_qos(5))
+        self.pub_marker = self.add_publisher(Marker, p["marker_topic"], reliable_qos(10))
+        self.pub_image = self.add_publisher(Image, p["annotated_image_topic"], 5)
+        self.add_subscription(cs_msg.Caption, p["caption_topic"], self._on_caption,
+                              reliable_qos())
+        self.add_subscription(Image, p["rgb_topic"], self._on_image, sensor_qos(5))
+        self.add_subscription(CompressedImage, p["rgb_topic"] + "/compressed",
+                              self._on_compressed, sensor_qos(5))
+
+    def release(self) -> None:
+        if self.foxglove is not None:
+            self.foxglove.close()
+        if self.recorder is not None:
+            self.recorder.close()
+            self.get_logger().info(f"recorded {self.recorder.written} messages to "
+                                   f"{self.recorder.path}")
+        self.foxglove = self.recorder = None
 
     def _on_caption(self, msg: Any) -> None:
+        if not self.active:
+            return
         with self._lock:
             self._latest = msg
         marker = Marker(ns="crossspec", id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD,
@@ -77,6 +92,8 @@ class VizNode(Node):
         self._annotate(msg, compressed_to_rgb)
 
     def _annotate(self, msg: Any, convert: Any) -> None:
+        if not self.active:
+            return
         self._frames += 1
         self._frame_id = msg.header.frame_id or self._frame_id
         with self._lock:
@@ -95,8 +112,21 @@ class VizNode(Node):
         self.pub_image.publish(image)
         self.annotated += 1
         if self.foxglove is not None:
-            self.foxglove.log_image(self.params["annotated_image_topic"], out,
-                                    msg_to_ns(msg.header.stamp), msg.header.frame_id)
+            self._to_foxglove(msg, rgb, out, caption)
+
+    def _to_foxglove(self, msg: Any, rgb: Any, annotated: Any, caption: Any) -> None:
+        """The drawn frame, and the raw frame with the caption as ImageAnnotations stamped like
+        it (Foxglove's Image panel overlays them in its own font, at any zoom)."""
+        from crossspec_ros.viz.foxglove_out import ANNOTATIONS_TOPIC, caption_annotations
+
+        stamp = msg_to_ns(msg.header.stamp)
+        self.foxglove.log_image(self.params["annotated_image_topic"], annotated, stamp,
+                                msg.header.frame_id)
+        self.foxglove.log_image(self.resolve_topic_name(self.params["rgb_topic"]), rgb, stamp,
+                                msg.header.frame_id)
+        self.foxglove.log_annotations(ANNOTATIONS_TOPIC, caption_annotations(
+            caption.confirmed_text, caption.unconfirmed_text, caption.status, rgb.shape[1],
+            rgb.shape[0], stamp), stamp)
 
     def _start_recording(self, path: str) -> Any:
         """Record the graph's outputs as they are published (raw CDR, nothing re-encoded)."""
@@ -113,7 +143,7 @@ class VizNode(Node):
                 (p["diagnostics_topic"], DiagnosticArray, "diagnostic_msgs/msg/DiagnosticArray",
                  10)):
             name = self.resolve_topic_name(topic)  # the bag holds full names
-            self.create_subscription(
+            self.add_subscription(
                 msg_type, topic, lambda data, t=name, m=msgtype: self._record(t, m, data), qos,
                 raw=True)
         self.get_logger().info(f"recording to {path} (written under {recorder.staging.name} "
@@ -121,20 +151,13 @@ class VizNode(Node):
         return recorder
 
     def _record(self, topic: str, msgtype: str, data: bytes) -> None:
+        if not self.active:
+            return
         now = self.get_clock().now().nanoseconds
         if now <= 0:  # use_sim_time before the first /clock: no time to file it under
             self.not_recorded += 1
             return
         self.recorder.write(topic, msgtype, data, now)
-
-    def destroy_node(self) -> None:
-        if self.foxglove is not None:
-            self.foxglove.close()
-        if self.recorder is not None:
-            self.recorder.close()
-            self.get_logger().info(f"recorded {self.recorder.written} messages to "
-                                   f"{self.recorder.path}")
-        super().destroy_node()
 
 
 def _latencies(msg: Any) -> dict[str, float]:

@@ -23,21 +23,36 @@ import json
 import math
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import foxglove
 import numpy as np
-from foxglove.channels import RawImageChannel
-from foxglove.messages import RawImage, Timestamp
+from foxglove.channels import ImageAnnotationsChannel, RawImageChannel
+from foxglove.messages import (
+    Color,
+    ImageAnnotations,
+    Point2,
+    RawImage,
+    TextAnnotation,
+    Timestamp,
+)
 
-from crossspec_ros.viz.overlay import STATUS_NAMES, status_name
+from crossspec_ros.viz.overlay import (
+    CONFIRMED_RGB,
+    STATUS_NAMES,
+    STATUS_RGB,
+    UNCONFIRMED_RGB,
+    status_name,
+)
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: exposing the server to a network is an explicit choice
 DEFAULT_PORT = 8765  # Foxglove's usual port
 CAPTION_TOPIC = "/crossspec/caption"
 ANNOTATED_IMAGE_TOPIC = "/crossspec/annotated_image"
+ANNOTATIONS_TOPIC = "/crossspec/caption_annotations"
 
 # JSON Schema of the caption channel: lets Foxglove offer the fields in its path editors.
 # Latency fields are null until measured (JSON has no NaN).
@@ -93,6 +108,51 @@ def _jsonable(value: Any) -> Any:
 def _timestamp(stamp_ns: int) -> Timestamp:
     sec, nsec = divmod(int(stamp_ns), 1_000_000_000)
     return Timestamp(sec, nsec)
+
+
+def _color(rgb: tuple[int, int, int], alpha: float = 1.0) -> Color:
+    return Color(r=rgb[0] / 255, g=rgb[1] / 255, b=rgb[2] / 255, a=alpha)
+
+
+@dataclass(frozen=True)
+class CaptionLabel:
+    """One text label of a caption drawn over an image (pixels; y is the text's baseline)."""
+
+    text: str
+    x: float
+    y: float
+    size: float
+    colour: tuple[int, int, int]
+    backdrop: tuple[int, int, int]
+    backdrop_alpha: float
+
+
+def caption_labels(confirmed: str, unconfirmed: str, status: int | str, width: int,
+                   height: int) -> list[CaptionLabel]:
+    """Where a caption goes on a ``width`` x ``height`` image: the status at the top left in
+    its colour, the confirmed text (white) and the unconfirmed draft tail (amber) on their own
+    lines at the bottom, each on a dark backdrop."""
+    size = max(12.0, height / 18)
+    name = status_name(status)
+    labels = [CaptionLabel(f" {name} ", 8.0, 8.0 + size, size, (255, 255, 255),
+                           STATUS_RGB.get(name, (110, 110, 110)), 1.0),
+              CaptionLabel(confirmed or "(nothing confirmed yet)", 8.0, height - 16.0 - size,
+                           size, CONFIRMED_RGB, (0, 0, 0), 0.6)]
+    if unconfirmed.strip():
+        labels.append(CaptionLabel(unconfirmed.strip(), 8.0, height - 8.0, size,
+                                   UNCONFIRMED_RGB, (0, 0, 0), 0.6))
+    return labels
+
+
+def caption_annotations(confirmed: str, unconfirmed: str, status: int | str, width: int,
+                        height: int, stamp_ns: int) -> ImageAnnotations:
+    """``caption_labels`` as foxglove.ImageAnnotations for the image stamped ``stamp_ns``:
+    Foxglove draws them over the raw image, at any zoom, in its own readable font."""
+    return ImageAnnotations(timestamp=_timestamp(stamp_ns), texts=[
+        TextAnnotation(timestamp=_timestamp(stamp_ns), position=Point2(x=label.x, y=label.y),
+                       text=label.text, font_size=label.size, text_color=_color(label.colour),
+                       background_color=_color(label.backdrop, label.backdrop_alpha))
+        for label in caption_labels(confirmed, unconfirmed, status, width, height)])
 
 
 class FoxgloveOutput:
@@ -263,6 +323,16 @@ class FoxgloveOutput:
                 self.dropped_after_close += 1
                 return
             self._image_channel(topic).log(message, log_time=int(stamp_ns))
+
+    def log_annotations(self, topic: str, annotations: ImageAnnotations, stamp_ns: int) -> None:
+        """Log foxglove.ImageAnnotations (e.g. ``caption_annotations``) on ``topic``."""
+        with self._lock:
+            if self._closed:
+                self.dropped_after_close += 1
+                return
+            self._channel(topic, "foxglove.ImageAnnotations",
+                          lambda: ImageAnnotationsChannel(topic, context=self._context)
+                          ).log(annotations, log_time=int(stamp_ns))
 
     # -- lifecycle -----------------------------------------------------------------------
 

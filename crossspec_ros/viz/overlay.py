@@ -78,10 +78,26 @@ def font_size_for(width: int, height: int) -> int:
     return int(min(44, max(9, round(min(width, height * 4 / 3) / 40))))
 
 
+# Preferred caption faces, found by Pillow on the system's font path (DejaVu ships with most
+# Linux installs): wide word spaces and clear small sizes. Pillow's own default is the fallback.
+_FONT_FILES = ("DejaVuSans.ttf", "LiberationSans-Regular.ttf", "Arial.ttf")
+
+
 @lru_cache(maxsize=32)
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    for name in _FONT_FILES:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:
+            continue
     # Pillow >= 10.1 ships a scalable default font; without FreeType this is a fixed bitmap font.
     return ImageFont.load_default(size=size)
+
+
+def _word_gap(font: ImageFont.FreeTypeFont | ImageFont.ImageFont, size: int) -> float:
+    """Space between words: at least a third of the font size, so small captions never read
+    as one glued word (a 9 px font's own space can be 2 px)."""
+    return max(font.getlength(" "), size / 3)
 
 
 def _line_height(font: ImageFont.FreeTypeFont | ImageFont.ImageFont) -> int:
@@ -165,12 +181,13 @@ def _split_long_word(font, word: list[_Segment], avail: float) -> list[list[_Seg
     return pieces
 
 
-def _wrap(font, words: list[list[_Segment]], avail: float) -> list[list[list[_Segment]]]:
+def _wrap(font, words: list[list[_Segment]], avail: float, gap: float
+          ) -> list[list[list[_Segment]]]:
     """Greedy word wrap: lines of words, each word a list of segments."""
     pieces = [piece for word in words
               for piece in ([word] if _width(font, word) <= avail
                             else _split_long_word(font, word, avail))]
-    return _greedy_lines(pieces, lambda piece: _width(font, piece), font.getlength(" "), avail)
+    return _greedy_lines(pieces, lambda piece: _width(font, piece), gap, avail)
 
 
 def _greedy_lines(items: list, width_of, gap: float, avail: float) -> list[list]:
@@ -190,9 +207,9 @@ def _greedy_lines(items: list, width_of, gap: float, avail: float) -> list[list]
     return lines
 
 
-def _ellipsize(font, line: list[list[_Segment]], avail: float) -> list[list[_Segment]]:
+def _ellipsize(font, line: list[list[_Segment]], avail: float, space: float
+              ) -> list[list[_Segment]]:
     """The line with "..." appended, dropping words from its end until it fits."""
-    space = font.getlength(" ")
     line = [list(word) for word in line]
     while line:
         style = line[-1][-1][1]
@@ -251,7 +268,8 @@ def annotate_frame(
     header_lines = _greedy_lines(header_items, small.getlength, gap, avail - 2 * tag_pad)
 
     words = _styled_words(confirmed or "", unconfirmed or "")
-    caption_lines = _wrap(font, words, avail) if words else []
+    space = _word_gap(font, size)
+    caption_lines = _wrap(font, words, avail, space) if words else []
     placeholder = not caption_lines
     if placeholder:
         caption_lines = [[[("(no caption yet)", False)]]]
@@ -263,7 +281,7 @@ def annotate_frame(
     n_caption = max(0, min(len(caption_lines), room // max(1, line_h)))
     if 0 < n_caption < len(caption_lines):
         caption_lines = [*caption_lines[:n_caption - 1],
-                         _ellipsize(font, caption_lines[n_caption - 1], avail)]
+                         _ellipsize(font, caption_lines[n_caption - 1], avail, space)]
     caption_lines = caption_lines[:n_caption]
     band_h = min(max_band, 2 * pad + n_header * small_h + n_caption * line_h)
     top = height - band_h
@@ -288,7 +306,6 @@ def annotate_frame(
                 x += small.getlength(item) + gap
         y += small_h
 
-    space = font.getlength(" ")
     underline = max(1, size // 14)
     baseline_gap = max(1, size // 10)
     ascent = _ascent(font)

@@ -1,0 +1,184 @@
+"""The lifecycle every crossspec node follows (ROS 2 managed nodes, as ros2/demos lifecycle_py).
+
+    unconfigured --configure--> inactive --activate--> active
+                 <--cleanup---           <--deactivate--
+
+- constructor: parameters only (declared and checked; cheap, nothing loads);
+- ``configure``: models load, publishers, subscriptions and timers are created;
+- ``activate``: model workers start; inputs are taken from now on;
+- ``deactivate``: workers stop (the window in progress ends first), inputs are ignored;
+- ``cleanup``: everything ``configure`` made is destroyed and the models are let go.
+
+Subclasses implement ``configure_node``, ``start``, ``stop`` and ``release``, and create their
+ROS entities with ``add_publisher`` / ``add_subscription`` / ``add_timer`` so cleanup finds
+them. ``bring_up`` is what ``crossspec node``, ``crossspec drive`` and composed mode call;
+``ros2 lifecycle set`` and launch drive the same transitions from outside.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+
+from crossspec_ros.nodes.common import steady_timer
+
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+
+
+class NodeStartError(RuntimeError):
+    """A node could not be configured or activated; the message says why."""
+
+
+class ManagedNode(LifecycleNode):
+    """See the module docstring."""
+
+    def __init__(self, node_name: str, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        self.active = False
+        self.configured = False  # configure ran (maybe in part) and cleanup did not yet
+        self.failure: Exception | None = None  # why the last configure failed
+        self._entities: list[tuple[Callable[[Any], Any], Any]] = []
+
+    # ------------------------------------------------------------ for subclasses
+    def configure_node(self) -> None:
+        """Load models, create publishers, subscriptions and timers."""
+
+    def start(self) -> None:
+        """Start the workers (activate)."""
+
+    def stop(self) -> None:
+        """Stop the workers; return once they are stopped (deactivate)."""
+
+    def release(self) -> None:
+        """Let go of what ``configure_node`` loaded beyond ROS entities (cleanup)."""
+
+    def add_publisher(self, *args: Any, **kwargs: Any) -> Any:
+        return self._keep(self.destroy_publisher, self.create_publisher(*args, **kwargs))
+
+    def add_subscription(self, *args: Any, **kwargs: Any) -> Any:
+        return self._keep(self.destroy_subscription,
+                          self.create_subscription(*args, **kwargs))
+
+    def add_timer(self, period_s: float, callback: Callable[[], None]) -> Any:
+        """A steady-clock timer (see ``steady_timer``)."""
+        return self._keep(self.destroy_timer, steady_timer(self, period_s, callback))
+
+    def _keep(self, destroy: Callable[[Any], Any], entity: Any) -> Any:
+        self._entities.append((destroy, entity))
+        return entity
+
+    # ------------------------------------------------------------ transitions
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.failure = None
+        self.configured = True
+        try:
+            self.configure_node()
+        except Exception as err:  # a model that does not load: the node stays unconfigured
+            self.failure = err
+            self.get_logger().error(f"configure failed: {err}")
+            self._release_all()
+            return FAILURE
+        return SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.start()
+        self.active = True
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        self.stop()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release_all()
+        return SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_and_release()
+        return SUCCESS
+
+    def destroy_node(self) -> None:
+        self._stop_and_release()
+        super().destroy_node()
+
+    def _stop_and_release(self) -> None:
+        if self.active:
+            self.active = False
+            self.stop()
+        self._release_all()
+
+    def _release_all(self) -> None:
+        if not self.configured:
+            return  # e.g. the constructor failed on a parameter: nothing was made
+        self.configured = False
+        for destroy, entity in reversed(self._entities):
+            destroy(entity)
+        self._entities.clear()
+        self.release()
+        gc.collect()  # model tensors go now, not at the next collection
+        _empty_cuda_cache()
+
+
+def bring_up(node: ManagedNode, activate: bool = True) -> ManagedNode:
+    """Configure (and activate) ``node``; raises what made configure fail."""
+    if node.trigger_configure() != SUCCESS:
+        failure = node.failure
+        if failure is not None:
+            raise failure
+        raise NodeStartError(f"node '{node.get_name()}' could not be configured")
+    if activate and node.trigger_activate() != SUCCESS:
+        raise NodeStartError(f"node '{node.get_name()}' could not be activated")
+    return node
+
+
+def _empty_cuda_cache() -> None:
+    import sys
+
+    torch = sys.modules.get("torch")  # only if a model was ever loaded
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def wait_until_active(client: Any, names: list[str], spin_once: Callable[[float], None],
+                      timeout_s: float, report: Callable[[str], None] | None = None) -> None:
+    """Spin until every lifecycle node in ``names`` (resolved in ``client``'s namespace)
+    answers ``get_state`` with active; raises NodeStartError naming the late ones after
+    ``timeout_s``. What `crossspec play --wait-active` does before the first message."""
+    import time
+
+    from lifecycle_msgs.msg import State
+    from lifecycle_msgs.srv import GetState
+
+    clients = {name: client.create_client(GetState, f"{name.strip('/')}/get_state")
+               for name in names}
+    waiting, pending = set(names), {}
+    deadline = time.monotonic() + timeout_s
+    next_report = 0.0
+    try:
+        while waiting:
+            for name in list(waiting):
+                future = pending.get(name)
+                if future is None and clients[name].service_is_ready():
+                    pending[name] = clients[name].call_async(GetState.Request())
+                elif future is not None and future.done():
+                    del pending[name]
+                    result = future.result()
+                    if result is not None and \
+                            result.current_state.id == State.PRIMARY_STATE_ACTIVE:
+                        waiting.discard(name)
+            now = time.monotonic()
+            if waiting and now > deadline:
+                raise NodeStartError(f"not active after {timeout_s:g} s: "
+                                     f"{', '.join(sorted(waiting))}")
+            if waiting and report is not None and now >= next_report:
+                report(f"waiting for {', '.join(sorted(waiting))} to become active")
+                next_report = now + 10.0
+            if waiting:
+                spin_once(0.1)
+    finally:
+        for c in clients.values():
+            client.destroy_client(c)
