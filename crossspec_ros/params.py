@@ -190,6 +190,9 @@ TOPIC_PARAMS = [
     Param("latest_caption_topic", "crossspec/caption/latest",
           "crossspec/Caption: the latest FINAL or UNVERIFIED caption, latched (reliable, "
           "transient local, depth 1): a late subscriber gets it at once"),
+    Param("caption_action", "crossspec/caption_window",
+          "crossspec/CaptionWindow action (verifier node): caption the next window or the one "
+          "holding a time; feedback streams its captions, the result is the last"),
 ]
 
 VIZ_PARAMS = [
@@ -201,6 +204,12 @@ VIZ_PARAMS = [
           "its own"),
     Param("annotate_every_n_frames", 2, "annotate one RGB frame in n (drawing costs CPU)",
           positive, ">= 1", live=True, bounds=(1, 10_000)),
+    Param("event_image_topic", "crossspec/event_image",
+          "sensor_msgs/Image mono8: a dv-processing time surface of the latest events (what "
+          "the drafter sees), for RViz and Foxglove"),
+    Param("event_image_hz", 10.0, "how often the event image is published (0: never, and the "
+          "viz node does not subscribe to the events)", non_negative, ">= 0",
+          bounds=(0.0, 100.0)),
 ]
 
 FOXGLOVE_PARAMS = [

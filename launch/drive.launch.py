@@ -20,7 +20,13 @@ from launch.actions import DeclareLaunchArgument, ExecuteProcess, LogInfo, Opaqu
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from crossspec_ros.nodes.graph import COMPOSED, EXECUTABLE, GRAPH, default_config
+from crossspec_ros.nodes.graph import (
+    COMPOSED,
+    EXECUTABLE,
+    GRAPH,
+    default_config,
+    node_parameters,
+)
 from crossspec_ros.paths import sample_bag
 
 ARGUMENTS = {
@@ -57,9 +63,16 @@ def _nodes(context, *_args, **_kwargs) -> list:
         return [Node(package="crossspec", executable=EXECUTABLE, arguments=COMPOSED.arguments,
                      namespace=namespace, parameters=params, output="screen",
                      emulate_tty=True)]
+    declared = node_parameters()
+
+    def own(name: str) -> dict:  # a node's file may only hold what that node declares
+        names = {param.name for param in declared[name]} | {"use_sim_time"}
+        return {key: value for key, value in overrides.items() if key in names}
+
     return [Node(package="crossspec", executable=EXECUTABLE, name=spec.name,
-                 namespace=namespace, arguments=spec.arguments, parameters=params,
-                 output="screen", emulate_tty=True)
+                 namespace=namespace, arguments=spec.arguments,
+                 parameters=[get("config"), own(spec.name)], output="screen",
+                 emulate_tty=True)
             for spec in GRAPH]
 
 

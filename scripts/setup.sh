@@ -66,7 +66,7 @@ if [ "$(cat "$VENV/.crossspec-event-camera-msgs" 2>/dev/null)" != "$EV_HASH" ]; 
   echo "$EV_HASH" > "$VENV/.crossspec-event-camera-msgs"
 fi
 
-MSG_HASH=$(hash_of package.xml CMakeLists.txt msg/*.msg)
+MSG_HASH=$(hash_of package.xml CMakeLists.txt msg/*.msg action/*.action)
 if [ "$(cat "$VENV/.crossspec-msgs" 2>/dev/null)" != "$MSG_HASH" ]; then
   build_interfaces "$ROOT" crossspec
   echo "$MSG_HASH" > "$VENV/.crossspec-msgs"
@@ -79,6 +79,6 @@ if ! "$VENV/bin/python" -c "import crossspec_ros.cli.main" 2>/dev/null \
 fi
 
 "$VENV/bin/python" - <<'PY'
-import crossspec.msg, event_camera_msgs.msg, rclpy  # noqa: F401  (the message build works)
+import crossspec.action, crossspec.msg, event_camera_msgs.msg, rclpy  # noqa: F401  (the build works)
 PY
 say "ready: $VENV (activate with: source .venv/bin/activate)"

@@ -52,3 +52,4 @@ def test_every_crossspec_topic_moves_with_the_namespace():
         for node in nodes:
             node.destroy_node()
         rclpy.shutdown()
+

@@ -23,6 +23,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CompressedImage, Image
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
+from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
     WindowQueue,
     Worker,
@@ -70,6 +71,7 @@ class VerifierNode(ManagedNode):
         self._next_config: EngineConfig | None = None  # a live change, for the next window
         self._given = (verifier, drafter)
         self.engine: SpeculativeEngine | None = None
+        self.caption_action: CaptionWindowServer | None = None
         self.on_result = on_result
         self.queue = WindowQueue(p["max_queued_windows"])
         self.worker: Worker | None = None
@@ -105,6 +107,8 @@ class VerifierNode(ManagedNode):
                               reliable_qos())
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        self.caption_action = CaptionWindowServer(self, p["caption_action"],
+                                                  p["window_length_s"])
         self.get_logger().info(
             f"verifying {p['rgb_topic']} with drafts from {p['draft_topic']} -> "
             f"{p['confirmed_topic']}, {p['caption_topic']}")
@@ -123,6 +127,9 @@ class VerifierNode(ManagedNode):
             self.worker.stop()
 
     def release(self) -> None:
+        if self.caption_action is not None:
+            self.caption_action.destroy()
+            self.caption_action = None
         if self._given[0] is None:  # a verifier this node loaded is let go (a given one
             self.engine = None      # stays with its owner, and its engine readable)
 
@@ -253,6 +260,8 @@ class VerifierNode(ManagedNode):
             self.pub_caption.publish(msg)
             if caption.finished:
                 self.pub_latest.publish(msg)
+            if self.caption_action is not None:
+                self.caption_action.offer(msg)
 
     def _on_error(self, error: str) -> None:
         if not self.context.ok():

@@ -36,6 +36,7 @@ class VizNode(ManagedNode):
         self._latest: Any = None   # the newest Caption
         self._frames = 0
         self.annotated = 0
+        self.event_images = 0
         self.not_recorded = 0
         self._frame_id = p["marker_frame"]  # the RGB camera's, once a frame came
         self.foxglove = self.recorder = None
@@ -56,6 +57,24 @@ class VizNode(ManagedNode):
         self.add_subscription(Image, p["rgb_topic"], self._on_image, sensor_qos(5))
         self.add_subscription(CompressedImage, p["rgb_topic"] + "/compressed",
                               self._on_compressed, sensor_qos(5))
+        if p["event_image_hz"] > 0:
+            self._start_event_image()
+
+    def _start_event_image(self) -> None:
+        """Decode the event stream and publish a time surface of the events since the last
+        image, ``event_image_hz`` times a second: what the drafter is looking at."""
+        from event_camera_msgs.msg import EventPacket
+
+        from crossspec_ros.events.decode import EventPacketDecoder
+
+        p = self.params
+        self._decoder = EventPacketDecoder(name=p["event_topic"])
+        self._events: list = []
+        self._events_header: Any = None
+        self.pub_event_image = self.add_publisher(Image, p["event_image_topic"], 5)
+        self.add_subscription(EventPacket, p["event_topic"], self._on_events,
+                              sensor_qos(50))
+        self.add_timer(1.0 / p["event_image_hz"], self._publish_event_image)
 
     def release(self) -> None:
         if self.foxglove is not None:
@@ -127,6 +146,36 @@ class VizNode(ManagedNode):
         self.foxglove.log_annotations(ANNOTATIONS_TOPIC, caption_annotations(
             caption.confirmed_text, caption.unconfirmed_text, caption.status, rgb.shape[1],
             rgb.shape[0], stamp), stamp)
+
+    def _on_events(self, msg: Any) -> None:
+        if not self.active:
+            return
+        from crossspec_ros.events.packet import from_msg
+
+        batch = self._decoder.decode(from_msg(msg))
+        with self._lock:
+            self._events_header = msg.header
+            if len(batch):
+                self._events.append(batch)
+
+    def _publish_event_image(self) -> None:
+        from crossspec_ros.events.batch import EventBatch
+        from crossspec_ros.events.representations import dv_time_surface
+
+        with self._lock:
+            batches, self._events = self._events, []
+            header = self._events_header
+        if not batches or header is None:
+            return
+        surface = dv_time_surface(EventBatch.concat(batches))
+        image = Image(height=surface.shape[0], width=surface.shape[1], encoding="mono8",
+                      is_bigendian=0, step=surface.shape[1], data=surface.tobytes())
+        image.header = header
+        self.pub_event_image.publish(image)
+        self.event_images += 1
+        if self.foxglove is not None:
+            self.foxglove.log_image(self.resolve_topic_name(self.params["event_image_topic"]),
+                                    surface, msg_to_ns(header.stamp), header.frame_id)
 
     def _start_recording(self, path: str) -> Any:
         """Record the graph's outputs as they are published (raw CDR, nothing re-encoded)."""

@@ -1,0 +1,144 @@
+"""The crossspec/CaptionWindow action: "caption the next window" (or the window holding a
+time), with the window's captions as feedback and its last caption as the result, like
+llama_ros's GenerateResponse.
+
+Served by the verifier node, which owns the caption protocol: every caption it publishes is
+also offered to the goals waiting for that window. Goals run as coroutines on the executor
+(the single-threaded EventsExecutor is never blocked); captions cross from the worker thread
+through a locked queue that an executor timer drains, so every rclpy Future is touched by
+the executor thread only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossspec.action import CaptionWindow
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.task import Future
+
+from crossspec_ros.nodes.common import msg_to_ns
+from crossspec_ros.sync.captions import CaptionStatus
+from crossspec_ros.sync.window import window_id
+
+DEFAULT_TIMEOUT_S = 30.0
+TERMINAL = (int(CaptionStatus.FINAL), int(CaptionStatus.UNVERIFIED))
+REMEMBERED_FINALS = 64  # finished captions kept to answer a goal for a past window at once
+
+
+@dataclass
+class _Watch:
+    """One goal: which window it wants and the captions that came for it."""
+
+    target: int | None     # window id; None: the first window newer than ``after``
+    after: int | None      # with target None: ids up to this were known at acceptance
+    deadline: float
+    captions: deque = field(default_factory=deque)
+    wake: Future | None = None
+    cancel: bool = False
+
+    def wants(self, caption: Any) -> bool:
+        wid = int(caption.window_id)
+        if self.target is None and (self.after is None or wid > self.after):
+            self.target = wid  # the next window is the first one captioned after the goal
+        return wid == self.target
+
+
+class CaptionWindowServer:
+    """The action server on ``node`` (a VerifierNode); ``offer`` is called with every
+    published Caption, from any thread."""
+
+    def __init__(self, node: Any, name: str, window_length_s: float) -> None:
+        self.node = node
+        self.window_len_ns = round(window_length_s * 1e9)
+        self._lock = threading.Lock()
+        self._watches: dict[bytes, _Watch] = {}  # by goal id
+        self._finals: OrderedDict[int, Any] = OrderedDict()
+        self._newest: int | None = None
+        self.server = ActionServer(node, CaptionWindow, name, execute_callback=self._execute,
+                                   goal_callback=lambda _: GoalResponse.ACCEPT,
+                                   cancel_callback=self._cancel)
+        self.timer = node.add_timer(0.05, self._wake_goals)
+
+    def offer(self, caption: Any) -> None:
+        with self._lock:
+            wid = int(caption.window_id)
+            self._newest = wid if self._newest is None else max(self._newest, wid)
+            if caption.status in TERMINAL:
+                self._finals[wid] = caption
+                while len(self._finals) > REMEMBERED_FINALS:
+                    self._finals.popitem(last=False)
+            for watch in self._watches.values():
+                if watch.wants(caption):
+                    watch.captions.append(caption)
+
+    def destroy(self) -> None:
+        self.server.destroy()
+
+    # ------------------------------------------------------------ executor thread
+    def _cancel(self, goal_handle: Any) -> CancelResponse:
+        with self._lock:
+            watch = self._watches.get(_goal_key(goal_handle))
+            if watch is not None:
+                watch.cancel = True  # seen by the goal at its next wake-up
+        return CancelResponse.ACCEPT
+
+    def _wake_goals(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            ready = [w.wake for w in self._watches.values()
+                     if w.wake is not None and not w.wake.done()
+                     and (w.captions or w.cancel or now > w.deadline)]
+        for future in ready:
+            future.set_result(True)
+
+    async def _execute(self, goal_handle: Any) -> Any:
+        request = goal_handle.request
+        timeout = request.timeout_s if request.timeout_s > 0 else DEFAULT_TIMEOUT_S
+        stamp = msg_to_ns(request.stamp)
+        target = window_id(stamp, self.window_len_ns) if stamp else None
+        with self._lock:
+            done = self._finals.get(target) if target is not None else None
+            watch = _Watch(target, self._newest, time.monotonic() + timeout)
+            if done is None:
+                self._watches[_goal_key(goal_handle)] = watch
+        if done is not None:  # that window is already captioned
+            goal_handle.succeed()
+            return CaptionWindow.Result(caption=done, success=True)
+        try:
+            return await self._follow(goal_handle, watch)
+        finally:
+            with self._lock:
+                self._watches.pop(_goal_key(goal_handle), None)
+
+    async def _follow(self, goal_handle: Any, watch: _Watch) -> Any:
+        while True:
+            with self._lock:
+                captions = list(watch.captions)
+                watch.captions.clear()
+            for caption in captions:
+                if caption.status in TERMINAL:
+                    goal_handle.succeed()
+                    return CaptionWindow.Result(caption=caption, success=True)
+                goal_handle.publish_feedback(CaptionWindow.Feedback(caption=caption))
+            if watch.cancel or goal_handle.is_cancel_requested:
+                goal_handle.canceled()
+                return CaptionWindow.Result(success=False, message="canceled")
+            if time.monotonic() > watch.deadline:
+                goal_handle.abort()
+                which = f"window {watch.target}" if watch.target is not None else "a window"
+                return CaptionWindow.Result(
+                    success=False, message=f"no caption for {which} within the timeout: is "
+                    "the camera (or bag) publishing, and the verifier node active?")
+            with self._lock:
+                watch.wake = Future()
+                wake = watch.wake
+            await wake
+
+
+def _goal_key(goal_handle: Any) -> bytes:
+    return bytes(goal_handle.goal_id.uuid)

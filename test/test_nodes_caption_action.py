@@ -1,0 +1,114 @@
+"""The crossspec/CaptionWindow action, through a real rclpy ActionClient: the next window's
+captions stream as feedback and its FINAL caption is the result; a past window is answered at
+once; a window that never comes times out with a message; a goal can be canceled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from crossspec import msg as cs_msg  # noqa: E402
+from crossspec.action import CaptionWindow  # noqa: E402
+from rclpy.action import ActionClient  # noqa: E402
+from synthetic_windows import random_window  # noqa: E402
+
+from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
+from crossspec_ros.nodes.graph import make_executor, spin_in_thread  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
+from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
+
+pytestmark = pytest.mark.ros
+Caption = cs_msg.Caption
+
+
+@pytest.fixture()
+def graph():
+    rclpy.init()
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
+    client_node = rclpy.create_node("caption_action_client")
+    client = ActionClient(client_node, CaptionWindow, "/crossspec/caption_window")
+    executor = make_executor()
+    executor.add_node(node)
+    executor.add_node(client_node)
+    stop = spin_in_thread(executor)
+    assert client.wait_for_server(timeout_sec=10)
+    try:
+        yield node, client
+    finally:
+        stop()
+        executor.shutdown(timeout_sec=2.0)
+        client.destroy()
+        client_node.destroy_node()
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+def wait(future, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert future.done(), "no answer in time"
+    return future.result()
+
+
+def draft(window_id: int, text: str, done: bool = False):
+    msg = cs_msg.DraftTokens(window_id=window_id, token_ids=[5, 6], text=text, done=done,
+                             first_token_latency_ms=12.0)
+    msg.window_end.sec = window_id + 1
+    return msg
+
+
+def send(client, feedback: list, **goal):
+    handle = wait(client.send_goal_async(CaptionWindow.Goal(**goal),
+                                         feedback_callback=feedback.append))
+    assert handle.accepted
+    return handle
+
+
+def test_the_next_window_streams_feedback_and_ends_with_its_final_caption(graph):
+    node, client = graph
+    feedback: list = []
+    handle = send(client, feedback, timeout_s=30.0)
+    node._on_draft(draft(7, "a red car"))  # the next window to be captioned
+    node.queue.put(random_window(7), time.monotonic())
+    result = wait(handle.get_result_async()).result
+    assert result.success and result.caption.window_id == 7
+    assert result.caption.status == Caption.STATUS_FINAL and result.caption.confirmed_text
+    statuses = [f.feedback.caption.status for f in feedback]
+    assert statuses and statuses[0] == Caption.STATUS_DRAFT
+    assert Caption.STATUS_FINAL not in statuses
+    assert {f.feedback.caption.window_id for f in feedback} == {7}
+
+
+def test_a_window_already_captioned_is_answered_at_once(graph):
+    from builtin_interfaces.msg import Time
+
+    node, client = graph
+    node.queue.put(random_window(3), time.monotonic())  # window id 3: [3 s, 4 s) by time
+    deadline = time.monotonic() + 30
+    while node.counters["windows_verified"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    handle = send(client, [], stamp=Time(sec=3, nanosec=500_000_000), timeout_s=5.0)
+    result = wait(handle.get_result_async()).result
+    assert result.success and result.caption.window_id == 3
+    assert result.caption.status == Caption.STATUS_FINAL
+    assert time.monotonic() - t0 < 4.0  # answered, not timed out
+
+
+def test_a_window_that_never_comes_times_out_with_a_message(graph):
+    _, client = graph
+    handle = send(client, [], timeout_s=0.5)
+    result = wait(handle.get_result_async()).result
+    assert not result.success and "is the camera (or bag) publishing" in result.message
+
+
+def test_a_goal_can_be_canceled(graph):
+    _, client = graph
+    handle = send(client, [], timeout_s=30.0)
+    wait(handle.cancel_goal_async())
+    result = wait(handle.get_result_async(), timeout=5.0)
+    assert not result.result.success and result.result.message == "canceled"

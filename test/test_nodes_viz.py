@@ -1,0 +1,55 @@
+"""The viz node's event image: a dv-processing time surface of the events since the last
+image, published for RViz and Foxglove (what the drafter looks at)."""
+
+from __future__ import annotations
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
+from crossspec_ros.nodes.viz_node import VizNode  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+def test_the_viz_node_publishes_a_time_surface_of_the_events():
+    import numpy as np
+    from event_camera_msgs.msg import EventPacket
+
+    from crossspec_ros.events.batch import EventBatch
+    from crossspec_ros.events.encode import encode_evt3_packets
+
+    class Sent:
+        def __init__(self) -> None:
+            self.sent: list = []
+
+        def publish(self, msg) -> None:
+            self.sent.append(msg)
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    batch = EventBatch(np.sort(rng.integers(0, 50_000_000, n)), rng.integers(0, 64, n),
+                       rng.integers(0, 48, n), rng.integers(0, 2, n), 64, 48)
+    rclpy.init()
+    node = bring_up(VizNode())
+    try:
+        node.pub_event_image = Sent()
+        for packet in encode_evt3_packets(batch, 5_000_000, frame_id="event_camera"):
+            msg = EventPacket(width=64, height=48, seq=packet.seq, time_base=packet.time_base,
+                              encoding=packet.encoding, events=packet.events_bytes())
+            msg.header.frame_id = packet.frame_id
+            node._on_events(msg)
+        node._publish_event_image()
+        [image] = node.pub_event_image.sent
+        assert (image.width, image.height, image.encoding) == (64, 48, "mono8")
+        assert image.header.frame_id == "event_camera"
+        pixels = np.frombuffer(bytes(image.data), np.uint8).reshape(48, 64)
+        touched = np.zeros((48, 64), bool)
+        touched[batch.y, batch.x] = True
+        assert (pixels[touched] > 0).mean() > 0.9  # the events' pixels light up
+        node._publish_event_image()
+        assert len(node.pub_event_image.sent) == 1  # nothing new: nothing published
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
