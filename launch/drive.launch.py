@@ -8,17 +8,30 @@ shared with `crossspec drive`; this file only turns it into launch actions. comp
 thread and CUDA stream); composed:=false runs one process per node, talking only over topics
 (the distributed layout: the draft node could as well run on the robot).
 
-The nodes are lifecycle nodes that configure and activate themselves (`crossspec node`);
-the bag player waits until all of them report active before its first message. `ros2
-lifecycle set /crossspec_verifier deactivate` (and activate, cleanup...) works on them.
+The nodes are lifecycle nodes. With composed:=false launch manages each one (configure, then
+activate once it is inactive); the composed process holds three nodes under one process and
+brings them up itself. Either way the bag player waits until all of them report active
+before its first message. `ros2 lifecycle set /crossspec_verifier deactivate` (and activate,
+cleanup...) works on them.
 """
 
 import shutil
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction
+from launch.actions import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    ExecuteProcess,
+    LogInfo,
+    OpaqueFunction,
+    RegisterEventHandler,
+)
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
 
 from crossspec_ros.nodes.graph import (
     COMPOSED,
@@ -69,11 +82,23 @@ def _nodes(context, *_args, **_kwargs) -> list:
         names = {param.name for param in declared[name]} | {"use_sim_time"}
         return {key: value for key, value in overrides.items() if key in names}
 
-    return [Node(package="crossspec", executable=EXECUTABLE, name=spec.name,
-                 namespace=namespace, arguments=spec.arguments,
-                 parameters=[get("config"), own(spec.name)], output="screen",
-                 emulate_tty=True)
-            for spec in GRAPH]
+    actions: list = []
+    for spec in GRAPH:  # one managed process per node: launch configures, then activates it
+        node = LifecycleNode(package="crossspec", executable=EXECUTABLE, name=spec.name,
+                             namespace=namespace or "/",
+                             arguments=[*spec.arguments, "--no-autostart"],
+                             parameters=[get("config"), own(spec.name)], output="screen",
+                             emulate_tty=True)
+        activate = EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
+                                               transition_id=Transition.TRANSITION_ACTIVATE))
+        actions += [
+            node,
+            RegisterEventHandler(OnStateTransition(target_lifecycle_node=node,
+                                                   goal_state="inactive",
+                                                   entities=[activate])),
+            EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
+                                        transition_id=Transition.TRANSITION_CONFIGURE))]
+    return actions
 
 
 def _replay(context, *_args, **_kwargs) -> list:
