@@ -150,3 +150,11 @@ def test_check_lossless_with_sampling_says_it_compares_greedy_only(capsys):
     _check_lossless(engine, SimpleNamespace(windows={}, results={}), rows)
     assert "only greedy decoding" in capsys.readouterr().err
     assert "lossless" not in rows[0]  # nothing claimed either way
+
+
+def test_record_without_the_viz_node_is_refused_at_once(tmp_path, capsys):
+    from crossspec_ros.cli.main import main
+
+    assert main(["drive", "--no-viz", "--record", str(tmp_path / "out")]) == 2
+    assert "drop --no-viz" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

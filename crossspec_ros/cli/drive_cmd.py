@@ -159,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.params import ParameterError, check_param_file
     from crossspec_ros.process_tuning import tune_process_for_models
 
+    if args.no_viz and (args.record or args.foxglove):
+        print("crossspec drive: --record and --foxglove come from the viz node: drop --no-viz",
+              file=sys.stderr)
+        return 2
     try:  # before any model loads: a bad bag or parameter file fails at once, in one line
         check_bag(args.bag)
         if args.config:
