@@ -53,3 +53,29 @@ def test_the_viz_node_publishes_a_time_surface_of_the_events():
     finally:
         node.destroy_node()
         rclpy.shutdown()
+
+
+def test_the_caption_marker_takes_the_rgb_frames_frame_id():
+    from crossspec import msg as cs_msg
+    from sensor_msgs.msg import Image
+
+    class Sent:
+        def __init__(self) -> None:
+            self.sent: list = []
+
+        def publish(self, msg) -> None:
+            self.sent.append(msg)
+
+    rclpy.init()
+    node = bring_up(VizNode())
+    try:
+        node.pub_marker = Sent()
+        node._on_caption(cs_msg.Caption(window_id=1, confirmed_text="a car"))
+        image = Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(12))
+        image.header.frame_id = "camera_left"
+        node._on_image(image)
+        node._on_caption(cs_msg.Caption(window_id=1, confirmed_text="a car turns"))
+        assert [m.header.frame_id for m in node.pub_marker.sent] == ["camera", "camera_left"]
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
