@@ -15,6 +15,12 @@ data ever fell in are skipped (no empty windows): ids still come from time, so
 a gap simply shows as missing ids. Data for a window already closed is dropped
 and counted (late_events / late_frames), never re-emitted.
 
+With ``announce_frames``, each window's frame selection is also announced while the window is
+still open (``take_frame_selections``): slot k's frame as soon as no frame yet to come can be
+nearer to its target (``decided_frames``), in slot order, so a verifier can encode and prefill
+frame k before the window closes. The closed Window still carries the exact selection; a frame
+later than the reorder slack can contradict an announcement, and consumers compare.
+
 A time jump backwards by more than ``reset_threshold_ns`` (a bag looping, a
 clock reset) flushes the old timeline's pending windows, logs one line, starts a
 new epoch and clears all state. Until a stream shows new-timeline data, its
@@ -33,7 +39,13 @@ from itertools import pairwise
 import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
-from crossspec_ros.sync.window import StampedFrame, Window, sample_frames, window_bounds
+from crossspec_ros.sync.window import (
+    StampedFrame,
+    Window,
+    decided_frames,
+    sample_frames,
+    window_bounds,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +78,17 @@ class _Pending:
     chunks: list[EventBatch] = field(default_factory=list)
     frames: dict[int, StampedFrame] = field(default_factory=dict)
     n_events: int = 0
+    announced: int = 0  # slots whose frame was announced (announce_frames)
+
+
+@dataclass(frozen=True)
+class FrameSelection:
+    """Slot ``slot`` of window (``epoch``, ``window_id``) will be ``frame``."""
+
+    epoch: int
+    window_id: int
+    slot: int
+    frame: StampedFrame
 
 
 class WindowSynchronizer:
@@ -85,6 +108,7 @@ class WindowSynchronizer:
         max_pending_events: int | None = 64_000_000,
         idle_timeout_ns: int = 2 * SECOND_NS,
         streams: tuple[str, ...] = ("events", "rgb"),
+        announce_frames: bool = False,
     ) -> None:
         if window_len_ns <= 0:
             raise ValueError(f"window_len_ns must be > 0, got {window_len_ns}")
@@ -120,6 +144,8 @@ class WindowSynchronizer:
         # the streams whose watermarks complete a window (a draft node has only events, a
         # verifier node only RGB: neither should wait out the lateness bound for the other)
         self.streams = tuple(streams)
+        self.announce_frames = announce_frames
+        self._selections: list[FrameSelection] = []
 
         self._stats = SyncStats()
         self._pending: dict[int, _Pending] = {}
@@ -152,6 +178,12 @@ class WindowSynchronizer:
     def closed_before(self) -> int | None:
         """Windows with smaller ids are closed (emitted, dropped or skipped) this epoch."""
         return self._closed_before
+
+    def take_frame_selections(self) -> list[FrameSelection]:
+        """The frame selections announced since the last call (``announce_frames``), in the
+        order they were decided."""
+        out, self._selections = self._selections, []
+        return out
 
     def pending_ids(self) -> list[int]:
         """Ids of the windows buffered now (not yet emitted)."""
@@ -210,6 +242,8 @@ class WindowSynchronizer:
             else:
                 pend.frames[t] = frame
         self._rgb_max = t if self._rgb_max is None else max(self._rgb_max, t)
+        if self.announce_frames:
+            self._announce()
         return out + self._after_input()
 
     def poll(self, now_ns: int) -> list[Window]:
@@ -293,6 +327,24 @@ class WindowSynchronizer:
         if pend is None:
             pend = self._pending[wid] = _Pending()
         return pend
+
+    def _announce(self) -> None:
+        """Announce every newly decided slot of the open windows, oldest window first."""
+        watermark = self._rgb_max - self.reorder_slack_ns
+        n = self.frames_per_window
+        for wid in sorted(self._pending):
+            pend = self._pending[wid]
+            if pend.announced == n or not pend.frames:
+                continue
+            t0, t1 = window_bounds(wid, self.window_len_ns)
+            decided = decided_frames(pend.frames.values(), t0, t1, n, watermark)
+            for slot in range(pend.announced, len(decided)):
+                self._selections.append(
+                    FrameSelection(self._stats.epoch, wid, slot, decided[slot]))
+            pend.announced = max(pend.announced, len(decided))
+        cap = self.max_pending_windows * n  # nobody taking them: keep memory bounded
+        if len(self._selections) > cap:
+            del self._selections[:-cap]
 
     def _after_input(self) -> list[Window]:
         out = self._emit_ready()

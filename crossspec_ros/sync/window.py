@@ -124,3 +124,49 @@ def sample_frames(frames: Iterable[StampedFrame], t0: int, t1: int, n: int) -> l
             best = k if scaled[k] - target < target - scaled[k - 1] else k - 1
         out.append(by_stamp[stamps[best]])
     return out
+
+
+def decided_frames(frames: Iterable[StampedFrame], t0: int, t1: int, n: int,
+                   watermark_ns: int) -> list[StampedFrame]:
+    """The leading slots of ``sample_frames(frames, t0, t1, n)`` already decided, assuming
+    every frame still to come has a stamp >= ``watermark_ns`` (the stream's latest stamp minus
+    its reorder slack).
+
+    Slot k is decided once no later frame can be nearer to its target than the frame it has:
+    a frame exactly on the target, or a watermark past the target by at least that frame's
+    distance (on a tie the earlier frame wins, so an equally near later frame changes
+    nothing). Only a prefix is returned: a live prefill feeds slots in order. With the
+    watermark at or past ``t1`` this is ``sample_frames`` itself. A frame that breaks the
+    assumption (later than the reorder slack) can change a decided slot; the closed
+    ``Window`` always has the exact selection, so consumers compare against it.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if watermark_ns >= t1:
+        return sample_frames(frames, t0, t1, n)
+    by_stamp: dict[int, StampedFrame] = {}
+    for f in frames:
+        s = int(f.stamp_ns)
+        if t0 <= s < t1 and s not in by_stamp:
+            by_stamp[s] = f
+    if not by_stamp:
+        return []
+    stamps = sorted(by_stamp)
+    scaled = [2 * n * s for s in stamps]  # in units of 1/(2n) ns, as sample_frames
+    mark = 2 * n * int(watermark_ns)
+    length = t1 - t0
+    out: list[StampedFrame] = []
+    for i in range(n):
+        target = 2 * n * t0 + (2 * i + 1) * length
+        k = bisect_left(scaled, target)
+        if k == 0:
+            best = 0
+        elif k == len(scaled):
+            best = k - 1
+        else:
+            best = k if scaled[k] - target < target - scaled[k - 1] else k - 1
+        distance = abs(scaled[best] - target)
+        if distance != 0 and mark - target < distance:
+            break  # a frame yet to come could still be nearer
+        out.append(by_stamp[stamps[best]])
+    return out
