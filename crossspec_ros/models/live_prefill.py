@@ -1,0 +1,78 @@
+"""Live prefill: Video-LLaVA's prefill built frame by frame while the window is still open.
+
+Video-LLaVA's prompt puts the video first (``USER: <video>\\n{question} ASSISTANT:``) and its
+video tower encodes each frame on its own, so frame k's visual tokens and their causal prefill
+into the KV cache depend only on the prompt's head and the frames before k. ``add_frame``
+encodes one frame and prefills its tokens (the first call also the prompt's head);
+``finish`` prefills the question (and a proposal, as ``prefill_with_proposal``) and returns
+the session that ``prefill`` would have returned. Chunked and one-shot prefill are the same
+computation in exact arithmetic, not in floating point: greedy captions can differ where two
+logits are within rounding of each other (measured, not assumed: see the tests and the bench).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from crossspec_ros.models.base import PrefillTiming
+from crossspec_ros.models.hf_session import HFSession
+from crossspec_ros.models.streams import Stopwatch, inference
+
+
+class LivePrefill:
+    """One window's incremental prefill on a VideoLlavaVerifier; frames in slot order."""
+
+    def __init__(self, verifier: Any, question: str | None = None) -> None:
+        self.verifier = verifier
+        ids = verifier.tokenizer(verifier.prompt(question)).input_ids
+        at = ids.index(verifier.placeholder_id)
+        if ids.count(verifier.placeholder_id) != 1 or at == 0:
+            raise ValueError("live prefill needs one video placeholder after the prompt's head")
+        self.head, self.tail = ids[:at], ids[at + 1:]
+        self.cache = DynamicCache(config=verifier.model.config)
+        self.frames = 0
+        self.timing = PrefillTiming()
+
+    @property
+    def complete(self) -> bool:
+        """All of the window's frames are in the cache."""
+        return self.frames == self.verifier.num_frames
+
+    def add_frame(self, image: np.ndarray) -> None:
+        """Encode the next slot's frame (H x W x 3 uint8 RGB) and prefill its tokens."""
+        v = self.verifier
+        if self.complete:
+            raise ValueError(f"all {v.num_frames} frames are already in")
+        watch = Stopwatch(v.device, v.stream)
+        with inference(v.device, v.stream):
+            pixels = v.preprocess([image]).unsqueeze(0).to(v.device, v.vision_dtype)
+            encoded = v._encode(pixels)
+            self.timing.vision_ms += watch.lap_ms()
+            ids = (self.head if self.frames == 0 else []) + \
+                [v.placeholder_id] * v.tokens_per_frame
+            v.model(input_ids=torch.tensor([ids], device=v.device), past_key_values=self.cache,
+                    use_cache=True, mm_encoder_outputs={v.modality: encoded}, logits_to_keep=1)
+            self.timing.prefill_ms += watch.lap_ms()
+        self.frames += 1
+
+    def finish(self, proposal: Sequence[int] = ()) -> tuple[HFSession, torch.Tensor]:
+        """The question (and ``proposal``) after the frames: the session and its logits rows,
+        as ``prefill_with_proposal`` returns them."""
+        v = self.verifier
+        if not self.complete:
+            raise ValueError(f"{self.frames} of {v.num_frames} frames in: add the rest first")
+        watch = Stopwatch(v.device, v.stream)
+        with inference(v.device, v.stream):
+            ids = torch.tensor([self.tail + [int(t) for t in proposal]], device=v.device)
+            out = v.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                          logits_to_keep=len(proposal) + 1)
+            rows = out.logits[0].float()
+            self.timing.prefill_ms += watch.lap_ms()
+        session = HFSession(v._step, self.cache, rows, self.timing, v.device, v.stream,
+                            tree_step=v._tree_step, proposal=proposal)
+        return session, rows

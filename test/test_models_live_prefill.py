@@ -1,0 +1,66 @@
+"""Live prefill: the verifier's prefill built frame by frame equals the one-shot prefill (to
+float rounding), and greedy decoding after it gives the verifier's own caption."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from synthetic_windows import random_window
+
+from crossspec_ros.models.live_prefill import LivePrefill
+from crossspec_ros.models.tiny import tiny_verifier
+from crossspec_ros.speculative.engine import SpeculativeEngine
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return tiny_verifier(seed=1)
+
+
+def live_session(verifier, window, proposal=()):
+    live = LivePrefill(verifier)
+    for frame in window.frames:
+        assert not live.complete
+        live.add_frame(frame.image)
+    assert live.complete
+    return live.finish(proposal)
+
+
+def greedy(session, first: torch.Tensor, limit: int, eos: int) -> list[int]:
+    tokens, logits = [], first
+    while len(tokens) < limit:
+        tokens.append(int(torch.argmax(logits)))
+        if tokens[-1] == eos:
+            break
+        logits = session.feed([tokens[-1]])[-1]
+    return tokens
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_frame_by_frame_prefill_equals_the_one_shot_prefill(verifier, seed):
+    window = random_window(seed)
+    one_shot, rows = verifier.prefill_with_proposal(verifier.prepare(window), [7, 8])
+    live, live_rows = live_session(verifier, window, [7, 8])
+    assert live.seq_len == one_shot.seq_len and live.generated == [7, 8]
+    torch.testing.assert_close(live_rows, rows, rtol=1e-5, atol=1e-5)
+    assert live.timing.vision_ms > 0 and live.timing.prefill_ms > 0
+
+
+def test_greedy_decoding_after_live_prefill_is_the_verifiers_own_caption(verifier):
+    engine = SpeculativeEngine(verifier)
+    eos, limit = verifier.info.eos_token_id, engine.config.max_new_tokens
+    for seed in range(8):
+        window = random_window(seed)
+        session, rows = live_session(verifier, window)
+        assert greedy(session, rows[-1], limit, eos) == engine.verifier_only(window), seed
+
+
+def test_frames_must_come_in_full_and_no_more(verifier):
+    live = LivePrefill(verifier)
+    with pytest.raises(ValueError, match="0 of 8 frames"):
+        live.finish()
+    frames = random_window(0).frames
+    for frame in frames:
+        live.add_frame(frame.image)
+    with pytest.raises(ValueError, match="already in"):
+        live.add_frame(frames[0].image)
