@@ -174,6 +174,9 @@ ENGINE_PARAMS = [
           "a comma-separated subset of draft_stream, draft_ngram, history_ngram", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
+    Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "
+          "selected, while the window is still open (Video-LLaVA verifiers; false: the whole "
+          "prefill after the window closes)"),
 ]
 
 TOPIC_PARAMS = [

@@ -64,3 +64,26 @@ def test_frames_must_come_in_full_and_no_more(verifier):
         live.add_frame(frame.image)
     with pytest.raises(ValueError, match="already in"):
         live.add_frame(frames[0].image)
+
+
+@pytest.mark.parametrize("before_close", [0, 5, 8])
+def test_the_engine_finishes_a_live_prefill_losslessly(verifier, before_close):
+    engine = SpeculativeEngine(verifier)
+    for seed in range(4):
+        window = random_window(seed)
+        live = LivePrefill(verifier)
+        for frame in window.frames[:before_close]:
+            live.add_frame(frame.image, frame.stamp_ns)
+        result = engine.run_window(window, live=live)
+        assert result.tokens == engine.verifier_only(window), seed
+        assert result.stats.live_prefill_frames == before_close
+
+
+def test_a_live_prefill_of_other_frames_is_set_aside_for_the_one_shot_prefill(verifier):
+    engine = SpeculativeEngine(verifier)
+    window, other = random_window(1), random_window(2)
+    live = LivePrefill(verifier)
+    live.add_frame(other.frames[0].image, other.frames[0].stamp_ns + 1)  # not this window's
+    result = engine.run_window(window, live=live)
+    assert result.stats.live_prefill_frames == -1
+    assert result.tokens == engine.verifier_only(window)

@@ -141,7 +141,8 @@ class DriveMonitor:
                        accepted=s.total_accepted, proposed=s.total_proposed, rounds=s.rounds,
                        verifier_prefill_ms=_num(s.verifier_prefill_ms),
                        confirmed_first_ms=_num(s.confirmed_first_ms),
-                       final_draft_text=result.draft_text)
+                       final_draft_text=result.draft_text,
+                       live_prefill_frames=s.live_prefill_frames)
             self.last_activity = time.monotonic()
             done = self._row_done(wid)
         if done is not None and self.on_row is not None:

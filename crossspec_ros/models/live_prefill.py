@@ -36,6 +36,7 @@ class LivePrefill:
         self.head, self.tail = ids[:at], ids[at + 1:]
         self.cache = DynamicCache(config=verifier.model.config)
         self.frames = 0
+        self.stamps: list[int] = []  # of the frames in, slot by slot
         self.timing = PrefillTiming()
 
     @property
@@ -43,7 +44,19 @@ class LivePrefill:
         """All of the window's frames are in the cache."""
         return self.frames == self.verifier.num_frames
 
-    def add_frame(self, image: np.ndarray) -> None:
+    def extend_to(self, frames: Sequence[Any]) -> bool:
+        """Add whatever of the closed window's ``frames`` (sync StampedFrames, one per slot) is
+        not in yet; False (nothing added) when the frames already in are not the window's
+        leading frames: a frame later than the reorder slack changed the selection, and the
+        caller prefills the window in one shot instead."""
+        if len(frames) != self.verifier.num_frames or \
+                self.stamps != [int(f.stamp_ns) for f in frames[:self.frames]]:
+            return False
+        for frame in frames[self.frames:]:
+            self.add_frame(frame.image, int(frame.stamp_ns))
+        return True
+
+    def add_frame(self, image: np.ndarray, stamp_ns: int = -1) -> None:
         """Encode the next slot's frame (H x W x 3 uint8 RGB) and prefill its tokens."""
         v = self.verifier
         if self.complete:
@@ -59,6 +72,7 @@ class LivePrefill:
                     use_cache=True, mm_encoder_outputs={v.modality: encoded}, logits_to_keep=1)
             self.timing.prefill_ms += watch.lap_ms()
         self.frames += 1
+        self.stamps.append(int(stamp_ns))
 
     def finish(self, proposal: Sequence[int] = ()) -> tuple[HFSession, torch.Tensor]:
         """The question (and ``proposal``) after the frames: the session and its logits rows,

@@ -116,8 +116,10 @@ def msg_to_ns(t: Any) -> int:
     return int(t.sec) * NS + int(t.nanosec)
 
 
-def sync_from_params(p: dict[str, Any], streams: tuple[str, ...]) -> WindowSynchronizer:
+def sync_from_params(p: dict[str, Any], streams: tuple[str, ...],
+                     announce_frames: bool = False) -> WindowSynchronizer:
     return WindowSynchronizer(
+        announce_frames=announce_frames,
         window_len_ns=round(p["window_length_s"] * NS),
         frames_per_window=p["frames_per_window"],
         max_lateness_ns=round(p["max_lateness_s"] * NS),
@@ -183,6 +185,11 @@ class WindowQueue:
     def __len__(self) -> int:
         with self.cond:
             return len(self._items)
+
+    def wake(self) -> None:
+        """End a waiting ``get`` early (it returns None): other work for the worker came."""
+        with self.cond:
+            self.cond.notify_all()
 
     def close(self) -> None:
         with self.cond:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,7 @@ from crossspec_ros.sync.captions import CaptionBook, WindowCaption, WindowKey
 from crossspec_ros.sync.window import StampedFrame
 
 NAN = math.nan
+LIVE_WINDOWS = 2  # live prefills held at once (each holds a KV cache of a whole prompt)
 
 
 def engine_config(p: dict[str, Any]) -> EngineConfig:
@@ -80,8 +82,12 @@ class VerifierNode(ManagedNode):
         self._lock = threading.Lock()
         self.book = CaptionBook(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5)
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
-        self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0}
+        self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0,
+                         "live_frames": 0, "live_dropped": 0, "live_redone": 0}
         self.last_stats: dict[str, float] = {}
+        self.live_prefill = False
+        self._frame_jobs: deque = deque()  # FrameSelections for the worker (live prefill)
+        self._live: OrderedDict[WindowKey, Any] = OrderedDict()  # worker thread only
 
     def configure_node(self) -> None:
         p = self.params
@@ -91,7 +97,12 @@ class VerifierNode(ManagedNode):
 
             verifier = load_from_params(p, drafter=False)[0]
         self.engine = SpeculativeEngine(verifier, drafter, engine_config(p))
-        self.sync = sync_from_params(p, streams=("rgb",))
+        self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
+        if p["live_prefill"] and not self.live_prefill:
+            self.get_logger().info("live_prefill: this verifier prefills after the close "
+                                   "(it needs a Video-LLaVA verifier whose num_frames is "
+                                   "frames_per_window)")
+        self.sync = sync_from_params(p, streams=("rgb",), announce_frames=self.live_prefill)
         self.pub_confirmed = self.add_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                                                 reliable_qos())
         self.pub_caption = self.add_publisher(cs_msg.Caption, p["caption_topic"],
@@ -125,6 +136,8 @@ class VerifierNode(ManagedNode):
                 channel.stop()
         if self.worker is not None:
             self.worker.stop()
+        self._frame_jobs.clear()
+        self._live.clear()  # their KV caches go with them
 
     def release(self) -> None:
         if self.caption_action is not None:
@@ -154,7 +167,13 @@ class VerifierNode(ManagedNode):
                 throttle_duration_sec=5.0)
             return
         frame = StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id)
-        self._enqueue(self.sync.add_frame(frame))
+        closed = self.sync.add_frame(frame)
+        if self.live_prefill:
+            selected = self.sync.take_frame_selections()
+            if selected:  # the worker encodes and prefills them while the window is open
+                self._frame_jobs.extend(selected)
+                self.queue.wake()
+        self._enqueue(closed)
 
     def _enqueue(self, windows: list) -> None:
         now = time.monotonic()
@@ -204,6 +223,7 @@ class VerifierNode(ManagedNode):
     def _step(self) -> None:
         item = self.queue.get()
         if item is None:
+            self._prefill_selected()
             return
         with self._lock:
             config, self._next_config = self._next_config, None
@@ -211,6 +231,8 @@ class VerifierNode(ManagedNode):
             self.engine.reconfigure(config)
         window, t_close = item
         key = window.key
+        self._prefill_selected(up_to=key)  # this window's own frames, not the next one's
+        live = self._live.pop(key, None)
         with self._lock:
             if not self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic()):
                 self.channels.pop(key, None)
@@ -219,7 +241,7 @@ class VerifierNode(ManagedNode):
         try:
             result = self.engine.run_window(
                 window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
-                draft=channel)
+                draft=channel, live=live)
         finally:
             with self._lock:
                 self.channels.pop(key, None)
@@ -228,11 +250,34 @@ class VerifierNode(ManagedNode):
                         key, window.t0, window.t1, time.monotonic()))
         self.counters["windows_verified"] += 1
         s = result.stats
+        self.counters["live_redone"] += s.live_prefill_frames < 0
         self.last_stats = {"confirmed_done_ms": s.confirmed_done_ms,
                            "verifier_prefill_ms": s.verifier_prefill_ms,
                            "acceptance": s.acceptance, "rounds": s.rounds}
         if self.on_result is not None:
             self.on_result(window, result)
+
+    def _prefill_selected(self, up_to: WindowKey | None = None) -> None:
+        """Encode and prefill the selected frames (of windows up to ``up_to``) into their
+        window's live prefill; a window whose first slot was missed is prefilled at the close,
+        and at most LIVE_WINDOWS live prefills (their KV caches) are held."""
+        from crossspec_ros.models.live_prefill import LivePrefill
+
+        while self._frame_jobs:
+            job = self._frame_jobs[0]
+            key = (job.epoch, job.window_id)
+            if up_to is not None and key > up_to:
+                return
+            self._frame_jobs.popleft()
+            live = self._live.get(key)
+            if live is None and job.slot == 0:
+                live = self._live[key] = LivePrefill(self.engine.verifier)
+                while len(self._live) > LIVE_WINDOWS:
+                    self._live.popitem(last=False)
+                    self.counters["live_dropped"] += 1
+            if live is not None and job.slot == live.frames:
+                live.add_frame(job.frame.image, job.frame.stamp_ns)
+                self.counters["live_frames"] += 1
 
     def _on_engine(self, window: Any, event: EngineEvent) -> None:
         if event.kind is not EventKind.CONFIRMED:
@@ -278,6 +323,14 @@ class VerifierNode(ManagedNode):
         bad = self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"]
         self.pub_diag.publish(diagnostics(self, "crossspec: verifier", values, 1 if bad else 0,
                                           "degraded" if bad else "ok"))
+
+
+def _can_prefill_live(verifier: Any, p: dict[str, Any]) -> bool:
+    """Live prefill needs a verifier that prefills frame by frame, one frame per slot."""
+    from crossspec_ros.models.video_llava import VideoLlavaVerifier
+
+    return isinstance(verifier, VideoLlavaVerifier) and \
+        verifier.num_frames == p["frames_per_window"]
 
 
 def caption_msg(caption: WindowCaption) -> Any:

@@ -31,7 +31,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -52,6 +53,9 @@ from crossspec_ros.speculative.verify import (
     verify_sampling,
 )
 from crossspec_ros.speculative.vocab import VocabularyBridge, make_bridge
+
+if TYPE_CHECKING:  # the Video-LLaVA backend imports transformers: only when used
+    from crossspec_ros.models.live_prefill import LivePrefill
 
 
 @dataclass
@@ -137,14 +141,18 @@ class SpeculativeEngine:
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
                    t_close: float | None = None, draft: DraftChannel | None = None,
-                   look: Callable[[], torch.Tensor] | None = None) -> WindowResult:
+                   look: Callable[[], torch.Tensor] | None = None,
+                   live: LivePrefill | None = None) -> WindowResult:
         """Decode one window; ``on_event`` sees draft/confirmed events as they happen (from
         the engine's threads). Times are ms after ``t_close`` (time.monotonic(), default now).
 
         ``draft``: a channel fed by a drafter elsewhere (a draft node); no local drafter runs
         then, and ``self.drafter`` only needs ``tokenizer`` and ``info`` (for bridging).
         ``look``: where the draft head's window state comes from (default: the local
-        drafter, on a thread; e.g. ``DrafterProcess.look``).
+        drafter, on a thread; e.g. ``DrafterProcess.look``). ``live``: the window's prefill
+        begun while it was open (models/live_prefill.py); its missing frames are added and
+        the prompt finished with the first proposal. A live prefill whose frames are not the
+        window's is set aside for the one-shot prefill (``stats.live_prefill_frames`` -1).
         """
         t_close = time.monotonic() if t_close is None else t_close
         window_id = int(getattr(window, "id", 0))
@@ -169,7 +177,7 @@ class SpeculativeEngine:
             drafter_thread.start()
         sessions: dict[str, ModelSession] = {}
         try:
-            tokens = self._verify(window, channel, emit, stats, sessions, head_run)
+            tokens = self._verify(window, channel, emit, stats, sessions, head_run, live)
         finally:
             channel.stop()
             if drafter_thread is not None:
@@ -255,11 +263,18 @@ class SpeculativeEngine:
     # ---------------------------------------------------------------- verifier
     def _verify(self, window: Any, channel: DraftChannel, emit: Callable[..., None],
                 stats: WindowStats, sessions: dict[str, ModelSession],
-                head_run: HeadRun | None = None) -> list[int]:
+                head_run: HeadRun | None = None, live: LivePrefill | None = None
+                ) -> list[int]:
         cfg, eos = self.config, self.verifier.info.eos_token_id
         generator = self._generator(window)
         t0 = time.perf_counter()
-        inputs = self.verifier.prepare(window)
+        before_close = live.frames if live is not None else 0
+        if live is not None and live.extend_to(window.frames):
+            stats.live_prefill_frames = before_close
+            prefill = live.finish  # only the frames still missing and the question are left
+        else:
+            stats.live_prefill_frames = -1 if live is not None else 0
+            prefill = partial(self.verifier.prefill_with_proposal, self.verifier.prepare(window))
         t1 = time.perf_counter()
         stats.verifier_prepare_ms = (t1 - t0) * 1e3
         # The first proposal rides on the prefill's own forward pass (a chain after the
@@ -268,7 +283,7 @@ class SpeculativeEngine:
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
                                           self.verifier.info.proposable_ids,
                                           self._model_chains(head_run, []))
-        session, rows = self.verifier.prefill_with_proposal(inputs, first.tokens)
+        session, rows = prefill(first.tokens)
         sessions["verifier"] = session
         stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
         emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)

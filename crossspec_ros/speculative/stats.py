@@ -20,6 +20,8 @@ class WindowStats:
     plain_rounds: int = 0            # of those, without proposals
     fed_tokens: int = 0              # tokens those forwards fed (pending + proposals)
     tree_rounds: int = 0             # rounds that checked a branching draft tree
+    live_prefill_frames: int = 0     # frames prefilled before the close (-1: a live prefill
+    #                                  that did not match the window, redone in one shot)
     verifier_prepare_ms: float = NAN  # CPU preprocessing of the frames
     verifier_prefill_ms: float = NAN  # vision encoder + language prefill
     draft_first_token_ms: float = NAN
@@ -80,6 +82,7 @@ class WindowStats:
             "rounds": self.rounds, "plain_rounds": self.plain_rounds,
             "prefill_accepted": self.prefill_accepted,
             "fed_tokens": self.fed_tokens, "tree_rounds": self.tree_rounds,
+            "live_prefill_frames": self.live_prefill_frames,
             "proposed": self.total_proposed, "accepted": self.total_accepted,
             "acceptance": num(self.acceptance), "mean_accepted_length": num(
                 self.mean_accepted_length),
