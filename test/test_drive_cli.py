@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow,
 DRIVE = [sys.executable, "-m", "crossspec_ros.cli.main", "drive"]
 
 
-def test_drive_compares_speculation_off_and_on_and_checks_losslessness(tmp_path):
+def test_drive_compares_alone_live_and_crossspec_and_checks_losslessness(tmp_path):
     out = tmp_path / "drive.jsonl"
     result = subprocess.run([*DRIVE, "--max-windows", "3", "--check-lossless", "--json",
                              str(out), "--no-viz", "--compare"], capture_output=True,
@@ -32,7 +32,12 @@ def test_drive_compares_speculation_off_and_on_and_checks_losslessness(tmp_path)
     assert compare["windows"] >= 3 and compare["same_captions"] == compare["windows"]
     assert compare["confirmed_ms_median_off"] > 0 and compare["confirmed_ms_median_on"] > 0
     assert compare["paired_speedup_median"] > 0
-    assert "speculation off vs on" in result.stdout
+    assert "alone: the verifier after the close" in result.stdout
+    live = lines[-1]["live_prefill"]
+    assert {"after_close_ms_median", "live_ms_median", "paired_speedup_median"} <= set(live)
+    assert live["after_close_ms_median"] == compare["confirmed_ms_median_off"]
+    assert live["live_without_speculation_ms_median"] > 0
+    assert "pass 3/3" in result.stderr
     final = [r for r in rows if r["status"] == "FINAL"]
     assert len(final) >= 3
     for row in final:
@@ -41,6 +46,7 @@ def test_drive_compares_speculation_off_and_on_and_checks_losslessness(tmp_path)
                 "lossless"} <= set(row)
         assert row["lossless"] is True and row["confirmed_text"] == row["verifier_only_text"]
         assert row["draft_text"]  # the draft is kept, even when the verifier finished first
+        assert row["live_prefill_frames"] >= 0  # never a live prefill redone in one shot
         assert row["t1"] - row["t0"] == pytest.approx(1.0)
     assert summary["final"] == len(final) and summary["lossless"] == len(final)
     assert "lossless 3/3" in result.stdout or f"lossless {len(final)}/{len(final)}" \

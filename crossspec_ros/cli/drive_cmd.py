@@ -26,6 +26,8 @@ from crossspec_ros.cli.streaming import JsonLinesFile, exit_code_for, sigterm_as
 from crossspec_ros.paths import sample_bag
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
+PASS_NAMES = {"off": "the verifier alone after the close", "live": "live prefill, no "
+              "speculation", "on": "crossspec (live prefill and speculation)"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,9 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="afterwards, run the verifier alone on each window and compare")
     parser.add_argument("--no-viz", action="store_true", help="do not run the viz node")
     parser.add_argument("--compare", action="store_true",
-                        help="replay the bag twice through the same graph, speculation off "
-                        "(the verifier decodes plainly; the draft node still drafts) then on, "
-                        "and print the paired ratio of confirmed latency per window")
+                        help="replay the bag three times through the same graph: the verifier "
+                        "alone after the window closes (no speculation, no live prefill: what "
+                        "a user would run; the draft node still drafts), live prefill without "
+                        "speculation, and crossspec (live prefill and speculation); print the "
+                        "confirmed latency per window and the paired ratios")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -173,15 +177,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossspec drive: {err}", file=sys.stderr)
         return 2
     tune_process_for_models()
-    passes = [("off", {"max_proposal": 0}), ("on", {})] if args.compare else [("on", {})]
+    passes = [("off", {"max_proposal": 0, "live_prefill": False}),
+              ("live", {"max_proposal": 0}), ("on", {})] if args.compare else [("on", {})]
     results: dict[str, tuple[list[dict], dict]] = {}
     models = None
     stream = JsonLinesFile(args.json) if args.json else None
     with sigterm_as_interrupt() as caught:
         for label, verifier_params in passes:
             if args.compare:
-                print(f"crossspec drive: pass {len(results) + 1}/2, speculation {label}",
-                      file=sys.stderr)
+                print(f"crossspec drive: pass {len(results) + 1}/{len(passes)}: "
+                      f"{PASS_NAMES[label]}", file=sys.stderr)
             on_row = None if stream is None else (
                 lambda row, label=label: stream.add({**row, "pass": label} if args.compare
                                                     else row))
@@ -198,11 +203,22 @@ def run(args: argparse.Namespace) -> int:
     rows, summary = results["on"]
     if args.compare:
         summary["compare"] = compare_passes(results["off"][0], rows)
-        print_comparison(results["off"][0], rows, summary["compare"])
+        live_only = compare_passes(results["off"][0], results["live"][0])
+        live_ms = {r["window"]: r.get("confirmed_done_ms") for r in results["live"][0]}
+        for row in rows:
+            row["confirmed_done_ms_live"] = live_ms.get(row["window"])
+        summary["live_prefill"] = {
+            "after_close_ms_median": summary["compare"]["confirmed_ms_median_off"],
+            "live_ms_median": summary["compare"]["confirmed_ms_median_on"],
+            "paired_speedup_median": summary["compare"]["paired_speedup_median"],
+            "live_without_speculation_ms_median": live_only["confirmed_ms_median_on"],
+            "live_without_speculation_speedup_median": live_only["paired_speedup_median"]}
+        print_comparison(rows, summary["compare"], summary["live_prefill"])
     print(summary["line"])
     if stream is not None:
         stream.finish([*rows, {"summary": summary, **(
-            {"compare": summary["compare"]} if args.compare else {})}])
+            {"compare": summary["compare"], "live_prefill": summary["live_prefill"]}
+            if args.compare else {})}])
     return 0 if all(r.get("lossless", True) for label in results
                     for r in results[label][0]) else 1
 
@@ -310,20 +326,27 @@ def compare_passes(off: list[dict], on: list[dict]) -> dict[str, Any]:
                                  if "same_caption_off" in r)}
 
 
-def print_comparison(off: list[dict], on: list[dict], compare: dict[str, Any],
+def print_comparison(on: list[dict], compare: dict[str, Any], live: dict[str, Any],
                      out: Any = sys.stdout) -> None:
-    print("\nconfirmed caption latency after window close, speculation off vs on:", file=out)
-    print(f"{'window':>12} {'off ms':>8} {'on ms':>8} {'ratio':>7}", file=out)
+    print("\nconfirmed caption latency after window close (ms):", file=out)
+    print(f"{'window':>12} {'alone':>8} {'live':>8} {'crossspec':>9} {'ratio':>7}", file=out)
     for r in on:
-        a, b = r.get("confirmed_done_ms_off"), r.get("confirmed_done_ms")
+        a, m, b = (r.get("confirmed_done_ms_off"), r.get("confirmed_done_ms_live"),
+                   r.get("confirmed_done_ms"))
         if a and b:
-            print(f"{r['window']:>12} {a:>8.1f} {b:>8.1f} {a / b:>6.2f}x", file=out)
+            middle = f"{m:>8.1f}" if m else f"{'--':>8}"
+            print(f"{r['window']:>12} {a:>8.1f} {middle} {b:>9.1f} {a / b:>6.2f}x", file=out)
+    print("alone: the verifier after the close, no speculation; live: live prefill, no "
+          "speculation; crossspec: live prefill and speculation; ratio: alone / crossspec",
+          file=out)
     if compare["windows"]:
         print(f"paired speedup median {compare['paired_speedup_median']:.2f}x (IQR "
               f"{compare['paired_speedup_q25']:.2f}-{compare['paired_speedup_q75']:.2f}) over "
-              f"{compare['windows']} windows; confirmed median off "
-              f"{compare['confirmed_ms_median_off']} ms, on {compare['confirmed_ms_median_on']}"
-              f" ms; same captions {compare['same_captions']}/{compare['windows']}", file=out)
+              f"{compare['windows']} windows; confirmed median alone "
+              f"{compare['confirmed_ms_median_off']} ms, live "
+              f"{live['live_without_speculation_ms_median']} ms, crossspec "
+              f"{compare['confirmed_ms_median_on']} ms; same captions "
+              f"{compare['same_captions']}/{compare['windows']}", file=out)
 
 
 def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -> None:
