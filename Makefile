@@ -26,7 +26,7 @@ lint: setup
 bench: setup
 	@mkdir -p build/bench
 	$(CROSSSPEC) bench decode --json build/bench/decode.json --plot build/bench/decode.png
-	$(CROSSSPEC) bench engine --out build/bench --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head
+	$(CROSSSPEC) bench engine --out build/bench --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head
 
 clean:
 	rm -rf build install log .pytest_cache .hypothesis

@@ -27,6 +27,8 @@ class BenchWindow:
     id: int
     frames: list
     events: Any
+    t0: int = 0  # [t0, t1): where the frames' stamps lie (live prefill replays them)
+    t1: int = 0
 
 
 def pattern_windows(n: int) -> list[BenchWindow]:
@@ -40,7 +42,8 @@ def pattern_windows(n: int) -> list[BenchWindow]:
         t0 = pattern.start_ns + k * 1_000_000_000
         stamps = [t0 + (i * 2 + 1) * 62_500_000 for i in range(8)]
         frames = [StampedFrame(t, pattern.rgb(t)) for t in stamps]
-        windows.append(BenchWindow(k, frames, pattern.events(t0, t0 + 1_000_000_000)))
+        windows.append(BenchWindow(k, frames, pattern.events(t0, t0 + 1_000_000_000),
+                                   t0, t0 + 1_000_000_000))
     return windows
 
 
@@ -134,11 +137,47 @@ class ModeRun:
 Runner = Callable[[Any], tuple[list[int], float, WindowStats | None]]
 
 
+REORDER_SLACK_NS = 20_000_000  # the graph's default reorder_slack_s
+
+
+def live_arrivals(window: Any, slack_ns: int = REORDER_SLACK_NS) -> list[tuple[float, Any]]:
+    """(seconds after t0, frame) of each slot's frame, when the graph's synchronizer would
+    announce it: a watermark (newest stamp - slack) past the slot's target by the frame's
+    distance to it (``sync/window.py decided_frames``, with frames arriving continuously)."""
+    n = len(window.frames)
+    out = []
+    for k, frame in enumerate(window.frames):
+        target = window.t0 + (2 * k + 1) * (window.t1 - window.t0) / (2 * n)
+        decided = target + abs(frame.stamp_ns - target) + slack_ns
+        out.append(((max(decided, frame.stamp_ns + slack_ns) - window.t0) / 1e9, frame))
+    return out
+
+
+def live_runner(verifier: Any, engine: SpeculativeEngine) -> Runner:
+    """The window's frames replayed at the times the graph would announce them: each is
+    encoded and prefilled as it comes (live prefill), then the latency is taken from the
+    close, as the graph measures it. Frames announced after the close are left to the engine."""
+    from crossspec_ros.models.live_prefill import LivePrefill
+
+    def run(window: Any) -> tuple[list[int], float, WindowStats]:
+        live = LivePrefill(verifier)
+        start, length = time.monotonic(), (window.t1 - window.t0) / 1e9
+        for offset, frame in live_arrivals(window):
+            if offset >= length:
+                break
+            time.sleep(max(0.0, start + offset - time.monotonic()))
+            live.add_frame(frame.image, frame.stamp_ns)
+        time.sleep(max(0.0, start + length - time.monotonic()))
+        result = engine.run_window(window, t_close=time.monotonic(), live=live)
+        return result.tokens, result.stats.confirmed_done_ms, result.stats
+    return run
+
+
 def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: EngineConfig,
                  oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
                  distilled: CaptionModel | None = None,
                  processes: dict[str, DrafterProcess] | None = None,
-                 head: tuple[Any, CaptionModel] | None = None
+                 head: tuple[Any, CaptionModel] | None = None, live: bool = False
                  ) -> tuple[dict[str, Runner], dict[float, OracleDrafter]]:
     """name -> runner(window) -> (tokens, latency ms, engine stats or None)."""
     max_new = config.max_new_tokens
@@ -221,6 +260,11 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
                 verifier, oracles[a], variant(proposers=("draft_stream",), drafter_gate=False)))
     else:
         runners["crossspec"] = engine_runner(SpeculativeEngine(verifier, None, config))
+    if live and getattr(verifier, "tokens_per_frame", None):  # Video-LLaVA verifiers
+        runners["live_alone"] = live_runner(verifier, SpeculativeEngine(
+            verifier, None, variant(max_proposal=0)))
+        runners["crossspec_live"] = live_runner(verifier, SpeculativeEngine(
+            verifier, drafter, config))
     return runners, oracles
 
 
@@ -230,13 +274,14 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      prompt_lookup: bool = True, warmup: int = 2,
                      log: Any = print, distilled: CaptionModel | None = None,
                      processes: dict[str, DrafterProcess] | None = None,
-                     head: tuple[Any, CaptionModel] | None = None) -> dict[str, Any]:
+                     head: tuple[Any, CaptionModel] | None = None,
+                     live: bool = False) -> dict[str, Any]:
     """Run every mode on every window, in rotating order; returns the report dict."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
-                                    prompt_lookup, distilled, processes, head)
+                                    prompt_lookup, distilled, processes, head, live)
     modes = list(runners)
     runs = {mode: ModeRun() for mode in modes}
     t_start = time.perf_counter()

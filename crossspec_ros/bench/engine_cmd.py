@@ -17,6 +17,11 @@ settings of the live graph, ``process_tuning``):
                    the window once, on a thread; the head proposes in the verifier's)
   crossspec_head_process
                    the same, the drafter looking at the window in a process of its own
+  live_alone       with --live: the frames replayed at the times the graph's synchronizer
+                   would select them, each encoded and prefilled as it comes (live prefill);
+                   after the close only the question is left; plain decoding. Latency from
+                   the close, as the graph measures it
+  crossspec_live   the same with crossspec's default policy: what the live graph runs
   crossspec_process
                    the default policy with the drafter in a process of its own, as the
                    graph's draft node runs it (CPU, bundled pair)
@@ -68,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--distilled", type=Path, metavar="DIR",
                         help="also run a distilled drafter (crossspec distill's OUT/drafter): "
                         "modes draft_only_distilled and crossspec_distilled")
+    parser.add_argument("--live", action="store_true",
+                        help="also run live prefill (Video-LLaVA verifiers): modes live_alone "
+                        "and crossspec_live replay each window's frames at the times the "
+                        "graph would select them (about one window length per window each)")
     parser.add_argument("--head", type=Path, metavar="DIR",
                         help="also run a draft head (crossspec distill --method head's "
                         "OUT/head): mode crossspec_head (history + the head)")
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = bench.run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
-            distilled=distilled, processes=processes, head=head,
+            distilled=distilled, processes=processes, head=head, live=args.live,
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
             prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
             log=lambda s: print(s, file=sys.stderr, flush=True))
