@@ -1,0 +1,74 @@
+"""Live prefill in the verifier node: frames are prefilled as the synchronizer selects them,
+and a frame that arrives later than the reorder slack and changes the selection makes the
+window's prefill start over (counted), never a wrong caption."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from sensor_msgs.msg import Image  # noqa: E402
+
+from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
+from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
+
+pytestmark = pytest.mark.ros
+MS = 1_000_000
+
+
+def image(stamp_ms: float, seed: int) -> Image:
+    rgb = np.random.default_rng(seed).integers(0, 256, (36, 48, 3), dtype=np.uint8)
+    msg = Image(height=36, width=48, encoding="rgb8", step=48 * 3, data=rgb.tobytes())
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ms * MS), 10**9)
+    return msg
+
+
+@pytest.fixture()
+def node():
+    rclpy.init()
+    results = []
+    node = bring_up(VerifierNode(tiny_verifier(seed=1),
+                                 on_result=lambda w, r: results.append((w, r))))
+    node.worker.stop()  # the test runs the worker's steps itself
+    node.results = results
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+def run_worker(node, steps: int = 12) -> None:
+    for _ in range(steps):
+        node._step()
+
+
+def test_frames_are_prefilled_while_the_window_is_open(node):
+    for k, t in enumerate(range(0, 700, 50)):
+        node._on_image(image(t, k))
+    run_worker(node, 2)
+    [live] = node._live.values()
+    assert live.frames >= 4 and node.counters["live_frames"] == live.frames
+    for k, t in enumerate(range(700, 1100, 50)):
+        node._on_image(image(t, 100 + k))
+    run_worker(node)
+    [(window, result)] = node.results
+    assert result.stats.live_prefill_frames >= 4
+    assert result.tokens == node.engine.verifier_only(window)
+
+
+def test_a_frame_later_than_the_slack_that_changes_the_selection_is_redone(node):
+    for k, t in enumerate([0, 50, 100, 150, 200, 250, 300, 350, 400]):
+        node._on_image(image(t, k))
+    run_worker(node, 2)  # slot 1 (target 187.5 ms) took the frame at 200 ms
+    node._on_image(image(190, 99))  # nearer to 187.5 ms, 210 ms behind the newest frame
+    for k, t in enumerate(range(450, 1100, 50)):
+        node._on_image(image(t, 10 + k))
+    run_worker(node)
+    [(window, result)] = node.results
+    assert 190 * MS in [f.stamp_ns for f in window.frames]  # the closed window has it
+    assert result.stats.live_prefill_frames == -1 and node.counters["live_redone"] == 1
+    assert result.tokens == node.engine.verifier_only(window)
