@@ -72,3 +72,22 @@ def test_a_frame_later_than_the_slack_that_changes_the_selection_is_redone(node)
     assert 190 * MS in [f.stamp_ns for f in window.frames]  # the closed window has it
     assert result.stats.live_prefill_frames == -1 and node.counters["live_redone"] == 1
     assert result.tokens == node.engine.verifier_only(window)
+
+
+def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
+    seed = 0
+    for t in range(5000, 5600, 50):  # window 5, half way
+        node._on_image(image(t, seed))
+        seed += 1
+    run_worker(node, 2)
+    assert node.counters["live_frames"] >= 3
+    for t in range(0, 1100, 50):  # the bag loops: time jumps back 5 s, a new epoch
+        node._on_image(image(t, seed))
+        seed += 1
+    run_worker(node)
+    assert node.sync.epoch == 1
+    windows = {(w.epoch, w.id): (w, r) for w, r in node.results}
+    assert set(windows) == {(0, 5), (1, 0)}  # the half window was flushed, then window 0
+    for window, result in windows.values():
+        assert result.tokens == node.engine.verifier_only(window)
+    assert len(node._live) <= 2  # nothing piles up
