@@ -15,6 +15,7 @@ from crossspec import msg as cs_msg  # noqa: E402
 from lifecycle_msgs.msg import State, Transition  # noqa: E402
 from lifecycle_msgs.srv import ChangeState, GetState  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from recording_publisher import RecordingPublisher  # noqa: E402
 
 from crossspec_ros.models import pair as pair_module  # noqa: E402
 from crossspec_ros.models.errors import ModelLoadError  # noqa: E402
@@ -32,14 +33,6 @@ def ros():
     rclpy.init()
     yield
     rclpy.shutdown()
-
-
-class RecordingPublisher:
-    def __init__(self) -> None:
-        self.sent: list = []
-
-    def publish(self, msg) -> None:
-        self.sent.append(msg)
 
 
 def draft(window_id: int):

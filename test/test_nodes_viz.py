@@ -7,10 +7,14 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
+from recording_publisher import RecordingPublisher  # noqa: E402
+
 from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
 from crossspec_ros.nodes.viz_node import VizNode  # noqa: E402
 
 pytestmark = pytest.mark.ros
+
+
 
 
 def test_the_viz_node_publishes_a_time_surface_of_the_events():
@@ -20,13 +24,6 @@ def test_the_viz_node_publishes_a_time_surface_of_the_events():
     from crossspec_ros.events.batch import EventBatch
     from crossspec_ros.events.encode import encode_evt3_packets
 
-    class Sent:
-        def __init__(self) -> None:
-            self.sent: list = []
-
-        def publish(self, msg) -> None:
-            self.sent.append(msg)
-
     rng = np.random.default_rng(0)
     n = 2000
     batch = EventBatch(np.sort(rng.integers(0, 50_000_000, n)), rng.integers(0, 64, n),
@@ -34,7 +31,7 @@ def test_the_viz_node_publishes_a_time_surface_of_the_events():
     rclpy.init()
     node = bring_up(VizNode())
     try:
-        node.pub_event_image = Sent()
+        node.pub_event_image = RecordingPublisher()
         for packet in encode_evt3_packets(batch, 5_000_000, frame_id="event_camera"):
             msg = EventPacket(width=64, height=48, seq=packet.seq, time_base=packet.time_base,
                               encoding=packet.encoding, events=packet.events_bytes())
@@ -59,17 +56,10 @@ def test_the_caption_marker_takes_the_rgb_frames_frame_id():
     from crossspec import msg as cs_msg
     from sensor_msgs.msg import Image
 
-    class Sent:
-        def __init__(self) -> None:
-            self.sent: list = []
-
-        def publish(self, msg) -> None:
-            self.sent.append(msg)
-
     rclpy.init()
     node = bring_up(VizNode())
     try:
-        node.pub_marker = Sent()
+        node.pub_marker = RecordingPublisher()
         node._on_caption(cs_msg.Caption(window_id=1, confirmed_text="a car"))
         image = Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(12))
         image.header.frame_id = "camera_left"

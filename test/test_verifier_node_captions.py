@@ -10,6 +10,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from crossspec import msg as cs_msg  # noqa: E402
+from recording_publisher import RecordingPublisher  # noqa: E402
 from synthetic_windows import random_window  # noqa: E402
 
 from crossspec_ros.models.tiny import tiny_verifier  # noqa: E402
@@ -18,14 +19,6 @@ from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 
 pytestmark = pytest.mark.ros
 Caption = cs_msg.Caption
-
-
-class RecordingPublisher:
-    def __init__(self) -> None:
-        self.sent: list = []
-
-    def publish(self, msg) -> None:
-        self.sent.append(msg)
 
 
 @pytest.fixture()

@@ -97,6 +97,14 @@ def sample_frames(frames: Iterable[StampedFrame], t0: int, t1: int, n: int) -> l
     and of frames sharing one stamp the first given is used. Fewer distinct
     frames than ``n`` means repeats; no frame in the window gives [].
     """
+    return [frame for frame, _, _ in _slot_choices(frames, t0, t1, n)]
+
+
+def _slot_choices(frames: Iterable[StampedFrame], t0: int, t1: int, n: int
+                  ) -> list[tuple[StampedFrame, int, int]]:
+    """Per slot: (nearest frame, target, distance), target and distance in units of 1/(2n)
+    ns so targets are exact integers (ROS stamps ~1.7e18 ns times 2n overflow int64: Python
+    ints, not numpy). [] when no frame lies in [t0, t1)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     by_stamp: dict[int, StampedFrame] = {}
@@ -107,8 +115,6 @@ def sample_frames(frames: Iterable[StampedFrame], t0: int, t1: int, n: int) -> l
     if not by_stamp:
         return []
     stamps = sorted(by_stamp)
-    # Compare in units of 1/(2n) ns so targets are exact integers (ROS stamps
-    # ~1.7e18 ns times 2n overflow int64: Python ints, not numpy).
     scaled = [2 * n * s for s in stamps]
     length = t1 - t0
     out = []
@@ -122,7 +128,7 @@ def sample_frames(frames: Iterable[StampedFrame], t0: int, t1: int, n: int) -> l
         else:
             # strict <: an exact halfway tie goes to the earlier frame
             best = k if scaled[k] - target < target - scaled[k - 1] else k - 1
-        out.append(by_stamp[stamps[best]])
+        out.append((by_stamp[stamps[best]], target, abs(scaled[best] - target)))
     return out
 
 
@@ -140,33 +146,12 @@ def decided_frames(frames: Iterable[StampedFrame], t0: int, t1: int, n: int,
     assumption (later than the reorder slack) can change a decided slot; the closed
     ``Window`` always has the exact selection, so consumers compare against it.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
     if watermark_ns >= t1:
         return sample_frames(frames, t0, t1, n)
-    by_stamp: dict[int, StampedFrame] = {}
-    for f in frames:
-        s = int(f.stamp_ns)
-        if t0 <= s < t1 and s not in by_stamp:
-            by_stamp[s] = f
-    if not by_stamp:
-        return []
-    stamps = sorted(by_stamp)
-    scaled = [2 * n * s for s in stamps]  # in units of 1/(2n) ns, as sample_frames
-    mark = 2 * n * int(watermark_ns)
-    length = t1 - t0
+    mark = 2 * n * int(watermark_ns)  # in the units of _slot_choices
     out: list[StampedFrame] = []
-    for i in range(n):
-        target = 2 * n * t0 + (2 * i + 1) * length
-        k = bisect_left(scaled, target)
-        if k == 0:
-            best = 0
-        elif k == len(scaled):
-            best = k - 1
-        else:
-            best = k if scaled[k] - target < target - scaled[k - 1] else k - 1
-        distance = abs(scaled[best] - target)
+    for frame, target, distance in _slot_choices(frames, t0, t1, n):
         if distance != 0 and mark - target < distance:
             break  # a frame yet to come could still be nearer
-        out.append(by_stamp[stamps[best]])
+        out.append(frame)
     return out
