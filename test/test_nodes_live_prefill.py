@@ -91,3 +91,22 @@ def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
     for window, result in windows.values():
         assert result.tokens == node.engine.verifier_only(window)
     assert len(node._live) <= 2  # nothing piles up
+
+
+def test_the_next_windows_frames_are_prefilled_between_the_rounds_of_this_one(node):
+    for k, t in enumerate(range(0, 1700, 50)):  # window 0 closes; window 1 is half in
+        node._on_image(image(t, k))
+    pending_next = sum(1 for job in node._frame_jobs if job.window_id == 1)
+    assert pending_next >= 3
+    run_worker(node, 1)  # window 0 only: its own frames first, then one of window 1's per round
+    [(first, result)] = node.results
+    pipelined = node.counters["live_frames_pipelined"]
+    assert 1 <= pipelined <= min(pending_next, result.stats.rounds)  # never two in one round
+    assert result.tokens == node.engine.verifier_only(first)
+    assert node._live[(0, 1)].frames == pipelined
+    for k, t in enumerate(range(1700, 2200, 50)):
+        node._on_image(image(t, 50 + k))
+    run_worker(node)
+    second, result = node.results[1]
+    assert second.id == 1 and result.stats.live_prefill_frames >= pipelined
+    assert result.tokens == node.engine.verifier_only(second)

@@ -83,7 +83,8 @@ class VerifierNode(ManagedNode):
         self.book = CaptionBook(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5)
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
         self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0,
-                         "live_frames": 0, "live_dropped": 0, "live_redone": 0}
+                         "live_frames": 0, "live_dropped": 0, "live_redone": 0,
+                         "live_frames_pipelined": 0}
         self.last_stats: dict[str, float] = {}
         self.live_prefill = False
         self._frame_jobs: deque = deque()  # FrameSelections for the worker (live prefill)
@@ -238,10 +239,14 @@ class VerifierNode(ManagedNode):
                 self.channels.pop(key, None)
                 return  # its caption already finished without RGB: one caption per window
             channel = self.channels.setdefault(key, DraftChannel())
+        def next_window_frame() -> None:  # pipelining: later windows' frames, one per round
+            self._prefill_selected(at_most=1, counter="live_frames_pipelined")
+
         try:
             result = self.engine.run_window(
                 window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
-                draft=channel, live=live)
+                draft=channel, live=live,
+                between_rounds=next_window_frame if self.live_prefill else None)
         finally:
             with self._lock:
                 self.channels.pop(key, None)
@@ -257,18 +262,22 @@ class VerifierNode(ManagedNode):
         if self.on_result is not None:
             self.on_result(window, result)
 
-    def _prefill_selected(self, up_to: WindowKey | None = None) -> None:
-        """Encode and prefill the selected frames (of windows up to ``up_to``) into their
-        window's live prefill; a window whose first slot was missed is prefilled at the close,
-        and at most LIVE_WINDOWS live prefills (their KV caches) are held."""
+    def _prefill_selected(self, up_to: WindowKey | None = None, at_most: int | None = None,
+                          counter: str | None = None) -> None:
+        """Encode and prefill the selected frames (of windows up to ``up_to``; ``at_most``
+        of them) into their window's live prefill; a window whose first slot was missed is
+        prefilled at the close, and at most LIVE_WINDOWS live prefills (their KV caches) are
+        held. ``counter``: also counted there."""
         from crossspec_ros.models.live_prefill import LivePrefill
 
-        while self._frame_jobs:
+        done = 0
+        while self._frame_jobs and (at_most is None or done < at_most):
             job = self._frame_jobs[0]
             key = (job.epoch, job.window_id)
             if up_to is not None and key > up_to:
                 return
             self._frame_jobs.popleft()
+            done += 1
             live = self._live.get(key)
             if live is None and job.slot == 0:
                 live = self._live[key] = LivePrefill(self.engine.verifier)
@@ -278,6 +287,8 @@ class VerifierNode(ManagedNode):
             if live is not None and job.slot == live.frames:
                 live.add_frame(job.frame.image, job.frame.stamp_ns)
                 self.counters["live_frames"] += 1
+                if counter is not None:
+                    self.counters[counter] += 1
 
     def _on_engine(self, window: Any, event: EngineEvent) -> None:
         if event.kind is not EventKind.CONFIRMED:

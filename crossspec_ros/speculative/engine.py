@@ -15,6 +15,8 @@ The whole loop, readable in one sitting:
                                                verify   walk the tree by the rule
                                                rollback keep the accepted path in the cache
                                                confirm  publish; the drafter re-syncs
+                                         between rounds: the caller's hook (the next
+                                               window's frames, one per round)
 
 The policy (what to propose, how much, whether the drafter runs ahead) lives in
 ``adaptive.ProposalPolicy``; this file is the loop.
@@ -142,7 +144,8 @@ class SpeculativeEngine:
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
                    t_close: float | None = None, draft: DraftChannel | None = None,
                    look: Callable[[], torch.Tensor] | None = None,
-                   live: LivePrefill | None = None) -> WindowResult:
+                   live: LivePrefill | None = None,
+                   between_rounds: Callable[[], None] | None = None) -> WindowResult:
         """Decode one window; ``on_event`` sees draft/confirmed events as they happen (from
         the engine's threads). Times are ms after ``t_close`` (time.monotonic(), default now).
 
@@ -153,6 +156,9 @@ class SpeculativeEngine:
         begun while it was open (models/live_prefill.py); its missing frames are added and
         the prompt finished with the first proposal. A live prefill whose frames are not the
         window's is set aside for the one-shot prefill (``stats.live_prefill_frames`` -1).
+        ``between_rounds``: called on this thread after each round's tokens are confirmed
+        and before the next round (the verifier node prefills one frame of the next window
+        there: the windows pipeline, and a round waits for at most that one frame's work).
         """
         t_close = time.monotonic() if t_close is None else t_close
         window_id = int(getattr(window, "id", 0))
@@ -177,7 +183,8 @@ class SpeculativeEngine:
             drafter_thread.start()
         sessions: dict[str, ModelSession] = {}
         try:
-            tokens = self._verify(window, channel, emit, stats, sessions, head_run, live)
+            tokens = self._verify(window, channel, emit, stats, sessions, head_run, live,
+                                  between_rounds)
         finally:
             channel.stop()
             if drafter_thread is not None:
@@ -263,8 +270,8 @@ class SpeculativeEngine:
     # ---------------------------------------------------------------- verifier
     def _verify(self, window: Any, channel: DraftChannel, emit: Callable[..., None],
                 stats: WindowStats, sessions: dict[str, ModelSession],
-                head_run: HeadRun | None = None, live: LivePrefill | None = None
-                ) -> list[int]:
+                head_run: HeadRun | None = None, live: LivePrefill | None = None,
+                between_rounds: Callable[[], None] | None = None) -> list[int]:
         cfg, eos = self.config, self.verifier.info.eos_token_id
         generator = self._generator(window)
         t0 = time.perf_counter()
@@ -297,6 +304,8 @@ class SpeculativeEngine:
         # trees need the greedy rule and a backend that can mask attention per branch
         use_trees = cfg.mode == "greedy" and getattr(session, "supports_tree", False)
         while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
+            if between_rounds is not None:
+                between_rounds()
             room = cfg.max_new_tokens - len(confirmed)
             draft, base = self._draft_in_verifier_ids(channel, confirmed)
             tree = self.policy.propose(confirmed, draft, base, self.history, room,
