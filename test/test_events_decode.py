@@ -29,7 +29,7 @@ def warnings_in(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("encoding", ["libcaer_cmp", "mono", "evt2", "trigger", ""])
+@pytest.mark.parametrize("encoding", ["libcaer", "mono", "evt4", "trigger", ""])
 def test_unknown_encoding_is_warned_once_and_counted(
         caplog: pytest.LogCaptureFixture, encoding: str) -> None:
     _, packets = packets_of()

@@ -15,6 +15,7 @@ from typing import Any
 
 from rosbags.highlevel import AnyReader
 
+from crossspec_ros.bagfile import any_reader
 from crossspec_ros.events.bag import EVENT_PACKET_TYPE, EventBagError
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
@@ -100,7 +101,7 @@ def _open(path: Path) -> AnyReader:
     if not path.exists():
         raise EventBagError(f"{path}: no such bag. Pass a ROS 2 bag directory or .mcap file.")
     try:
-        reader = AnyReader([path])
+        reader = any_reader(path)
         reader.open()
     except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
         raise EventBagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: "
@@ -152,7 +153,7 @@ def read_ground_truth(path: str | Path, topic: str = "/crossspec/ground_truth"
     """window id -> ground-truth caption, from a sample bag's caption topic ({} if absent or
     of another type)."""
     out: dict[int, str] = {}
-    with AnyReader([Path(path)]) as reader:
+    with any_reader(path) as reader:
         connections = [c for c in reader.connections
                        if c.topic == topic and c.msgtype == GROUND_TRUTH_TYPE]
         if not connections:  # (an empty list would mean every connection to rosbags)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from rosbags.rosbag2 import Reader
 
+from crossspec_ros.bagfile import raw_reader
+
 NS = 1_000_000_000
 
 
@@ -133,7 +135,7 @@ class BagReplay:
 
 def _open(path: Path) -> Reader:
     try:
-        reader = Reader(path)
+        reader = raw_reader(path)
         reader.open()
     except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml, mcap)
         raise BagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: {exc}). "

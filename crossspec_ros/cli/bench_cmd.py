@@ -9,6 +9,7 @@ import importlib
 BENCH_MODULES = [
     "crossspec_ros.bench.decode",
     "crossspec_ros.bench.engine_cmd",
+    "crossspec_ros.bench.fuzz",
 ]
 
 

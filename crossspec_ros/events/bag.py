@@ -17,8 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rosbags.highlevel import AnyReader
-
+from crossspec_ros.bagfile import any_reader
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.errors import EventSourceError
@@ -43,7 +42,7 @@ class EventBagReader:
             raise EventBagError(f"{self.path}: no such file or directory. Pass a ROS 2 bag "
                                 "directory (with metadata.yaml) or a .db3/.mcap file.")
         try:
-            self._reader = AnyReader([self.path])
+            self._reader = any_reader(self.path)
             self._reader.open()
         except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
             raise EventBagError(

@@ -1,17 +1,23 @@
 """Decode event_camera_msgs/EventPacket streams into EventBatches on the ROS clock.
 
-One ``EventPacketDecoder`` per event stream (topic): EVT3 is stateful (TIME_HIGH words and a
-partial 16-bit word carry over from one packet to the next), so packets must be fed in order.
-Decoding is done by the ``evt3`` library (Rust, exact; FACTS.md); this module adds what a
-robot needs around it:
+One ``EventPacketDecoder`` per event stream (topic). Three encodings, each stateful across
+packets (feed them in order):
+- ``evt3`` (Prophesee cameras via metavision_driver): the ``evt3`` library (Rust, exact;
+  FACTS.md); sensor microseconds since the camera started;
+- ``evt2`` (Prophesee, older sensors): ``events/evt2.py``; sensor microseconds too;
+- ``libcaer_cmp`` (iniVation cameras via libcaer_driver): ``events/libcaer_cmp.py``; times
+  are microseconds after the packet's ``time_base``, already on the driver's clock.
+This module adds what a robot needs around them:
 
-- the encoding is checked first (evt3 returns nothing for non-EVT3 bytes, silently);
-  ``libcaer_cmp``, ``mono``, ``evt2``... are reported once and counted, and give empty batches;
-- ``is_bigendian`` true is unsupported (EVT3 is a little-endian word stream; drivers send false);
-- a sensor size change starts a new decoder and clock estimate;
-- corrupt bytes never raise: library errors are caught, events outside width x height dropped;
+- the encoding is checked first (a decoder returns nothing, silently, for another format's
+  bytes); others (``mono``, ``libcaer``...) are reported once and counted, and give empty
+  batches;
+- ``is_bigendian`` true is unsupported (all three are little-endian word streams; drivers
+  send false);
+- a sensor size or encoding change starts a new decoder and clock estimate;
+- corrupt bytes never raise: library errors are caught; events outside width x height,
+  words of no known type and events before any time word are dropped and counted;
 - sensor microseconds are mapped to ROS nanoseconds by ``SensorClock`` (events/clock.py).
-``time_base`` is not used: EVT3 carries its own time words.
 
 Every problem is logged once per kind per decoder (then counted silently) in ``stats``.
 """
@@ -26,13 +32,16 @@ import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.clock import DEFAULT_MAX_JUMP_NS, SensorClock
-from crossspec_ros.events.packet import EVT3, EventPacketData
+from crossspec_ros.events.evt2 import Evt2Decoder
+from crossspec_ros.events.libcaer_cmp import LibcaerCmpDecoder
+from crossspec_ros.events.packet import EVT2, EVT3, LIBCAER_CMP, EventPacketData
 from crossspec_ros.events.triggers import TriggerWordCounter
 
 log = logging.getLogger(__name__)
 
-# EVT3 addresses are 11 bits wide.
+# Addresses are 11 bits wide in all three encodings.
 MAX_SENSOR_SIZE = 2048
+WORD_BYTES = {EVT3: 2, EVT2: 4, LIBCAER_CMP: 2}
 
 
 @dataclass
@@ -52,6 +61,9 @@ class DecodeStats:
     clock_resets: int = 0
     triggers_p0: int = 0
     triggers_p1: int = 0
+    unknown_words: int = 0       # evt2 / libcaer_cmp words of no type of the format
+    untimed_events: int = 0      # evt2 events before the stream's first time word
+    unsupported_words: int = 0   # libcaer_cmp VECT_12 (no driver writes it)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -63,9 +75,10 @@ class DecodeStats:
 
 
 class EventPacketDecoder:
-    """Streaming EVT3 decoder for one event stream; ``decode(packet)`` never raises.
+    """Streaming decoder for one event stream; ``decode(packet)`` never raises.
 
-    count_triggers: also count EXT_TRIGGER words (``stats.triggers_p0/p1``), ~10% slower.
+    count_triggers: also count EVT3 EXT_TRIGGER words (``stats.triggers_p0/p1``), ~10%
+    slower (evt2 triggers are always counted; libcaer_cmp has none).
     """
 
     def __init__(self, name: str = "events", max_jump_ns: int = DEFAULT_MAX_JUMP_NS,
@@ -73,8 +86,9 @@ class EventPacketDecoder:
         self.name = name
         self.stats = DecodeStats()
         self.clock = SensorClock(max_jump_ns)
-        self._decoder: evt3.Decoder | None = None
+        self._decoder: evt3.Decoder | Evt2Decoder | LibcaerCmpDecoder | None = None
         self._size: tuple[int, int] | None = None
+        self._encoding: str | None = None
         self._triggers = TriggerWordCounter() if count_triggers else None
         self._warned: set[str] = set()
 
@@ -84,48 +98,54 @@ class EventPacketDecoder:
         self._warned.add(kind)
         log.log(level, "%s: " + msg, self.name, *args)
 
-    def _restart(self, width: int, height: int) -> None:
-        self._decoder = evt3.Decoder(sensor_width=width, sensor_height=height)
-        self._size = (width, height)
+    def _restart(self, encoding: str, width: int, height: int) -> None:
+        if encoding == EVT3:
+            self._decoder = evt3.Decoder(sensor_width=width, sensor_height=height)
+        else:
+            self._decoder = Evt2Decoder() if encoding == EVT2 else LibcaerCmpDecoder()
+        self._size, self._encoding = (width, height), encoding
         self.clock.reset()
         if self._triggers is not None:
             self._triggers.reset()
 
-    def _accept(self, packet: EventPacketData) -> bool:
-        """Check encoding, byte order and size; (re)start the decoder when needed."""
-        enc = packet.encoding
-        if enc != EVT3 and enc.strip().lower() != EVT3:
+    def _accept(self, packet: EventPacketData) -> str | None:
+        """Check encoding, byte order and size; (re)start the decoder when needed. Returns
+        the encoding's canonical name, None if the packet is dropped."""
+        enc = packet.encoding.strip().lower()
+        if enc not in WORD_BYTES:
             self.stats.unsupported_encoding += 1
             self._problem(
-                f"encoding:{enc}",
+                f"encoding:{packet.encoding}",
                 "event encoding %r is not supported; its packets are dropped. crossspec decodes "
-                "'evt3' (Prophesee cameras via metavision_driver); for other cameras (e.g. "
-                "iniVation, 'libcaer_cmp') publish or convert the events to EVT3.", enc)
-            return False
+                "'evt3' and 'evt2' (Prophesee cameras via metavision_driver) and 'libcaer_cmp' "
+                "(iniVation cameras via libcaer_driver); convert other streams to one of them.",
+                packet.encoding)
+            return None
         if packet.is_bigendian:
             self.stats.big_endian += 1
-            self._problem("bigendian", "EVT3 packet with is_bigendian=true is not supported "
-                          "(EVT3 is a little-endian word stream); packets are dropped.")
-            return False
+            self._problem("bigendian", "%s packet with is_bigendian=true is not supported "
+                          "(%s is a little-endian word stream); packets are dropped.", enc, enc)
+            return None
         w, h = packet.width, packet.height
         if not (0 < w <= MAX_SENSOR_SIZE and 0 < h <= MAX_SENSOR_SIZE):
             self.stats.invalid_size += 1
-            self._problem("size", "invalid sensor size %dx%d in packet (EVT3 allows 1..%d); "
+            self._problem("size", "invalid sensor size %dx%d in packet (%s allows 1..%d); "
                           "packets are dropped. Check the driver's width/height.",
-                          w, h, MAX_SENSOR_SIZE)
-            return False
-        if self._size != (w, h):
+                          w, h, enc, MAX_SENSOR_SIZE)
+            return None
+        if (self._encoding, self._size) != (enc, (w, h)):
             if self._size is not None:
                 self.stats.size_changes += 1
-                self._problem("size_change", "sensor size changed from %dx%d to %dx%d: "
-                              "restarting the decoder", *self._size, w, h)
-            self._restart(w, h)
-        return True
+                self._problem("size_change", "stream changed from %s %dx%d to %s %dx%d: "
+                              "restarting the decoder", self._encoding, *self._size, enc, w, h)
+            self._restart(enc, w, h)
+        return enc
 
     def decode(self, packet: EventPacketData) -> EventBatch:
         """Decode one packet (in stream order) into events on the ROS clock."""
         self.stats.packets += 1
-        if not self._accept(packet):
+        enc = self._accept(packet)
+        if enc is None:
             return EventBatch.empty(max(packet.width, 0), max(packet.height, 0))
         w, h = self._size  # type: ignore[misc]
         try:
@@ -137,13 +157,14 @@ class EventPacketDecoder:
         if not data:
             self.stats.empty_packets += 1
             return EventBatch.empty(w, h)
-        if len(data) & 1:
-            # Legal for the decoder (it carries the half word) but drivers send whole words.
+        word = WORD_BYTES[enc]
+        if len(data) % word:
+            # Legal for the decoders (they carry the split word) but drivers send whole words.
             self.stats.odd_length += 1
-            self._problem("odd", "packet of %d bytes is not a whole number of 16-bit EVT3 "
-                          "words (truncated?); the half word is carried to the next packet",
-                          len(data))
-        if self._triggers is not None:
+            self._problem("odd", "packet of %d bytes is not a whole number of %d-byte %s "
+                          "words (truncated?); the split word is carried to the next packet",
+                          len(data), word, enc)
+        if enc == EVT3 and self._triggers is not None:
             self._triggers.feed(data)
             self.stats.triggers_p0 = self._triggers.p0
             self.stats.triggers_p1 = self._triggers.p1
@@ -151,20 +172,51 @@ class EventPacketDecoder:
             ev = self._decoder.feed(data)  # type: ignore[union-attr]
         except Exception as exc:  # the library's errors are not documented: never crash
             self.stats.decoder_errors += 1
-            self._problem("decoder", "EVT3 decoder failed (%s); restarting it", exc)
-            self._restart(w, h)
+            self._problem("decoder", "%s decoder failed (%s); restarting it", enc, exc)
+            self._restart(enc, w, h)
             return EventBatch.empty(w, h)
-        return self._to_batch(packet.stamp_ns, ev.t, ev.x, ev.y, ev.p, w, h)
+        if enc == EVT3:
+            return self._to_batch(packet.stamp_ns, ev.t, ev.x, ev.y, ev.p, w, h)
+        self._count_damage(enc, ev)
+        if enc == EVT2:
+            return self._to_batch(packet.stamp_ns, ev.t_us, ev.x, ev.y, ev.p, w, h)
+        return self._to_batch(packet.stamp_ns, ev.t_us, ev.x, ev.y, ev.p, w, h,
+                              time_base_ns=packet.time_base)
+
+    def _count_damage(self, enc: str, ev: object) -> None:
+        unknown = ev.unknown_words  # type: ignore[attr-defined]
+        untimed = getattr(ev, "untimed_events", 0)
+        unsupported = getattr(ev, "vect12_words", 0)
+        self.stats.unknown_words += unknown
+        self.stats.untimed_events += untimed
+        self.stats.unsupported_words += unsupported
+        self.stats.triggers_p0 += getattr(ev, "triggers_p0", 0)
+        self.stats.triggers_p1 += getattr(ev, "triggers_p1", 0)
+        if unknown:
+            self._problem("unknown_words", "%d words of no %s type skipped (damaged data?)",
+                          unknown, enc)
+        if untimed:
+            self._problem("untimed", "%d %s events before the stream's first time word "
+                          "dropped (no time known for them)", untimed, enc)
+        if unsupported:
+            self._problem("vect12", "%d libcaer_cmp VECT_12 words skipped (no driver writes "
+                          "them; their events are lost)", unsupported)
 
     def _to_batch(self, stamp_ns: int, t_us: np.ndarray, x: np.ndarray, y: np.ndarray,
-                  p: np.ndarray, w: int, h: int) -> EventBatch:
+                  p: np.ndarray, w: int, h: int, time_base_ns: int | None = None
+                  ) -> EventBatch:
+        """``t_us``: sensor time, mapped by the clock; or, with ``time_base_ns``, time after
+        that base, which is on the driver's clock already (libcaer_cmp)."""
         n = len(x)
         if n == 0:
             return EventBatch.empty(w, h)
-        # The stamp bounds the packet's *first* event, so that one feeds the clock even if it
-        # is dropped below (a later event could lie after the stamp).
-        offset = self.clock.update(stamp_ns, int(t_us[0]) * 1000)
-        self.stats.clock_resets = self.clock.resets
+        if time_base_ns is None:
+            # The stamp bounds the packet's *first* event, so that one feeds the clock even
+            # if it is dropped below (a later event could lie after the stamp).
+            offset = self.clock.update(stamp_ns, int(t_us[0]) * 1000)
+            self.stats.clock_resets = self.clock.resets
+        else:
+            offset = int(time_base_ns)
         # max() is one SIMD pass; the mask is only built when something is out of bounds.
         if int(x.max()) >= w or int(y.max()) >= h:
             keep = (x < w) & (y < h)

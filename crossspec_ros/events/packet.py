@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 EVT3 = "evt3"
+EVT2 = "evt2"
+LIBCAER_CMP = "libcaer_cmp"
 
 
 @dataclass(frozen=True)

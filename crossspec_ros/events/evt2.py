@@ -1,0 +1,108 @@
+"""EVT 2.0 (Prophesee): a stream of little-endian 32-bit words, decoded and encoded in numpy.
+
+The format, from Prophesee's public description: bits 31..28 of a word give its type.
+  0x0 CD_OFF, 0x1 CD_ON  bits 27..22 the time's 6 low bits, 21..11 x, 10..0 y
+  0x8 EVT_TIME_HIGH      bits 27..0 the time's 28 high bits (time = high << 6 | low, in us)
+  0xA EXT_TRIGGER        bits 27..22 time low, 12..8 channel, 0 value
+  0xE OTHERS, 0xF CONTINUED  vendor extensions, skipped
+Any other type is not EVT 2.0: such words are counted and skipped. The time high carries from
+one packet to the next (a sensor sends one every 64 us while events flow); events before the
+stream's first time high have no time and are counted and dropped. The 34-bit time wraps
+after 4.77 hours: a time high far below the previous one counts a wrap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+CD_OFF, CD_ON, TIME_HIGH, EXT_TRIGGER, OTHERS, CONTINUED = 0x0, 0x1, 0x8, 0xA, 0xE, 0xF
+KNOWN_TYPES = (CD_OFF, CD_ON, TIME_HIGH, EXT_TRIGGER, OTHERS, CONTINUED)
+HIGH_BITS = 28
+WRAP_US = 1 << (HIGH_BITS + 6)
+
+
+@dataclass
+class Evt2Events:
+    """One packet's decoded CD events (sensor time in us) and what else it held."""
+
+    t_us: np.ndarray  # uint64
+    x: np.ndarray     # uint16
+    y: np.ndarray     # uint16
+    p: np.ndarray     # uint8
+    untimed_events: int = 0
+    unknown_words: int = 0
+    triggers_p0: int = 0
+    triggers_p1: int = 0
+
+
+class Evt2Decoder:
+    """Streaming EVT 2.0 decoder: feed packets' bytes in stream order."""
+
+    def __init__(self) -> None:
+        self._high: int | None = None  # last time high, wraps included (units of 64 us)
+        self._tail = b""               # bytes of a word split across packets
+
+    def feed(self, data: bytes | np.ndarray) -> Evt2Events:
+        raw = self._tail + (data if isinstance(data, bytes) else np.asarray(data).tobytes())
+        whole = len(raw) - len(raw) % 4
+        self._tail = raw[whole:]
+        words = np.frombuffer(raw, dtype="<u4", count=whole // 4)
+        kind = words >> 28
+        is_high = kind == TIME_HIGH
+        highs = (words[is_high] & ((1 << HIGH_BITS) - 1)).astype(np.int64)
+        if len(highs):  # a wrap: a time high far below the one before it
+            before = np.empty_like(highs)
+            before[0] = self._high % (1 << HIGH_BITS) if self._high is not None else highs[0]
+            before[1:] = highs[:-1]
+            wraps = np.cumsum(highs < before - (1 << (HIGH_BITS - 1)))
+            base = self._high - self._high % (1 << HIGH_BITS) if self._high is not None else 0
+            highs += base + (wraps << HIGH_BITS)
+        # each word's time high: the latest one at or before it (-1: none in this packet)
+        slot = np.cumsum(is_high) - 1
+        is_cd = kind <= CD_ON
+        cd_words, cd_slot = words[is_cd], slot[is_cd]
+        has_time = cd_slot >= 0
+        carried = self._high if self._high is not None else -1
+        high_of_cd = np.where(has_time, highs[np.maximum(cd_slot, 0)] if len(highs) else 0,
+                              carried)
+        timed = high_of_cd >= 0
+        untimed = int(len(cd_words) - np.count_nonzero(timed))
+        if untimed:
+            cd_words, high_of_cd = cd_words[timed], high_of_cd[timed]
+        t_us = (high_of_cd.astype(np.uint64) << np.uint64(6)) | \
+            ((cd_words >> 22) & 0x3F).astype(np.uint64)
+        if len(highs):
+            self._high = int(highs[-1])
+        triggers = words[kind == EXT_TRIGGER] & 1
+        n_p1 = int(np.count_nonzero(triggers))
+        known = np.isin(kind, KNOWN_TYPES)
+        return Evt2Events(t_us, ((cd_words >> 11) & 0x7FF).astype(np.uint16),
+                          (cd_words & 0x7FF).astype(np.uint16),
+                          (cd_words >> 28).astype(np.uint8), untimed,
+                          int(len(words) - np.count_nonzero(known)), len(triggers) - n_p1,
+                          n_p1)
+
+
+def encode_evt2(t_us: np.ndarray, x: np.ndarray, y: np.ndarray, p: np.ndarray,
+                previous_high: int | None = None) -> tuple[bytes, int | None]:
+    """EVT 2.0 words for events sorted by time (us): a time high before the first event and
+    wherever the high part changes (``previous_high``: the stream's last one, so a packet
+    continues a stream). Returns the bytes and the last time high."""
+    t_us = np.asarray(t_us, dtype=np.uint64)
+    n = len(t_us)
+    if n == 0:
+        return b"", previous_high
+    high = (t_us >> np.uint64(6)).astype(np.int64)
+    changed = np.empty(n, dtype=bool)
+    changed[0] = previous_high is None or high[0] != previous_high
+    changed[1:] = high[1:] != high[:-1]
+    out = np.empty(n + int(np.count_nonzero(changed)), dtype="<u4")
+    at = np.arange(n) + np.cumsum(changed)  # each event's word, after the time highs so far
+    out[at[changed] - 1] = (TIME_HIGH << 28) | (high[changed] % (1 << HIGH_BITS)).astype(
+        np.uint32)
+    out[at] = (np.asarray(p, np.uint32) << 28) | \
+        ((t_us & np.uint64(0x3F)).astype(np.uint32) << 22) | \
+        (np.asarray(x, np.uint32) << 11) | np.asarray(y, np.uint32)
+    return out.tobytes(), int(high[-1])
