@@ -37,6 +37,19 @@ class Evt2Events:
     triggers_p1: int = 0
 
 
+def whole_words(tail: bytes, data: bytes | np.ndarray, size: int
+                ) -> tuple[np.ndarray, bytes]:
+    """The little-endian words of ``tail + data`` (``size`` bytes each; no copy when there is
+    no tail and the data are whole words), and the bytes of a split last word."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+    if not tail and len(data) % size == 0:
+        return np.frombuffer(data, dtype=f"<u{size}"), b""
+    raw = tail + (data if isinstance(data, bytes) else np.asarray(data).tobytes())
+    whole = len(raw) - len(raw) % size
+    return np.frombuffer(raw, dtype=f"<u{size}", count=whole // size), raw[whole:]
+
+
 class Evt2Decoder:
     """Streaming EVT 2.0 decoder: feed packets' bytes in stream order."""
 
@@ -45,10 +58,7 @@ class Evt2Decoder:
         self._tail = b""               # bytes of a word split across packets
 
     def feed(self, data: bytes | np.ndarray) -> Evt2Events:
-        raw = self._tail + (data if isinstance(data, bytes) else np.asarray(data).tobytes())
-        whole = len(raw) - len(raw) % 4
-        self._tail = raw[whole:]
-        words = np.frombuffer(raw, dtype="<u4", count=whole // 4)
+        words, self._tail = whole_words(self._tail, data, 4)
         kind = words >> 28
         is_high = kind == TIME_HIGH
         highs = (words[is_high] & ((1 << HIGH_BITS) - 1)).astype(np.int64)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crossspec_ros.events.evt2 import whole_words
+
 TIME_HIGH, TIME_LOW, ADDR_X, ADDR_Y, VECT_BASE_Y, VECT_8, VECT_12 = range(7)
 
 
@@ -35,9 +37,10 @@ class LibcaerEvents:
     unknown_words: int = 0
 
 
-def _latest(is_kind: np.ndarray) -> np.ndarray:
-    """Per word, the position of the latest word of the kind at or before it (-1: none)."""
-    last = np.where(is_kind, np.arange(len(is_kind)), -1)
+def _latest(is_kind: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Per word, the position of the latest word of the kind at or before it (-1: none);
+    ``positions``: arange of the words (int32: half the memory traffic of int64)."""
+    last = np.where(is_kind, positions, np.int32(-1))
     np.maximum.accumulate(last, out=last)
     return last
 
@@ -58,26 +61,48 @@ class LibcaerCmpDecoder:
         self._tail = b""      # a byte of a word split across packets
 
     def feed(self, data: bytes | np.ndarray) -> LibcaerEvents:
-        raw = self._tail + (data if isinstance(data, bytes) else np.asarray(data).tobytes())
-        whole = len(raw) - len(raw) % 2
-        self._tail = raw[whole:]
-        words = np.frombuffer(raw, dtype="<u2", count=whole // 2)
+        words, self._tail = whole_words(self._tail, data, 2)
         code = words >> 12
-        low12 = (words & 0xFFF).astype(np.int64)
+        low12 = (words & 0xFFF).astype(np.int32)
+        positions = np.arange(len(words), dtype=np.int32)
         counts = np.bincount(code, minlength=16)
         base_at = np.flatnonzero(code == VECT_BASE_Y)
         is_vect = np.flatnonzero(code == VECT_8)
         is_y = np.flatnonzero(code == ADDR_Y)
-        last_high, last_low = _latest(code == TIME_HIGH), _latest(code == TIME_LOW)
-        last_x = _latest(code == ADDR_X)
+        last_high = _latest(code == TIME_HIGH, positions)
+        last_low = _latest(code == TIME_LOW, positions)
+        last_x = _latest(code == ADDR_X, positions)
 
         def time_of(at: np.ndarray) -> np.ndarray:  # restarts at 0 in every packet
-            return (_value(last_high, low12, at, 0) << 12) | _value(last_low, low12, at, 0)
+            return (_value(last_high, low12, at, 0).astype(np.int64) << 12) | \
+                _value(last_low, low12, at, 0)
 
         def x_of(at: np.ndarray) -> np.ndarray:
             return _value(last_x, low12 & 0x7FF, at, self._x)
 
-        # vector words: base y from the latest VECT_BASE_Y, + 8 per VECT_8 since it
+        single = words[is_y]
+        t_us = time_of(is_y)
+        xs = x_of(is_y)
+        ys, ps = (single & 0x7FF).astype(np.int64), (single >> 11) & 1
+        if len(is_vect) or len(base_at):
+            vect_y, vect_word, bit, polarity = self._vectors(words, is_vect, base_at)
+            if len(vect_word):  # both kinds back in stream order (a stable merge)
+                order = np.argsort(np.concatenate([is_y * 8, vect_word * 8 + bit]),
+                                   kind="stable")
+                t_us = np.concatenate([t_us, time_of(vect_word)])[order]
+                xs = np.concatenate([xs, x_of(vect_word)])[order]
+                ys = np.concatenate([ys, vect_y])[order]
+                ps = np.concatenate([ps, polarity])[order]
+        if counts[ADDR_X]:
+            self._x = int(low12[last_x[-1]] & 0x7FF)
+        return LibcaerEvents(
+            t_us, xs.astype(np.uint16), np.minimum(ys, 0xFFFF).astype(np.uint16),
+            ps.astype(np.uint8), int(counts[VECT_12]), int(counts[VECT_12 + 1:].sum()))
+
+    def _vectors(self, words: np.ndarray, is_vect: np.ndarray, base_at: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
+        """Events of the VECT_8 words: (y, word position, bit, polarity) per event; base y
+        from the latest VECT_BASE_Y, + 8 per VECT_8 since it. Updates the carried state."""
         base_slot = np.searchsorted(base_at, is_vect, side="right") - 1
         has_base = base_slot >= 0
         slot = np.maximum(base_slot, 0)
@@ -94,30 +119,12 @@ class LibcaerCmpDecoder:
         bits = np.unpackbits((words[is_vect] & 0xFF).astype(np.uint8)[:, None], axis=1,
                              bitorder="little")
         row, bit = np.nonzero(bits)
-        vect_word = is_vect[row]
-        vect_y = base[row] + 8 * since[row] + bit
-
-        single = words[is_y]
-        t_us = time_of(is_y)
-        xs = x_of(is_y)
-        ys, ps = (single & 0x7FF).astype(np.int64), (single >> 11) & 1
-        if len(row):  # both kinds back in stream order (each is in order: a stable merge)
-            order = np.argsort(np.concatenate([is_y * 8, vect_word * 8 + bit]), kind="stable")
-            t_us = np.concatenate([t_us, time_of(vect_word)])[order]
-            xs = np.concatenate([xs, x_of(vect_word)])[order]
-            ys = np.concatenate([ys, vect_y])[order]
-            ps = np.concatenate([ps, polarity[row]])[order]
-
-        if counts[ADDR_X]:
-            self._x = int(low12[last_x[-1]] & 0x7FF)
         if len(is_vect):
             self._base_y = int(base[-1] + 8 * (since[-1] + 1))
             self._polarity = int(polarity[-1])
-        elif len(bases):
+        else:
             self._base_y, self._polarity = int(bases[-1] & 0x7FF), int(bases[-1] >> 11) & 1
-        return LibcaerEvents(
-            t_us, xs.astype(np.uint16), np.minimum(ys, 0xFFFF).astype(np.uint16),
-            ps.astype(np.uint8), int(counts[VECT_12]), int(counts[VECT_12 + 1:].sum()))
+        return base[row] + 8 * since[row] + bit, is_vect[row], bit, polarity[row]
 
 
 def encode_libcaer_cmp(t_us: np.ndarray, x: np.ndarray, y: np.ndarray,
