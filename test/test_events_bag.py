@@ -112,7 +112,7 @@ def test_bad_packets_in_a_bag_are_counted_not_raised(
         tmp_path: Path, write_event_bag: Callable[..., Path]) -> None:
     left, _ = two_topic_batches()
     packets = encode_evt3_packets(left, 2_000_000)
-    packets[3] = replace(packets[3], encoding="libcaer_cmp")
+    packets[3] = replace(packets[3], encoding="libcaer")
     path = write_event_bag(tmp_path / "bag", [("/ev", p) for p in packets])
     with EventBagReader(path) as reader:
         out = EventBatch.concat([b for _, b in reader.batches() if len(b)])

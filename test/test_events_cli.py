@@ -33,7 +33,7 @@ def bag(tmp_path: Path, write_event_bag: Callable[..., Path]) -> tuple[Path, Eve
             p = replace(p, events=p.events + word)
         msgs.append(("/cam/events", p))
     for k in range(5):
-        msgs.append(("/davis/events", replace(msgs[k][1], encoding="libcaer_cmp", width=346,
+        msgs.append(("/davis/events", replace(msgs[k][1], encoding="libcaer", width=346,
                                               height=260, events=bytes(range(k, k + 40)))))
     msgs.sort(key=lambda m: m[1].stamp_ns)
     return write_event_bag(tmp_path / "bag", msgs), batch, triggers
@@ -52,7 +52,7 @@ def test_events_json_reports_what_was_written(bag: tuple, capsys: pytest.Capture
     span_s = (batch.t[-1] - batch.t[0]) / 1e9
     assert cam["rate_ev_s"] == pytest.approx(len(batch) / span_s)
     assert not any(cam["bad"].values())
-    assert davis["packets"] == 5 and davis["encoding"] == "libcaer_cmp"
+    assert davis["packets"] == 5 and davis["encoding"] == "libcaer"
     assert davis["triggers"] is None and davis["cd_events"] == {"p0": 0, "p1": 0}
     assert davis["bad"]["unsupported_encoding"] == 5 and davis["t_first_us"] is None
 

@@ -24,7 +24,7 @@ from crossspec_ros.events.decode import EventPacketDecoder
 # Decoder counters that mean a problem (shown in the table when non-zero).
 PROBLEMS = ("empty_packets", "unsupported_encoding", "big_endian", "invalid_size",
             "size_changes", "odd_length", "decoder_errors", "out_of_bounds_events",
-            "clock_resets")
+            "clock_resets", "unknown_words", "untimed_events", "unsupported_words")
 
 
 @dataclass
