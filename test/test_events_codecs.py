@@ -115,7 +115,7 @@ def test_libcaer_time_restarts_per_packet_and_x_and_vector_base_carry_over() -> 
 def test_libcaer_counts_vect12_and_words_of_no_libcaer_code() -> None:
     ev = LibcaerCmpDecoder().feed(u16(lc(libcaer_cmp.VECT_12, 0xFFF), lc(0x9, 1),
                                       lc(0xF, 2), lc(libcaer_cmp.ADDR_Y, 1)))
-    assert (ev.vect12_words, ev.unknown_words, len(ev.t_us)) == (1, 2, 1)
+    assert (ev.unsupported_words, ev.unknown_words, len(ev.t_us)) == (1, 2, 1)
 
 
 def test_libcaer_encode_then_decode_is_exact() -> None:

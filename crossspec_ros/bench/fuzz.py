@@ -61,7 +61,6 @@ def fuzz_decode(encoding: str, n_packets: int, seed: int = 1234) -> dict[str, An
     import numpy as np
 
     from crossspec_ros.events.decode import EventPacketDecoder
-    from crossspec_ros.events.packet import EventPacketData
 
     rng = np.random.default_rng(seed)
     pool = valid_packets(encoding, seed)
@@ -72,9 +71,28 @@ def fuzz_decode(encoding: str, n_packets: int, seed: int = 1234) -> dict[str, An
     start = rng.integers(0, len(noise) - 96, n_packets)
     stamps = ROS_T0 + rng.integers(-(10**11), 10**11, n_packets)
     decoders = [EventPacketDecoder(name=f"fuzz{i}", count_triggers=i == 0) for i in range(4)]
+    events_log = logging.getLogger("crossspec_ros.events")
+    level = events_log.level
+    events_log.setLevel(logging.ERROR)  # the expected warnings, for this run only
+    try:
+        crashes, bad_batches, emitted = _fuzz_loop(decoders, encoding, pool, noise, rng, kind,
+                                                   pick, length, start, stamps)
+    finally:
+        events_log.setLevel(level)
+    counters = {name: sum(getattr(d.stats, name) for d in decoders) for name in COUNTERS}
+    return {"encoding": encoding, "packets": n_packets, "crashes": crashes,
+            "bad_batches": bad_batches, "events": emitted,
+            "decoded_packets": sum(d.stats.packets for d in decoders), "counters": counters}
+
+
+def _fuzz_loop(decoders: list, encoding: str, pool: list, noise: bytes, rng: Any, kind: Any,
+               pick: Any, length: Any, start: Any, stamps: Any) -> tuple[int, int, int]:
+    import numpy as np
+
+    from crossspec_ros.events.packet import EventPacketData
+
     crashes, bad_batches, emitted = 0, 0, 0
-    logging.getLogger("crossspec_ros.events").setLevel(logging.ERROR)  # expected warnings
-    for i in range(n_packets):
+    for i in range(len(kind)):
         k, valid = int(kind[i]), pool[pick[i]]
         w, h, enc, events, bigendian = 640, 480, encoding, valid, False
         if k == 0:  # random bytes
@@ -105,10 +123,7 @@ def fuzz_decode(encoding: str, n_packets: int, seed: int = 1234) -> dict[str, An
             if int(out.x.max()) >= out.width or int(out.y.max()) >= out.height or \
                     out.t.dtype != np.int64 or int(out.p.max()) > 1:
                 bad_batches += 1
-    counters = {name: sum(getattr(d.stats, name) for d in decoders) for name in COUNTERS}
-    return {"encoding": encoding, "packets": n_packets, "crashes": crashes,
-            "bad_batches": bad_batches, "events": emitted,
-            "decoded_packets": sum(d.stats.packets for d in decoders), "counters": counters}
+    return crashes, bad_batches, emitted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -36,6 +36,7 @@ from crossspec_ros.events.evt2 import Evt2Decoder
 from crossspec_ros.events.libcaer_cmp import LibcaerCmpDecoder
 from crossspec_ros.events.packet import EVT2, EVT3, LIBCAER_CMP, EventPacketData
 from crossspec_ros.events.triggers import TriggerWordCounter
+from crossspec_ros.events.words import WordEvents
 
 log = logging.getLogger(__name__)
 
@@ -183,15 +184,14 @@ class EventPacketDecoder:
         return self._to_batch(packet.stamp_ns, ev.t_us, ev.x, ev.y, ev.p, w, h,
                               time_base_ns=packet.time_base)
 
-    def _count_damage(self, enc: str, ev: object) -> None:
-        unknown = ev.unknown_words  # type: ignore[attr-defined]
-        untimed = getattr(ev, "untimed_events", 0)
-        unsupported = getattr(ev, "vect12_words", 0)
+    def _count_damage(self, enc: str, ev: WordEvents) -> None:
+        unknown, untimed, unsupported = ev.unknown_words, ev.untimed_events, \
+            ev.unsupported_words
         self.stats.unknown_words += unknown
         self.stats.untimed_events += untimed
         self.stats.unsupported_words += unsupported
-        self.stats.triggers_p0 += getattr(ev, "triggers_p0", 0)
-        self.stats.triggers_p1 += getattr(ev, "triggers_p1", 0)
+        self.stats.triggers_p0 += ev.triggers_p0
+        self.stats.triggers_p1 += ev.triggers_p1
         if unknown:
             self._problem("unknown_words", "%d words of no %s type skipped (damaged data?)",
                           unknown, enc)

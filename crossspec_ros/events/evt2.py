@@ -13,41 +13,14 @@ after 4.77 hours: a time high far below the previous one counts a wrap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from crossspec_ros.events.words import WordEvents, whole_words
 
 CD_OFF, CD_ON, TIME_HIGH, EXT_TRIGGER, OTHERS, CONTINUED = 0x0, 0x1, 0x8, 0xA, 0xE, 0xF
 KNOWN_TYPES = (CD_OFF, CD_ON, TIME_HIGH, EXT_TRIGGER, OTHERS, CONTINUED)
 HIGH_BITS = 28
 WRAP_US = 1 << (HIGH_BITS + 6)
-
-
-@dataclass
-class Evt2Events:
-    """One packet's decoded CD events (sensor time in us) and what else it held."""
-
-    t_us: np.ndarray  # uint64
-    x: np.ndarray     # uint16
-    y: np.ndarray     # uint16
-    p: np.ndarray     # uint8
-    untimed_events: int = 0
-    unknown_words: int = 0
-    triggers_p0: int = 0
-    triggers_p1: int = 0
-
-
-def whole_words(tail: bytes, data: bytes | np.ndarray, size: int
-                ) -> tuple[np.ndarray, bytes]:
-    """The little-endian words of ``tail + data`` (``size`` bytes each; no copy when there is
-    no tail and the data are whole words), and the bytes of a split last word."""
-    if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
-    if not tail and len(data) % size == 0:
-        return np.frombuffer(data, dtype=f"<u{size}"), b""
-    raw = tail + (data if isinstance(data, bytes) else np.asarray(data).tobytes())
-    whole = len(raw) - len(raw) % size
-    return np.frombuffer(raw, dtype=f"<u{size}", count=whole // size), raw[whole:]
 
 
 class Evt2Decoder:
@@ -57,7 +30,7 @@ class Evt2Decoder:
         self._high: int | None = None  # last time high, wraps included (units of 64 us)
         self._tail = b""               # bytes of a word split across packets
 
-    def feed(self, data: bytes | np.ndarray) -> Evt2Events:
+    def feed(self, data: bytes | np.ndarray) -> WordEvents:
         words, self._tail = whole_words(self._tail, data, 4)
         kind = words >> 28
         is_high = kind == TIME_HIGH
@@ -88,11 +61,12 @@ class Evt2Decoder:
         triggers = words[kind == EXT_TRIGGER] & 1
         n_p1 = int(np.count_nonzero(triggers))
         known = np.isin(kind, KNOWN_TYPES)
-        return Evt2Events(t_us, ((cd_words >> 11) & 0x7FF).astype(np.uint16),
+        return WordEvents(t_us, ((cd_words >> 11) & 0x7FF).astype(np.uint16),
                           (cd_words & 0x7FF).astype(np.uint16),
-                          (cd_words >> 28).astype(np.uint8), untimed,
-                          int(len(words) - np.count_nonzero(known)), len(triggers) - n_p1,
-                          n_p1)
+                          (cd_words >> 28).astype(np.uint8),
+                          unknown_words=int(len(words) - np.count_nonzero(known)),
+                          untimed_events=untimed, triggers_p0=len(triggers) - n_p1,
+                          triggers_p1=n_p1)
 
 
 def encode_evt2(t_us: np.ndarray, x: np.ndarray, y: np.ndarray, p: np.ndarray,

@@ -16,25 +16,11 @@ its polarity carry over from one packet to the next.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from crossspec_ros.events.evt2 import whole_words
+from crossspec_ros.events.words import WordEvents, whole_words
 
 TIME_HIGH, TIME_LOW, ADDR_X, ADDR_Y, VECT_BASE_Y, VECT_8, VECT_12 = range(7)
-
-
-@dataclass
-class LibcaerEvents:
-    """One packet's events: time in us after the packet's ``time_base``."""
-
-    t_us: np.ndarray  # int64
-    x: np.ndarray     # uint16
-    y: np.ndarray     # uint16
-    p: np.ndarray     # uint8
-    vect12_words: int = 0
-    unknown_words: int = 0
 
 
 def _latest(is_kind: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -60,7 +46,7 @@ class LibcaerCmpDecoder:
         self._polarity = 0    # of vector events
         self._tail = b""      # a byte of a word split across packets
 
-    def feed(self, data: bytes | np.ndarray) -> LibcaerEvents:
+    def feed(self, data: bytes | np.ndarray) -> WordEvents:
         words, self._tail = whole_words(self._tail, data, 2)
         code = words >> 12
         low12 = (words & 0xFFF).astype(np.int32)
@@ -95,9 +81,10 @@ class LibcaerCmpDecoder:
                 ps = np.concatenate([ps, polarity])[order]
         if counts[ADDR_X]:
             self._x = int(low12[last_x[-1]] & 0x7FF)
-        return LibcaerEvents(
+        return WordEvents(
             t_us, xs.astype(np.uint16), np.minimum(ys, 0xFFFF).astype(np.uint16),
-            ps.astype(np.uint8), int(counts[VECT_12]), int(counts[VECT_12 + 1:].sum()))
+            ps.astype(np.uint8), unknown_words=int(counts[VECT_12 + 1:].sum()),
+            unsupported_words=int(counts[VECT_12]))
 
     def _vectors(self, words: np.ndarray, is_vect: np.ndarray, base_at: np.ndarray
                  ) -> tuple[np.ndarray, ...]:
