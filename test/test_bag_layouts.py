@@ -3,17 +3,18 @@ MCAP schemas in ros2idl with rosidl's #include lines. Both are read by every rea
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from crossspec_ros.bagfile import readable_path, without_preprocessor_lines
+from crossspec_ros.bagfile import damaged_mcap, readable_path, without_preprocessor_lines
 from crossspec_ros.bags.inputs import read_inputs
 from crossspec_ros.bags.replay import BagReplay
 from crossspec_ros.bags.test_pattern import write_test_pattern_bag
-from crossspec_ros.events.bag import EventBagReader
+from crossspec_ros.events.bag import EventBagError, EventBagReader
 
 SEP = "=" * 80 + "\n"
 TIME_IDL = """// generated from rosidl_adapter/resource/msg.idl.em
@@ -126,3 +127,103 @@ def test_preprocessor_lines_are_dropped_and_nothing_else() -> None:
     assert without_preprocessor_lines(PACKET_IDL).count("#") == 0
     kept = without_preprocessor_lines(PACKET_IDL).splitlines()
     assert kept == [line for line in PACKET_IDL.splitlines() if not line.startswith("#")]
+
+
+def _cut_short(recorded: Path, out: Path, keep: float) -> Path:
+    """A copy of ``recorded``'s MCAP file with only its first ``keep`` of the bytes."""
+    data = next(recorded.glob("*.mcap")).read_bytes()
+    out.write_bytes(data[: int(len(data) * keep)])
+    return out
+
+
+@pytest.mark.parametrize("layout", ["file", "directory"])
+def test_an_mcap_cut_short_is_read_up_to_the_damage_with_one_warning(
+        recorded: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, layout: str) -> None:
+    if layout == "file":
+        cut = _cut_short(recorded, tmp_path / "cut.mcap", 0.6)
+    else:  # a bag directory as recorded, its metadata.yaml counting what is no longer there
+        cut = tmp_path / "cut"
+        cut.mkdir()
+        (cut / "metadata.yaml").write_bytes((recorded / "metadata.yaml").read_bytes())
+        _cut_short(recorded, cut / next(recorded.glob("*.mcap")).name, 0.6)
+    assert damaged_mcap(cut) is not None and damaged_mcap(recorded) is None
+    expected = [(i.topic, i.log_time_ns) for i in read_inputs(recorded)]
+    with caplog.at_level(logging.WARNING, logger="crossspec.bags"):
+        got = [(i.topic, i.log_time_ns) for i in read_inputs(cut)]
+        replayed = [(m.topic, m.time_ns) for m in BagReplay(cut).messages()]
+        with EventBagReader(cut) as reader:
+            events = sum(len(batch) for _, batch in reader.batches())
+    assert 0 < len(got) < len(expected) and got == expected[: len(got)]
+    every = [(m.topic, m.time_ns) for m in BagReplay(recorded).messages()]
+    assert 0 < len(replayed) < len(every) and replayed == every[: len(replayed)]
+    assert events > 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "crossspec.bags"]
+    assert len(warnings) == 1, warnings  # once per file, however often it is opened
+    assert "cut short or damaged" in warnings[0] and f"read the {len(replayed):,} messages" \
+        in warnings[0]
+
+
+def test_an_mcap_cut_inside_its_first_records_yields_nothing_or_a_clear_error(
+        recorded: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="crossspec.bags"):
+        early = _cut_short(recorded, tmp_path / "early.mcap", 0.001)  # inside the first chunk
+        assert list(read_inputs(early)) == []
+        header = _cut_short(recorded, tmp_path / "header.mcap", 0.000005)  # magic + a few
+        with pytest.raises(EventBagError, match=r"header\.mcap"):
+            list(read_inputs(header))
+    warnings = [r.getMessage() for r in caplog.records if r.name == "crossspec.bags"]
+    assert len(warnings) == 2 and all("read the 0 messages" in w for w in warnings)
+
+
+@pytest.mark.parametrize("compression", ["NONE", "ZSTD", "LZ4"])
+def test_the_whole_messages_of_a_chunk_cut_short_are_kept_whatever_its_compression(
+        tmp_path: Path, compression: str) -> None:
+    from mcap.writer import CompressionType, Writer
+
+    bag = tmp_path / "strings.mcap"
+    rng = np.random.default_rng(0)  # letters at random: compressed blocks stay many
+    texts = [rng.integers(97, 123, 150 + k % 100, dtype=np.uint8).tobytes() for k in range(3000)]
+    payloads = [bytes([0, 1, 0, 0]) + (len(t) + 1).to_bytes(4, "little") + t + b"\0"
+                for t in texts]  # CDR std_msgs/String; a codec decodes a cut stream by blocks
+    with bag.open("wb") as stream:  # one chunk for everything: the cut falls inside it
+        writer = Writer(stream, chunk_size=1 << 24,
+                        compression=getattr(CompressionType, compression))
+        writer.start(profile="ros2", library="test")
+        schema = writer.register_schema("std_msgs/msg/String", "ros2msg", b"string data")
+        channel = writer.register_channel("/chatter", "cdr", schema,
+                                          {"offered_qos_profiles": ""})
+        for k, data in enumerate(payloads):
+            writer.add_message(channel, log_time=10**9 + k, data=data, publish_time=10**9 + k)
+        writer.finish()
+    data = bag.read_bytes()
+    bag.write_bytes(data[: sum(_chunk_span(bag)) // 2])  # the middle of the chunk
+    got = [m.data for m in BagReplay(bag).messages()]
+    assert 0 < len(got) < len(payloads) and got == payloads[: len(got)]
+
+
+def _chunk_span(bag: Path) -> tuple[int, int]:
+    """Where the first chunk record of ``bag`` begins and ends (file offsets)."""
+    from mcap.records import Chunk
+    from mcap.stream_reader import StreamReader
+
+    with bag.open("rb") as stream:
+        begin = 8  # after the magic
+        for record in StreamReader(stream, emit_chunks=True).records:
+            if isinstance(record, Chunk):
+                return begin, stream.tell()
+            begin = stream.tell()
+    raise AssertionError(f"{bag} has no chunk")
+
+
+def test_the_command_line_reads_an_mcap_cut_short_and_says_so_in_one_line(
+        recorded: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cut = _cut_short(recorded, tmp_path / "cut.mcap", 0.6)
+    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "windows", str(cut)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("window") and "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cut short or damaged" in lines[0] and str(cut) in lines[0]
