@@ -3,6 +3,7 @@
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,7 +81,21 @@ def test_model_loading_is_quiet_unless_verbose():
     assert loud.returncode == 0 and "Loading weights" in loud.stderr
 
 
+def _bag_of_strings(tmp: Path) -> Path:
+    from rosbags.rosbag2 import Writer
+
+    from crossspec_ros.bags.typestore import typestore
+
+    store = typestore()
+    with Writer(tmp / "strings", version=9) as writer:
+        conn = writer.add_connection("/chatter", "std_msgs/msg/String", typestore=store)
+        msg = store.types["std_msgs/msg/String"](data="hi")
+        writer.write(conn, 1, store.serialize_cdr(msg, "std_msgs/msg/String"))
+    return tmp / "strings"
+
+
 BAD_BAGS = {
+    "topics of other types": _bag_of_strings,
     "missing": lambda tmp: tmp / "nope",
     "empty folder": lambda tmp: (tmp / "empty").mkdir() or tmp / "empty",
     "text named .mcap": lambda tmp: (tmp / "notes.mcap").write_text("hello") and
@@ -97,6 +112,8 @@ def test_a_bad_bag_is_one_line_and_exit_2_before_any_model_loads(command, kind, 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"crossspec {command}: {bag}") and "\n" not in err
+    if kind == "topics of other types":  # says what the bag has and what it needs
+        assert "/chatter (std_msgs/msg/String)" in err and "EventPacket" in err
 
 
 @pytest.mark.parametrize("command", ["caption", "drive"])

@@ -114,7 +114,11 @@ def _input_topics(reader: AnyReader, path: Path, event_topic: str | None,
     ev_topic = pick_topic(reader, (EVENT_PACKET_TYPE,), event_topic, "event", path)
     im_topic = pick_topic(reader, IMAGE_TYPES, rgb_topic, "rgb", path)
     if ev_topic is None and im_topic is None:
-        raise EventBagError(f"{path}: neither event packets nor images in this bag")
+        present = ", ".join(sorted(f"{c.topic} ({c.msgtype})" for c in reader.connections))
+        raise EventBagError(
+            f"{path}: neither event packets ({EVENT_PACKET_TYPE}) nor images "
+            f"({' or '.join(IMAGE_TYPES)}) in this bag (topics: {present or 'none'}); record "
+            "the event camera driver's packets and the camera's images")
     return ev_topic, im_topic
 
 
