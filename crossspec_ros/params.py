@@ -147,6 +147,10 @@ MODEL_PARAMS = [
           "(empty: the bundled tiny verifier)"),
     Param("drafter_model", "", "EventGPT: local directory in the released layout (empty: the "
           "bundled tiny drafter)"),
+    Param("draft_head", "", "a draft head directory (crossspec distill --method head; empty: "
+          "none): the verifier node adds the proposer draft_head, fed by the window state the "
+          "draft node publishes, and the draft node runs the drafter the head reads unless "
+          "drafter_model names one"),
     Param("device", "cpu", "cpu, cuda or cuda:N (cuda without a GPU is an error at startup)",
           lambda x: x == "cpu" or x == "cuda" or x.startswith("cuda:"), "cpu, cuda or cuda:N"),
     Param("dtype", "fp32", "weights dtype", one_of("fp32", "bf16", "fp16"), "fp32, bf16 or fp16"),
@@ -170,8 +174,9 @@ ENGINE_PARAMS = [
     Param("proposers", "draft_stream,draft_ngram,history_ngram",
           "comma-separated proposers the verifier may use",
           lambda x: bool(x) and set(x.split(",")) <= {"draft_stream", "draft_ngram",
-                                                     "history_ngram"},
-          "a comma-separated subset of draft_stream, draft_ngram, history_ngram", live=True),
+                                                     "history_ngram", "draft_head"},
+          "a comma-separated subset of draft_stream, draft_ngram, history_ngram, draft_head "
+          "(draft_head: with the parameter draft_head; added by it when missing)", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
     Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "

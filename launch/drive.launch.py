@@ -1,6 +1,6 @@
 """ros2 launch crossspec drive.launch.py [bag:=PATH|live] [config:=YAML] [composed:=true|false]
-    [drafter_model:=DIR] [verifier_model:=DIR|HUB_ID] [device:=cpu|cuda] [foxglove:=true]
-    [rviz:=true] [rate:=1.0] [namespace:=NS]
+    [drafter_model:=DIR] [draft_head:=DIR] [verifier_model:=DIR|HUB_ID] [device:=cpu|cuda]
+    [foxglove:=true] [rviz:=true] [rate:=1.0] [namespace:=NS]
 
 The graph (which nodes, what runs them) is defined once in crossspec_ros/nodes/graph.py and
 shared with `crossspec drive`; this file only turns it into launch actions. composed:=true
@@ -48,6 +48,7 @@ ARGUMENTS = {
     "config": (str(default_config()), "ROS parameter YAML for every crossspec node"),
     "composed": ("true", "all nodes in one process (true) or one process per node (false)"),
     "drafter_model": ("", "EventGPT directory (empty: the bundled tiny drafter)"),
+    "draft_head": ("", "draft head directory (crossspec distill --method head; empty: none)"),
     "verifier_model": ("", "Video-LLaVA directory or hub id (empty: the bundled tiny verifier)"),
     "device": ("cpu", "cpu, cuda or cuda:N"),
     "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:8765"),
@@ -66,7 +67,7 @@ def _nodes(context, *_args, **_kwargs) -> list:
     get = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
     use_sim_time = get("bag") not in LIVE
     overrides = {"use_sim_time": use_sim_time, "device": get("device"),
-                 "drafter_model": get("drafter_model"),
+                 "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
                  "verifier_model": get("verifier_model"),
                  "foxglove": get("foxglove").lower() == "true"}
     params = [get("config"), overrides]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 
 import numpy as np
 import pytest
@@ -106,4 +107,73 @@ def test_a_head_whose_drafter_fails_stays_silent_and_says_why(trained):
     assert result.tokens == verifier.reference_generate(verifier.prepare(random_window(0)), 8)
     errors = [e.text for e in result.events if e.kind is EventKind.DRAFT_ERROR]
     assert errors and "events unreadable" in errors[0]
+    assert result.stats.proposed.get("draft_head", 0) == 0
+
+
+def test_the_drafters_prefill_leaves_its_window_state_and_the_same_first_logits():
+    from transformers import DynamicCache
+
+    drafter = tiny_eventgpt_drafter(seed=3, init_range=0.3)
+    inputs = drafter.prepare(random_window(1))
+    session = drafter.prefill(inputs)
+    assert torch.equal(session.window_state, drafter.window_state(inputs))
+    with torch.inference_mode():  # the prefill as a causal LM computes it, last row only
+        out = drafter.model.language_model(
+            inputs_embeds=drafter._embeds(inputs), use_cache=True, logits_to_keep=1,
+            past_key_values=DynamicCache(config=drafter.model.config.text))
+    assert torch.equal(session.last_logits, out.logits[0, -1].float())
+
+
+def test_a_draft_channel_hands_over_the_window_state_or_none_when_the_window_ends():
+    import threading
+
+    from crossspec_ros.speculative.drafting import DraftChannel
+
+    channel, got = DraftChannel(), []
+    waiter = threading.Thread(target=lambda: got.append(channel.wait_window_state()))
+    waiter.start()
+    channel.set_window_state(torch.ones(4))
+    waiter.join(timeout=5)
+    assert torch.equal(got[0], torch.ones(4))
+    ended = DraftChannel()
+    ended.stop()  # the verifier finished first, or the draft node sends no state
+    assert ended.wait_window_state() is None
+
+
+def test_the_engine_with_a_head_reads_the_local_drafters_own_prefill(trained):
+    verifier, drafter, head, *_ = trained
+    looks = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(drafter, name)
+
+        def window_state(self, inputs):
+            looks.append(1)
+            return drafter.window_state(inputs)
+
+    class SlowPrefill:  # the drafter's prefill is surely done before the first round
+        def __getattr__(self, name):
+            return getattr(verifier, name)
+
+        def prefill_with_proposal(self, inputs, proposal):
+            time.sleep(0.3)
+            return verifier.prefill_with_proposal(inputs, proposal)
+
+    engine = SpeculativeEngine(SlowPrefill(), Counting(), EngineConfig(
+        max_new_tokens=8, proposers=("draft_stream", "draft_head"), drafter_gate=False),
+        head=head)
+    result = engine.run_window(random_window(0))
+    assert result.tokens == verifier.reference_generate(verifier.prepare(random_window(0)), 8)
+    assert result.stats.proposed.get("draft_head", 0) > 0 and not looks  # no second look
+
+
+def test_a_window_state_of_the_wrong_size_leaves_the_head_silent_and_says_why(trained):
+    verifier, drafter, head, *_ = trained
+    engine = SpeculativeEngine(verifier, drafter, EngineConfig(
+        max_new_tokens=8, proposers=("draft_head",)), head=head)
+    result = engine.run_window(random_window(0), look=lambda: torch.zeros(3))
+    assert result.tokens == verifier.reference_generate(verifier.prepare(random_window(0)), 8)
+    errors = [e.text for e in result.events if e.kind is EventKind.DRAFT_ERROR]
+    assert errors and "has 3 values" in errors[0] and "head.json" in errors[0]
     assert result.stats.proposed.get("draft_head", 0) == 0

@@ -264,3 +264,28 @@ def test_only_a_newer_window_with_events_preempts_the_current_draft(pair):
         node.destroy_node()
     finally:
         rclpy.shutdown()
+
+
+def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_node_sends(
+        pair):
+    from crossspec_ros.models.draft_head import DraftHead
+    from crossspec_ros.models.pair import BUNDLED_PAIR, head_drafter_source, load_drafter
+
+    head = BUNDLED_PAIR / "distilled_head" / "head"
+    if not head.is_dir():
+        pytest.skip("no bundled draft head")
+    drafter = load_drafter(head_drafter_source(head))  # the drafter the head reads
+    run = run_graph((pair[0], drafter), seconds=3.5, extra={"draft_head": str(head)})
+    sent = {wid: [m for m in msgs if len(m.window_state)] for wid, msgs in run.drafts.items()}
+    assert all(len(with_state) <= 1 for with_state in sent.values())  # once per window
+    width = DraftHead.load(head).config.context_dim
+    states = [with_state[0] for with_state in sent.values() if with_state]
+    assert states and all(len(m.window_state) == width for m in states)
+    assert all(run.drafts[wid][0] is with_state[0]  # with the window's first draft
+               for wid, with_state in sent.items() if with_state)
+    verifier_node = run.nodes[1]
+    assert "draft_head" in verifier_node.engine.config.proposers  # added by the parameter
+    proposed = sum(r.stats.proposed.get("draft_head", 0) for _, r in run.results.values())
+    accepted = sum(r.stats.accepted.get("draft_head", 0) for _, r in run.results.values())
+    assert proposed > 0 and accepted > 0, (proposed, accepted)
+    assert_final_captions_equal_the_verifier_alone(run, verifier_node)

@@ -63,7 +63,18 @@ def run(args: argparse.Namespace) -> int:
     except ModelLoadError as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 1
-    engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=args.max_new_tokens))
+    head, proposers = None, EngineConfig().proposers
+    if params.get("draft_head"):
+        from crossspec_ros.models.pair import load_draft_head
+
+        try:
+            head = load_draft_head(params["draft_head"])
+        except ModelLoadError as err:
+            print(f"crossspec caption: {err}", file=sys.stderr)
+            return 1
+        proposers += ("draft_head",)
+    engine = SpeculativeEngine(verifier, drafter, EngineConfig(
+        max_new_tokens=args.max_new_tokens, proposers=proposers), head=head)
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
     try:

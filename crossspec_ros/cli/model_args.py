@@ -8,7 +8,8 @@ from typing import Any
 
 # flag -> node parameter
 MODEL_FLAGS = {"--verifier-model": "verifier_model", "--drafter-model": "drafter_model",
-               "--device": "device", "--dtype": "dtype", "--quantization": "quantization"}
+               "--draft-head": "draft_head", "--device": "device", "--dtype": "dtype",
+               "--quantization": "quantization"}
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

@@ -140,12 +140,17 @@ class EventGPTDrafter(CaptionModel):
             embeds = self._embeds(inputs)
             vision_ms = watch.lap_ms()
             cache = DynamicCache(config=self.model.config.text)
-            out = self.model.language_model(inputs_embeds=embeds, past_key_values=cache,
-                                             use_cache=True, logits_to_keep=1)
-            first = out.logits[0, -1].float()
+            # the base model, then the head on the last row (what logits_to_keep=1 does):
+            # the same logits, and the window state a draft head reads comes for free
+            lm = self.model.language_model
+            hidden = lm.model(inputs_embeds=embeds, past_key_values=cache,
+                              use_cache=True).last_hidden_state[:, -1:]
+            first = lm.lm_head(hidden)[0, -1].float()
             prefill_ms = watch.lap_ms()
-        return HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
-                         self.device, self.stream)
+        session = HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
+                            self.device, self.stream)
+        session.window_state = hidden[0, -1].float()
+        return session
 
     def window_state(self, inputs: EventInputs) -> torch.Tensor:
         """What the drafter saw: its language model's last hidden state at the end of the

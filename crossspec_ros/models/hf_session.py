@@ -53,6 +53,9 @@ class HFSession(ModelSession):
         # _rows[i]: distribution of generated token i (row 0 comes from the prefill)
         self._rows: list[torch.Tensor] = list(rows.unbind(0))
         self.last_logits = self._rows[-1]
+        # a drafter's view of the window (its language model's last hidden state after the
+        # prompt), where its prefill keeps it: what a draft head reads
+        self.window_state: torch.Tensor | None = None
 
     @property
     def seq_len(self) -> int:

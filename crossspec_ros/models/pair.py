@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.models.errors import ModelNotFoundError
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
 from crossspec_ros.paths import BUNDLED_PAIR
@@ -78,8 +79,11 @@ def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: boo
     """The models a node needs, from validated MODEL_PARAMS values."""
     common = {"device": params["device"], "dtype": params["dtype"],
               "quantization": params["quantization"]}
+    source = params["drafter_model"]
+    if not source and params.get("draft_head"):  # the drafter whose window state it reads
+        source = head_drafter_source(params["draft_head"])
     return (load_verifier(params["verifier_model"], **common) if verifier else None,
-            load_drafter(params["drafter_model"], **common) if drafter else None)
+            load_drafter(source, **common) if drafter else None)
 
 
 def load_head(directory: str | Path, device: str = "cpu") -> tuple[Any, EventGPTDrafter]:
@@ -91,10 +95,34 @@ def load_head(directory: str | Path, device: str = "cpu") -> tuple[Any, EventGPT
                                                    device=device)
 
 
+def load_draft_head(directory: str | Path) -> Any:
+    """A draft head alone (the verifier's side; its drafter runs elsewhere), or a
+    ModelNotFoundError saying what is missing."""
+    from crossspec_ros.models.draft_head import DraftHead
+
+    _head_meta(directory)
+    try:
+        return DraftHead.load(directory)
+    except (OSError, ValueError, RuntimeError, TypeError) as err:
+        raise ModelNotFoundError(
+            f"{directory}: not a draft head ({type(err).__name__}: {err}); pass the head "
+            "directory crossspec distill --method head wrote (OUT/head)") from err
+
+
+def _head_meta(directory: str | Path) -> dict[str, Any]:
+    file = Path(directory) / "head.json"
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise ModelNotFoundError(
+            f"{directory}: no draft head here (cannot read {file.name}: {err}); pass the head "
+            "directory crossspec distill --method head wrote (OUT/head)") from err
+
+
 def head_drafter_source(directory: str | Path) -> str:
     """The drafter a draft head reads, as its head.json records it ("": the bundled one;
     a relative path: inside the bundled data)."""
-    source = json.loads((Path(directory) / "head.json").read_text()).get("drafter", "")
+    source = _head_meta(directory).get("drafter", "")
     if source and not Path(source).is_absolute():
         source = str(BUNDLED_PAIR / source)
     return source

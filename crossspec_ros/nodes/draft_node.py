@@ -148,14 +148,18 @@ class DraftNode(ManagedNode):
         if self.queue.closed:  # stopping after this window was taken (stop() closes the
             channel.stop()     # queue, then stops the current draft: one of them sees it)
         stats = WindowStats(proposer_names=["draft_stream"])
+        state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
+            nonlocal state_due
             event = EngineEvent(kind, int(window.id), (time.monotonic() - t_close) * 1e3,
                                 **fields)
             if kind is EventKind.DRAFT:
                 if len(event.tokens) == 1 and event.revision == 0:
                     stats.draft_first_token_ms = event.t_ms  # before the first publication
-                self._publish_draft(window, event, stats)
+                state = channel.window_state if state_due else None
+                state_due = state_due and state is None
+                self._publish_draft(window, event, stats, state)
             elif kind is EventKind.DRAFT_ERROR:
                 self.get_logger().error(f"window {window.id}: drafter failed: {event.text}")
             return event
@@ -168,7 +172,8 @@ class DraftNode(ManagedNode):
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
 
-    def _publish_draft(self, window: Any, event: EngineEvent, stats: WindowStats) -> None:
+    def _publish_draft(self, window: Any, event: EngineEvent, stats: WindowStats,
+                       window_state: Any = None) -> None:
         msg = cs_msg.DraftTokens(
             window_id=int(window.id), epoch=int(window.epoch),
             window_start=ns_to_msg(window.t0), window_end=ns_to_msg(window.t1),
@@ -176,6 +181,8 @@ class DraftNode(ManagedNode):
             log_probs=[float(x) for x in event.log_probs],
             text=event.text, done=event.done,
             first_token_latency_ms=float(stats.draft_first_token_ms))
+        if window_state is not None:
+            msg.window_state = window_state.detach().float().cpu().numpy()
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.header.frame_id = "event_camera"
         self.pub_draft.publish(msg)

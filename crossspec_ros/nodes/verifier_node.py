@@ -19,6 +19,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
 from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CompressedImage, Image
@@ -56,11 +58,13 @@ PIPELINE_BACKLOG = 4
 
 
 def engine_config(p: dict[str, Any]) -> EngineConfig:
+    proposers = tuple(p["proposers"].split(","))
+    if p["draft_head"] and "draft_head" not in proposers:  # the head is asked for: use it
+        proposers += ("draft_head",)
     return EngineConfig(max_new_tokens=p["max_new_tokens"], mode=p["decoding"],
                         temperature=p["temperature"], max_proposal=p["max_proposal"],
                         max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],
-                        proposers=tuple(p["proposers"].split(",")),
-                        history_windows=p["history_windows"])
+                        proposers=proposers, history_windows=p["history_windows"])
 
 
 class VerifierNode(ManagedNode):
@@ -102,7 +106,14 @@ class VerifierNode(ManagedNode):
             from crossspec_ros.models.pair import load_from_params
 
             verifier = load_from_params(p, drafter=False)[0]
-        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p))
+        head = None
+        if p["draft_head"]:
+            from crossspec_ros.models.pair import load_draft_head
+
+            head = load_draft_head(p["draft_head"])
+            self.get_logger().info(f"draft head {p['draft_head']}: proposes from the window "
+                                   f"state the draft node publishes on {p['draft_topic']}")
+        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p), head=head)
         self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
         if p["live_prefill"] and not self.live_prefill:
             self.get_logger().info("live_prefill: this verifier prefills after the close "
@@ -205,6 +216,8 @@ class VerifierNode(ManagedNode):
             if not captions or captions[-1].finished:
                 return  # late, or finished as UNVERIFIED: no verifier will read it
             channel = self.channels.setdefault(key, DraftChannel())
+        if len(msg.window_state) and self.engine is not None and self.engine.head is not None:
+            channel.set_window_state(torch.tensor(np.asarray(msg.window_state, np.float32)))
         channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
 
     def _tick(self) -> None:
@@ -252,6 +265,7 @@ class VerifierNode(ManagedNode):
             result = self.engine.run_window(
                 window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
                 draft=channel, live=live,
+                look=channel.wait_window_state if self.engine.head is not None else None,
                 between_rounds=next_window_frame if self.live_prefill else None)
         finally:
             with self._lock:

@@ -46,6 +46,8 @@ class DraftChannel:
         # How far past the confirmed caption the drafter may run: free while the verifier is
         # in its prefill, afterwards what the verifier would propose (0 pauses the drafter).
         self.lookahead = lookahead
+        # the drafter's view of the window (a draft head's input), once its prefill made it
+        self.window_state: torch.Tensor | None = None
 
     # ------------------------------------------------------------ verifier side
     def snapshot(self) -> tuple[list[int], bool]:
@@ -73,6 +75,20 @@ class DraftChannel:
                 return
             self.tokens, self.revision, self.done = list(tokens), revision, done
             self.cond.notify_all()
+
+    def set_window_state(self, state: torch.Tensor | None) -> None:
+        """The drafter's window state (from its prefill here, or from a draft node)."""
+        with self.cond:
+            self.window_state = state
+            self.cond.notify_all()
+
+    def wait_window_state(self) -> torch.Tensor | None:
+        """The drafter's window state once there; None if the window ends (``stop``) or the
+        drafter finishes without one (a draft node that does not publish it)."""
+        with self.cond:
+            while self.window_state is None and not self.stopped and not self.done:
+                self.cond.wait()
+            return self.window_state
 
     def stop(self) -> None:
         """End the drafter's loop for this window (the verifier is done, or a newer window
@@ -105,6 +121,7 @@ def _draft(drafter: CaptionModel, window: Any, channel: DraftChannel,
     info = drafter.info
     session = drafter.prefill(drafter.prepare(window))
     channel.session = session
+    channel.set_window_state(getattr(session, "window_state", None))
     logits = session.last_logits
     seen_version = 0
     while True:

@@ -152,10 +152,12 @@ class SpeculativeEngine:
         ``draft``: a channel fed by a drafter elsewhere (a draft node); no local drafter runs
         then, and ``self.drafter`` only needs ``tokenizer`` and ``info`` (for bridging).
         ``look``: where the draft head's window state comes from (default: the local
-        drafter, on a thread; e.g. ``DrafterProcess.look``). ``live``: the window's prefill
-        begun while it was open (models/live_prefill.py); its missing frames are added and
-        the prompt finished with the first proposal. A live prefill whose frames are not the
-        window's is set aside for the one-shot prefill (``stats.live_prefill_frames`` -1).
+        drafter's prefill when it drafts, else the local drafter looking on a thread; e.g.
+        ``DrafterProcess.look`` or, in the verifier node, ``draft.wait_window_state``).
+        ``live``: the window's prefill begun while it was open (models/live_prefill.py); its
+        missing frames are added and the prompt finished with the first proposal. A live
+        prefill whose frames are not the window's is set aside for the one-shot prefill
+        (``stats.live_prefill_frames`` -1).
         ``between_rounds``: called on this thread after each round's tokens are confirmed
         and before the next round (the verifier node prefills one frame of the next window
         there: the windows pipeline, and a round waits for at most that one frame's work).
@@ -175,7 +177,10 @@ class SpeculativeEngine:
         head_run = None
         if self.head is not None and "draft_head" in proposers and (
                 look is not None or self.drafter is not None):
-            head_run = HeadRun(self.head, look or HeadRun.local_look(self.drafter, window))
+            # the local drafter's prefill leaves the window state on the channel for free
+            head_run = HeadRun(self.head, look or (
+                channel.wait_window_state if local_draft
+                else HeadRun.local_look(self.drafter, window)))
         if local_draft:
             drafter_thread = threading.Thread(
                 target=run_drafter, name=f"crossspec-drafter-{window_id}", daemon=True,

@@ -20,9 +20,10 @@ from crossspec_ros.models.draft_head import DraftHead, HeadState
 class HeadRun:
     """The head's proposals for one window."""
 
-    def __init__(self, head: DraftHead, look: Callable[[], torch.Tensor]) -> None:
+    def __init__(self, head: DraftHead, look: Callable[[], torch.Tensor | None]) -> None:
         """``look``: the drafter's window state of this window (run on a thread of its own:
-        the drafter here, or a ``DrafterProcess.look``)."""
+        the drafter here, a ``DrafterProcess.look``, or ``DraftChannel.wait_window_state``
+        for the state a draft node publishes; None: there is none, the head stays silent)."""
         self.head = head
         self.context: torch.Tensor | None = None
         self.error: str | None = None
@@ -37,9 +38,16 @@ class HeadRun:
         """The drafter in this process looks at the window."""
         return lambda: drafter.window_state(drafter.prepare(window))
 
-    def _look(self, look: Callable[[], torch.Tensor]) -> None:
+    def _look(self, look: Callable[[], torch.Tensor | None]) -> None:
         try:
-            self.context = look()
+            state = look()
+            if state is not None and state.numel() != self.head.config.context_dim:
+                raise ValueError(
+                    f"the drafter's window state has {state.numel()} values, the head reads "
+                    f"{self.head.config.context_dim}: run the drafter the head was trained on "
+                    "(its head.json names it)")
+            self.context = None if state is None else \
+                state.float().to(next(self.head.parameters()).device)
         except Exception as err:  # the verifier goes on without the head
             self.error = f"{type(err).__name__}: {err}"
         finally:
