@@ -195,6 +195,7 @@ class _RecordsUntilDamage:
         self.from_cut_chunk = 0  # messages read from the chunk cut short
 
     def __iter__(self):  # type: ignore[no-untyped-def]
+        from mcap.records import Message
         from mcap.stream_reader import StreamReader
 
         with self.file.open("rb") as source:
@@ -209,7 +210,7 @@ class _RecordsUntilDamage:
                 return
             source.seek(self.good_bytes)
             tail = _whole_records_of_cut_chunk(source.read())
-            self.from_cut_chunk = sum(type(record).__name__ == "Message" for record in tail)
+            self.from_cut_chunk = sum(isinstance(record, Message) for record in tail)
             yield from tail
 
 

@@ -158,7 +158,8 @@ class DraftNode(ManagedNode):
                 if len(event.tokens) == 1 and event.revision == 0:
                     stats.draft_first_token_ms = event.t_ms  # before the first publication
                 state = channel.window_state if state_due else None
-                state_due = state_due and state is None
+                if state is not None:  # once, with the window's first draft
+                    state_due = False
                 self._publish_draft(window, event, stats, state)
             elif kind is EventKind.DRAFT_ERROR:
                 self.get_logger().error(f"window {window.id}: drafter failed: {event.text}")

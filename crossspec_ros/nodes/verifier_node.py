@@ -19,7 +19,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
@@ -217,7 +216,7 @@ class VerifierNode(ManagedNode):
                 return  # late, or finished as UNVERIFIED: no verifier will read it
             channel = self.channels.setdefault(key, DraftChannel())
         if len(msg.window_state) and self.engine is not None and self.engine.head is not None:
-            channel.set_window_state(torch.tensor(np.asarray(msg.window_state, np.float32)))
+            channel.set_window_state(torch.tensor(msg.window_state, dtype=torch.float32))
         channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
 
     def _tick(self) -> None:
