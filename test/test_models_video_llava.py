@@ -37,6 +37,19 @@ def test_preprocessing_equals_videollava_image_processor(size, shape):
     assert torch.allclose(ours, theirs["pixel_values"], atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9])
+def test_frames_shared_among_threads_keep_their_order_and_values(n):
+    frames = _frames(n, (40, 60, 3), seed=n)
+    preprocess = ClipPreprocess(28)
+    together = preprocess(frames)
+    assert torch.equal(together, torch.from_numpy(np.stack([preprocess.one(f) for f in frames])))
+
+
+def test_no_frames_to_preprocess_is_refused():
+    with pytest.raises(ValueError, match="no images"):
+        ClipPreprocess(28)([])
+
+
 def test_prompt_is_the_video_llava_template(verifier):
     assert verifier.prompt("What is ahead?") == "USER: <video>\nWhat is ahead? ASSISTANT:"
 

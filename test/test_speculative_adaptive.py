@@ -86,7 +86,7 @@ def test_a_wrong_proposer_loses_its_share_of_the_tree():
     assert len(policy.propose([10], None, 0, history, room=20)) == 0
 
 
-def test_the_first_proposal_is_the_likeliest_whole_caption_stopping_before_a_placeholder():
+def test_the_first_proposal_is_the_last_caption_whole_stopping_before_a_placeholder():
     history = SuffixIndex()
     history.add_source([10, 11, 12, 13, 2])
     history.add_source([10, 11, 40, 41, 2])
@@ -98,6 +98,18 @@ def test_the_first_proposal_is_the_likeliest_whole_caption_stopping_before_a_pla
     # visual slots
     assert policy.propose_first(None, 0, history, room=20, proposable=40).tokens == [10, 11]
     assert len(policy.propose_first(None, 0, history, room=1, proposable=100)) == 0
+
+
+def test_the_first_proposal_is_the_last_caption_even_where_older_ones_outnumber_it():
+    history = SuffixIndex()
+    for _ in range(5):
+        history.add_source([10, 11, 12, 13, 2])
+    history.add_source([10, 14, 15, 2])
+    policy = ProposalPolicy(("history_ngram",), max_depth=24, max_nodes=64)
+    # the trie's likeliest start follows the older captions; the window before wins here
+    assert policy.propose([], None, 0, history, room=20).best_chain()[:2] == [10, 11]
+    assert policy.propose_first(None, 0, history, room=20, proposable=100).tokens == [
+        10, 14, 15, 2]
 
 
 def test_the_gate_tries_both_choices_then_keeps_the_faster_and_retries_ever_less_often():

@@ -1,9 +1,9 @@
 """`crossspec bench engine`: every way of captioning a window, side by side, in one run
 (the measurement itself: ``engine.py``, imported when the command runs).
 
-Modes (every one on every window; the order rotates per window so drift and noise hit all
-alike; the first ``--warmup`` windows run but are not counted; the process has the thread
-settings of the live graph, ``process_tuning``):
+Modes (every one on every window; the order is shuffled per window (seeded) so drift, noise
+and cache warmth hit all alike; the first ``--warmup`` windows run but are not counted; the
+process has the thread settings of the live graph, ``process_tuning``):
   hf_generate      transformers ``generate`` on the verifier: what a user would write instead
   verifier_alone   crossspec's plain greedy loop (one forward per token)
   prompt_lookup    transformers prompt-lookup decoding (``prompt_lookup_num_tokens``). Video-

@@ -139,11 +139,15 @@ class ProposalPolicy:
                       history: SuffixIndex, room: int, proposable: int,
                       chains: dict[str, list[int]] | None = None) -> DraftTree:
         """The chain fed with the prompt in the prefill's own forward pass: the likeliest
-        caption start (a chain, since the prefill's causal mask checks a chain as it is).
+        caption start (a chain, since the prefill's causal mask checks a chain as it is),
+        history's candidate being the last window's caption whole (``SuffixIndex.newest``).
         Not pruned by cost: next to a prompt of hundreds of tokens a few more cost next to
         nothing, and a window captioned like the last one is confirmed in that one pass.
         It stops before an id >= ``proposable``: in a prompt, the model's image or video
         placeholder would be taken for a slot of visual features."""
+        chains = dict(chains or {})
+        if "history_ngram" in self.proposers and history.newest():
+            chains.setdefault("history_ngram", history.newest())
         path = self._gather((), draft, draft_base, history, room, chains).best_path()
         stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
         return path.pruned(stop)

@@ -8,8 +8,10 @@ caption that the trie holds (so after a rejected token the lookup simply finds w
 new context occurs: it re-aligns instead of stopping), then expand the continuations
 best-first by their estimated probability (the count ratio along the path), as
 SuffixDecoding does. Captions keep their EOS, so a proposal can end the caption, and start
-with a ``START`` mark, so an empty or short context is matched at captions' beginnings (the
-first proposal of a window is the likeliest whole caption).
+with a ``START`` mark, so a short context is matched at captions' beginnings. A window's first
+proposal is not the trie's but the newest caption whole (``newest``): the verifier repeated
+the last window's caption exactly in 132 of 252 windows of six simulated drives, while the
+trie's likeliest path from ``START`` (a blend of several captions) was right whole in 14.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class SuffixIndex:
 
     def __len__(self) -> int:
         return len(self.sources)
+
+    def newest(self) -> list[int]:
+        """The newest indexed caption (without its ``START`` mark); [] when none."""
+        return self.sources[-1][1:] if self.sources else []
 
     def add_source(self, tokens: Sequence[int]) -> None:
         """Index ``tokens``; the oldest source goes once more than ``max_sources`` are held."""
