@@ -33,8 +33,11 @@ def test_every_mode_runs_on_every_counted_window_and_matches_the_verifier():
     assert report["modes"]["crossspec"]["passes_per_window"] > 0
     assert report["paired_speedup_median"] == report["modes"]["crossspec"][
         "paired_speedup_median"]
+    assert report["modes"]["history_only"]["paired_speedup_vs_history_only"]["median"] == 1.0
     table = markdown_table(report)
     assert table.count("\n| ") == 2 + len(report["modes"]) - 1  # header, rule, one per mode
+    vs = report["modes"]["crossspec"]["paired_speedup_vs_history_only"]
+    assert f"crossspec against history_only, paired: {vs['median']:.2f}x" in table
 
 
 def test_live_prefill_modes_replay_the_frames_and_stay_lossless():

@@ -20,7 +20,7 @@ from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
 
-BASELINES = ("verifier_alone", "hf_generate")
+BASELINES = ("verifier_alone", "hf_generate", "history_only")  # the last when it ran
 
 
 @dataclass
@@ -337,7 +337,7 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
             "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
             "latency_ms_per_window": [round(x, 2) for x in run.latency_ms],
         }
-        for baseline in BASELINES:
+        for baseline in (b for b in BASELINES if b in runs):
             entry[f"paired_speedup_vs_{baseline}"] = paired(runs[baseline].latency_ms,
                                                             run.latency_ms)
         entry["paired_speedup_median"] = entry["paired_speedup_vs_verifier_alone"]["median"]
@@ -413,6 +413,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         f"caption token came free): median {_cell(report.get('ceiling_speedup_median'), 'x')}"
         f" per window.",
         "",
+        *_against_history(report),
         "| mode | median ms | p95 ms | paired speedup vs verifier_alone (IQR) "
         "| vs hf_generate | passes/window | accepted/pass | prefill slowdown "
         "| lossless |",
@@ -428,6 +429,15 @@ def markdown_table(report: dict[str, Any]) -> str:
             f"| {_cell(r.get('accepted_per_pass'))} "
             f"| {_cell(r.get('prefill_slowdown_median'), 'x')} | {r['lossless_windows']} |")
     return "\n".join(lines) + "\n"
+
+
+def _against_history(report: dict[str, Any]) -> list[str]:
+    """crossspec's paired speedup over history_only (the target: never below it)."""
+    vs = report["modes"]["crossspec"].get("paired_speedup_vs_history_only")
+    if vs is None:
+        return []
+    return [f"crossspec against history_only, paired: {vs['median']:.2f}x "
+            f"(IQR {vs['q25']:.2f}-{vs['q75']:.2f}).", ""]
 
 
 def _cell(value: float | None, unit: str = "") -> str:
