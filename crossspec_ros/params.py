@@ -179,6 +179,10 @@ ENGINE_PARAMS = [
           "(draft_head: with the parameter draft_head; added by it when missing)", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
+    Param("drafter_process", False, "draft node on CPU: run the drafter the model "
+          "parameters name in a child process (in a composed graph a drafter thread shares "
+          "the interpreter with the verifier and both slow down; a drafter handed to the node "
+          "then only lends its tokenizer; on a GPU the drafter has its own CUDA stream)"),
     Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "
           "selected, while the window is still open (Video-LLaVA verifiers; false: the whole "
           "prefill after the window closes)"),

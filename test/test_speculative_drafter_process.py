@@ -75,3 +75,35 @@ def test_the_process_looks_at_a_window_as_the_drafter_does_here(process, windows
     for window in windows:
         here = drafter.window_state(drafter.prepare(window))
         assert torch.allclose(process.look(window), here, atol=1e-5)
+
+
+def test_on_draft_hears_each_draft_as_the_drafter_here_emits_it_with_the_window_state(
+        process, windows):
+    import torch
+
+    from crossspec_ros.speculative.events import EngineEvent, EventKind
+
+    drafter = load_drafter("")
+    window = windows[0]
+    here: list[EngineEvent] = []
+    local = DraftChannel(lookahead=48)
+    thread = threading.Thread(target=run_drafter, args=(
+        drafter, window, local,
+        lambda kind, **f: here.append(EngineEvent(kind, 0, 0.0, **f)) or here[-1],
+        WindowStats(), 30))
+    thread.start()
+    _wait_done(local)
+    local.stop()
+    thread.join()
+    heard: list[tuple] = []
+    remote = process.start(window, lookahead=48, max_new_tokens=30,
+                           on_draft=lambda kind, **f: heard.append((kind, f)))
+    _wait_done(remote)
+    remote.stop()
+    assert process.wait_idle(timeout=10.0)
+    drafts = [e for e in here if e.kind is EventKind.DRAFT]
+    assert [f["tokens"] for _, f in heard] == [e.tokens for e in drafts]
+    assert [f["text"] for _, f in heard] == [e.text for e in drafts]
+    assert heard[-1][1]["log_probs"] == pytest.approx(drafts[-1].log_probs, abs=1e-4)
+    assert all(kind is EventKind.DRAFT for kind, _ in heard)
+    assert torch.allclose(remote.window_state, local.window_state, atol=1e-5)

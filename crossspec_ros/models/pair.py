@@ -79,11 +79,16 @@ def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: boo
     """The models a node needs, from validated MODEL_PARAMS values."""
     common = {"device": params["device"], "dtype": params["dtype"],
               "quantization": params["quantization"]}
+    return (load_verifier(params["verifier_model"], **common) if verifier else None,
+            load_drafter(drafter_source(params), **common) if drafter else None)
+
+
+def drafter_source(params: dict[str, Any]) -> str:
+    """Where the drafter of validated MODEL_PARAMS values is (empty: the bundled one)."""
     source = params["drafter_model"]
     if not source and params.get("draft_head"):  # the drafter whose window state it reads
         source = head_drafter_source(params["draft_head"])
-    return (load_verifier(params["verifier_model"], **common) if verifier else None,
-            load_drafter(source, **common) if drafter else None)
+    return source
 
 
 def load_head(directory: str | Path, device: str = "cpu") -> tuple[Any, EventGPTDrafter]:

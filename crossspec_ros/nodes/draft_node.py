@@ -2,9 +2,10 @@
 
 Subscribes to the event camera (event_camera_msgs/EventPacket, evt3) and to the verifier's
 confirmed tokens. Windows the events (ids from time, so the verifier agrees without talking),
-runs the event drafter on a worker thread and publishes crossspec/DraftTokens the moment each
-token exists. When the verifier confirms tokens that disagree with the draft, the drafter rolls
-back to the confirmed prefix and drafts on from there (re-sync). A newer window always wins:
+runs the event drafter on a worker thread (or, with ``drafter_process`` on CPU, in a child
+process) and publishes crossspec/DraftTokens the moment each token exists. When the verifier
+confirms tokens that disagree with the draft, the drafter rolls back to the confirmed prefix
+and drafts on from there (re-sync). A newer window always wins:
 the drafter leaves the old one as soon as the next window closes.
 """
 
@@ -55,6 +56,7 @@ class DraftNode(ManagedNode):
         self.worker: Worker | None = None
         self.windows_drafted = 0
         self.last_first_token_ms = float("nan")
+        self.process: Any = None  # a DrafterProcess, when the drafter runs in one
 
     def configure_node(self) -> None:
         p = self.params
@@ -63,6 +65,12 @@ class DraftNode(ManagedNode):
 
             self.drafter = load_from_params(p, verifier=False)[1]
         assign_cuda_streams(self.drafter)  # its own CUDA stream, also when composed
+        if p["drafter_process"] and p["device"] == "cpu":
+            from crossspec_ros.models.pair import drafter_source
+            from crossspec_ros.speculative.drafter_process import DrafterProcess
+
+            # this process keeps its drafter for the tokenizer (re-syncs) and reports
+            self.process = DrafterProcess(drafter_source(p), device="cpu", dtype=p["dtype"])
         self.sync = sync_from_params(p, streams=("events",))
         self.decoder = EventPacketDecoder(name=p["event_topic"])
         self.pub_draft = self.add_publisher(cs_msg.DraftTokens, p["draft_topic"],
@@ -94,6 +102,9 @@ class DraftNode(ManagedNode):
 
     def release(self) -> None:
         self.drafter = self._given_drafter  # a model this node loaded is let go
+        if self.process is not None:
+            self.process.close()
+            self.process = None
 
     # ------------------------------------------------------------ callbacks (executor)
     def _on_events(self, msg: EventPacket) -> None:
@@ -143,12 +154,10 @@ class DraftNode(ManagedNode):
         if item is None:
             return
         window, t_close = item
-        channel = DraftChannel(lookahead=self.params["max_new_tokens"])
-        self.cursor.begin(window.key, channel)
-        if self.queue.closed:  # stopping after this window was taken (stop() closes the
-            channel.stop()     # queue, then stops the current draft: one of them sees it)
+        max_new = self.params["max_new_tokens"]
         stats = WindowStats(proposer_names=["draft_stream"])
         state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
+        drafting: list[DraftChannel] = []  # the window's channel, once there
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
             nonlocal state_due
@@ -157,7 +166,7 @@ class DraftNode(ManagedNode):
             if kind is EventKind.DRAFT:
                 if len(event.tokens) == 1 and event.revision == 0:
                     stats.draft_first_token_ms = event.t_ms  # before the first publication
-                state = channel.window_state if state_due else None
+                state = drafting[0].window_state if state_due and drafting else None
                 if state is not None:  # once, with the window's first draft
                     state_due = False
                 self._publish_draft(window, event, stats, state)
@@ -165,9 +174,19 @@ class DraftNode(ManagedNode):
                 self.get_logger().error(f"window {window.id}: drafter failed: {event.text}")
             return event
 
+        if self.process is not None:
+            channel = self.process.start(window, max_new, max_new, on_draft=emit)
+        else:
+            channel = DraftChannel(lookahead=max_new)
+        drafting.append(channel)
+        self.cursor.begin(window.key, channel)
+        if self.queue.closed:  # stopping after this window was taken (stop() closes the
+            channel.stop()     # queue, then stops the current draft: one of them sees it)
         try:
-            run_drafter(self.drafter, window, channel, emit, stats,
-                        self.params["max_new_tokens"])
+            if self.process is not None:
+                self.process.wait_idle()  # the draft arrives through emit; until stopped
+            else:
+                run_drafter(self.drafter, window, channel, emit, stats, max_new)
         finally:
             self.cursor.end(window.key)
         self.windows_drafted += 1

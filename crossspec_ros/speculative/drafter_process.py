@@ -18,12 +18,14 @@ import json
 import multiprocessing
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from crossspec_ros.speculative.drafting import DraftChannel
+from crossspec_ros.speculative.events import EventKind
 
 _ARRAYS = ("t", "x", "y", "p")
 READY_TIMEOUT_S = 120.0
@@ -82,6 +84,7 @@ class DrafterProcess:
         self._idle.set()
         self.first_token_ms: float = float("nan")  # of the latest window, child's clock
         self.error: str | None = None
+        self._on_draft: Callable[..., Any] | None = None
         self._looked = threading.Event()      # look(): the child's reply arrived
         self._look: tuple[int, Any] | None = None
         if not self._conn.poll(READY_TIMEOUT_S):
@@ -96,15 +99,20 @@ class DrafterProcess:
                                         daemon=True)
         self._reader.start()
 
-    def start(self, window: Any, lookahead: int, max_new_tokens: int) -> DraftChannel:
+    def start(self, window: Any, lookahead: int, max_new_tokens: int,
+              on_draft: Callable[..., Any] | None = None) -> DraftChannel:
         """Send ``window``'s events to the drafter; returns the channel its draft arrives on
-        (hand it to ``SpeculativeEngine.run_window(draft=...)``)."""
+        (hand it to ``SpeculativeEngine.run_window(draft=...)``). ``on_draft``: called on
+        the reader thread like ``run_drafter``'s ``emit`` (``EventKind.DRAFT`` with tokens,
+        revision, done, text and log_probs; ``EventKind.DRAFT_ERROR`` with text), after the
+        channel has the draft (and, with the first one, the drafter's window state)."""
         if not self._idle.wait(timeout=10.0):
             raise RuntimeError("the drafter process did not finish its previous window")
         window_id = int(getattr(window, "id", 0))
         events = window.events
         channel = _ForwardingChannel(self, window_id, lookahead)
         self._channel, self.first_token_ms = channel, float("nan")
+        self._on_draft = on_draft
         self._idle.clear()
         header = {"kind": "window", "window": window_id, "lookahead": lookahead,
                   "max_new_tokens": max_new_tokens, "width": events.width,
@@ -118,8 +126,6 @@ class DrafterProcess:
         """What the drafter sees in ``window`` (``window_state``: a float32 tensor), computed
         in the child: a draft head's input at no cost to this process. Blocks until it is
         there (call it from a thread of its own)."""
-        import torch
-
         if not self._idle.wait(timeout=timeout):
             raise RuntimeError("the drafter process did not finish its previous window")
         window_id = int(getattr(window, "id", 0))
@@ -138,6 +144,10 @@ class DrafterProcess:
         if looked_id != window_id:
             raise RuntimeError("the drafter process answered for another window")
         return torch.from_numpy(state.copy())
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until the child has let go of its window (stopped, failed or gone)."""
+        return self._idle.wait(timeout)
 
     def _post(self, message: dict) -> None:
         with self._send_lock:
@@ -159,17 +169,30 @@ class DrafterProcess:
                 self._look = (message["window"], message.get("error") or
                               np.frombuffer(payload, dtype=np.float32))
                 self._looked.set()
-            elif channel is None or message.get("window") != channel.window_id:
-                continue  # a late message of an earlier window
-            elif kind == "draft":
+            elif kind == "draft" and message.get("state"):
+                state = np.frombuffer(self._conn.recv_bytes(), dtype=np.float32)
+                if channel is not None and message["window"] == channel.window_id:
+                    channel.set_window_state(torch.from_numpy(state.copy()))
+            if channel is None or message.get("window") != channel.window_id \
+                    or kind not in ("draft", "error"):
+                continue  # a late message of an earlier window, or handled above
+            on_draft = self._on_draft
+            if kind == "draft":
                 if message["first_token_ms"] is not None:
                     self.first_token_ms = message["first_token_ms"]
                 channel.set_draft(message["tokens"], message["revision"], message["done"])
-            elif kind == "error":
+                if on_draft is not None:
+                    on_draft(EventKind.DRAFT, tokens=message["tokens"],
+                             revision=message["revision"], done=message["done"],
+                             text=message.get("text", ""),
+                             log_probs=message.get("log_probs", []))
+            else:
                 self.error = message["text"]
                 with channel.cond:
                     channel.done = True
                     channel.cond.notify_all()
+                if on_draft is not None:
+                    on_draft(EventKind.DRAFT_ERROR, text=message["text"])
 
     def close(self) -> None:
         """End the child process (also at exit: it is a daemon)."""
@@ -256,7 +279,7 @@ class _ChildWindow:
                  send_lock: threading.Lock) -> None:
         from crossspec_ros.events.batch import EventBatch
         from crossspec_ros.speculative.drafting import run_drafter
-        from crossspec_ros.speculative.events import EngineEvent, EventKind
+        from crossspec_ros.speculative.events import EngineEvent
         from crossspec_ros.speculative.stats import WindowStats
 
         self.id = int(header["window"])
@@ -267,16 +290,22 @@ class _ChildWindow:
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
             event = EngineEvent(kind, self.id, (time.monotonic() - t0) * 1e3, **fields)
+            arrays: list[np.ndarray] = []
             if kind is EventKind.DRAFT:
                 reply = {"kind": "draft", "window": self.id, "tokens": event.tokens,
                          "revision": event.revision, "done": event.done,
+                         "text": event.text, "log_probs": event.log_probs,
                          "first_token_ms": None if first else event.t_ms}
+                state = self.channel.window_state
+                if not first and state is not None:  # once, with the window's first draft
+                    reply["state"] = True
+                    arrays = [state.detach().float().cpu().numpy().reshape(-1)]
                 first.append(event.t_ms)
             else:
                 reply = {"kind": "error", "window": self.id, "text": event.text}
             if kind in (EventKind.DRAFT, EventKind.DRAFT_ERROR):
                 with send_lock:
-                    _send(conn, reply)
+                    _send(conn, reply, arrays)
             return event
 
         self.thread = threading.Thread(
