@@ -266,8 +266,9 @@ def test_only_a_newer_window_with_events_preempts_the_current_draft(pair):
         rclpy.shutdown()
 
 
+@pytest.mark.parametrize("drafter_process", [False, True], ids=["thread", "child_process"])
 def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_node_sends(
-        pair):
+        pair, drafter_process):
     from crossspec_ros.models.draft_head import DraftHead
     from crossspec_ros.models.pair import BUNDLED_PAIR, head_drafter_source, load_drafter
 
@@ -275,7 +276,9 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     if not head.is_dir():
         pytest.skip("no bundled draft head")
     drafter = load_drafter(head_drafter_source(head))  # the drafter the head reads
-    run = run_graph((pair[0], drafter), seconds=3.5, extra={"draft_head": str(head)})
+    run = run_graph((pair[0], drafter), seconds=3.5,
+                    extra={"draft_head": str(head), "drafter_process": drafter_process})
+    assert run.nodes[0].drafter_runs_in == ("a child process" if drafter_process else "a thread")
     sent = {wid: [m for m in msgs if len(m.window_state)] for wid, msgs in run.drafts.items()}
     assert all(len(with_state) <= 1 for with_state in sent.values())  # once per window
     width = DraftHead.load(head).config.context_dim
@@ -288,4 +291,6 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     proposed = sum(r.stats.proposed.get("draft_head", 0) for _, r in run.results.values())
     accepted = sum(r.stats.accepted.get("draft_head", 0) for _, r in run.results.values())
     assert proposed > 0 and accepted > 0, (proposed, accepted)
+    assert all(len(m.log_probs) == len(m.token_ids) for msgs in run.drafts.values()
+               for m in msgs)
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)

@@ -71,6 +71,7 @@ class DraftNode(ManagedNode):
 
             # this process keeps its drafter for the tokenizer (re-syncs) and reports
             self.process = DrafterProcess(drafter_source(p), device="cpu", dtype=p["dtype"])
+        self.drafter_runs_in = "a child process" if self.process is not None else "a thread"
         self.sync = sync_from_params(p, streams=("events",))
         self.decoder = EventPacketDecoder(name=p["event_topic"])
         self.pub_draft = self.add_publisher(cs_msg.DraftTokens, p["draft_topic"],
@@ -84,7 +85,8 @@ class DraftNode(ManagedNode):
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
-            f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')})")
+            f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')}, "
+            f"in {self.drafter_runs_in})")
 
     def start(self) -> None:
         self.queue = WindowQueue(self.params["max_queued_windows"])
