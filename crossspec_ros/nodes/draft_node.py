@@ -57,6 +57,7 @@ class DraftNode(ManagedNode):
         self.windows_drafted = 0
         self.last_first_token_ms = float("nan")
         self.process: Any = None  # a DrafterProcess, when the drafter runs in one
+        self.drafter_runs_in = "a thread"  # where the last configure put it (for reports)
 
     def configure_node(self) -> None:
         p = self.params

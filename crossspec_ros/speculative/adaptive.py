@@ -146,8 +146,9 @@ class ProposalPolicy:
         It stops before an id >= ``proposable``: in a prompt, the model's image or video
         placeholder would be taken for a slot of visual features."""
         chains = dict(chains or {})
-        if "history_ngram" in self.proposers and history.newest():
-            chains.setdefault("history_ngram", history.newest())
+        newest = history.newest()
+        if "history_ngram" in self.proposers and newest:
+            chains.setdefault("history_ngram", newest)
         path = self._gather((), draft, draft_base, history, room, chains).best_path()
         stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
         return path.pruned(stop)
