@@ -158,6 +158,9 @@ MODEL_PARAMS = [
           "none, 4bit or 8bit"),
 ]
 
+# the engine's proposers (speculative/adaptive.py says what each proposes)
+PROPOSERS = ("draft_stream", "draft_ngram", "history_ngram", "corpus_ngram", "draft_head")
+
 ENGINE_PARAMS = [
     Param("max_new_tokens", 48, "longest caption in tokens", positive, ">= 1", live=True,
           bounds=(1, 4096)),
@@ -171,14 +174,17 @@ ENGINE_PARAMS = [
           one_of("greedy", "sampling"), "greedy or sampling", live=True),
     Param("temperature", 1.0, "sampling temperature", positive, "> 0", live=True,
           bounds=(0.0, 100.0)),
-    Param("proposers", "draft_stream,draft_ngram,history_ngram",
+    Param("proposers", "draft_stream,draft_ngram,history_ngram,corpus_ngram",
           "comma-separated proposers the verifier may use",
-          lambda x: bool(x) and set(x.split(",")) <= {"draft_stream", "draft_ngram",
-                                                     "history_ngram", "draft_head"},
-          "a comma-separated subset of draft_stream, draft_ngram, history_ngram, draft_head "
-          "(draft_head: with the parameter draft_head; added by it when missing)", live=True),
+          lambda x: bool(x) and set(x.split(",")) <= set(PROPOSERS),
+          "a comma-separated subset of " + ", ".join(PROPOSERS) + " (draft_head: with the "
+          "parameter draft_head; added by it when missing)", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
+    Param("caption_corpus", "", "the verifier's captions of earlier drives, one per line "
+          "(crossspec corpus writes one), proposed by corpus_ngram: a file path; empty: the "
+          "verifier directory's captions.txt if it has one (the bundled verifier does); none: "
+          "no corpus"),
     Param("drafter_process", False, "draft node on CPU: run the drafter the model "
           "parameters name in a child process (in a composed graph a drafter thread shares "
           "the interpreter with the verifier and both slow down; a drafter handed to the node "

@@ -6,8 +6,11 @@ import math
 import pytest
 
 from crossspec_ros.bags.inputs import iter_bag_windows
+from crossspec_ros.models.pair import load_corpus
+from crossspec_ros.models.tiny import tiny_verifier
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.sim.captions import parse_caption
+from crossspec_ros.speculative.corpus import CorpusError
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 from crossspec_ros.train.data import generate_windows, heldout_keys
@@ -47,15 +50,30 @@ def test_bundled_pair_captions_held_out_scenes(pair):
 @pytest.mark.slow
 def test_crossspec_on_sample_bag_windows_equals_the_verifier_alone(pair):
     verifier, drafter = pair
-    engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=48))
+    corpus = load_corpus("", verifier)  # the bundled verifier's captions.txt
+    engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=48),
+                               corpus=corpus.captions)
     windows = [w for w in iter_bag_windows(sample_bag(), WindowSynchronizer()) if w.has_rgb][:6]
     assert len(windows) == 6
-    drafted = []
+    drafted, corpus_accepted = [], 0
     for window in windows:
         result = engine.run_window(window)
         reference = verifier.reference_generate(verifier.prepare(window), 48)
         assert result.tokens == reference
+        corpus_accepted += result.stats.accepted.get("corpus_ngram", 0)
         if not math.isnan(result.stats.draft_first_token_ms):  # the gate let it draft
             drafted.append(window.id)
             assert result.draft_text  # the drafter produced a speculative caption
     assert drafted and drafted[0] == windows[0].id  # the gate tries drafting first
+    assert corpus_accepted > 0
+
+
+def test_the_bundled_verifier_carries_a_caption_corpus_and_none_turns_it_off(pair, tmp_path):
+    verifier = pair[0]
+    corpus = load_corpus("", verifier)
+    assert len(corpus.captions) >= 500 and not corpus.skipped
+    assert all(c[-1] == verifier.info.eos_token_id for c in corpus.captions)
+    assert load_corpus("none", verifier) is None
+    assert load_corpus("", tiny_verifier(seed=0)) is None  # built in memory: no directory
+    with pytest.raises(CorpusError, match="crossspec corpus"):
+        load_corpus(str(tmp_path / "missing.txt"), verifier)

@@ -103,12 +103,17 @@ BAD_BAGS = {
 }
 
 
-@pytest.mark.parametrize("command", ["caption", "drive"])
+def bag_argv(command: str, bag: Path) -> list[str]:
+    return {"caption": [command, str(bag)], "drive": [command, "--bag", str(bag)],
+            "corpus": [command, str(bag), "--out", str(bag.parent / "captions.txt")]}[command]
+
+
+@pytest.mark.parametrize("command", ["caption", "drive", "corpus"])
 @pytest.mark.parametrize("kind", sorted(BAD_BAGS))
 def test_a_bad_bag_is_one_line_and_exit_2_before_any_model_loads(command, kind, tmp_path,
                                                                   capsys):
     bag = BAD_BAGS[kind](tmp_path)
-    argv = [command, str(bag)] if command == "caption" else [command, "--bag", str(bag)]
+    argv = bag_argv(command, bag)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"crossspec {command}: {bag}") and "\n" not in err
@@ -116,10 +121,9 @@ def test_a_bad_bag_is_one_line_and_exit_2_before_any_model_loads(command, kind, 
         assert "/chatter (std_msgs/msg/String)" in err and "EventPacket" in err
 
 
-@pytest.mark.parametrize("command", ["caption", "drive"])
+@pytest.mark.parametrize("command", ["caption", "drive", "corpus"])
 def test_a_bad_bag_is_refused_before_torch_is_even_imported(command, tmp_path):
-    argv = [command, str(tmp_path)] if command == "caption" else [command, "--bag",
-                                                                   str(tmp_path)]
+    argv = bag_argv(command, tmp_path)
     code = ("import sys; from crossspec_ros.cli.main import main; "
             f"rc = main({argv!r}); print(rc, 'torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -150,6 +154,27 @@ def test_a_closed_pipe_ends_the_output_quietly():
     _, err = proc.communicate(timeout=120)
     assert "BrokenPipe" not in err and "Traceback" not in err
     assert proc.returncode == 0
+
+
+def test_corpus_writes_the_verifiers_caption_of_every_window_one_per_line(tmp_path):
+    from crossspec_ros.bags.inputs import iter_bag_windows
+    from crossspec_ros.models.pair import load_verifier
+    from crossspec_ros.paths import sample_bag
+    from crossspec_ros.sync.synchronizer import WindowSynchronizer
+
+    out = tmp_path / "captions.txt"
+    assert main(["corpus", str(sample_bag()), "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    windows = [w for w in iter_bag_windows(sample_bag(), WindowSynchronizer()) if w.has_rgb]
+    assert len(lines) == len(windows) == 24
+    verifier = load_verifier()
+    first = verifier.generate_greedy(verifier.prepare(windows[0]), 48)
+    assert lines[0] == verifier.tokenizer.decode(first, skip_special_tokens=True).strip()
+
+
+def test_corpus_without_bags_or_simulated_windows_says_what_to_give(tmp_path, capsys):
+    assert main(["corpus", "--out", str(tmp_path / "c.txt")]) == 2
+    assert "give bags, --sim-windows N, or both" in capsys.readouterr().err
 
 
 def test_train_tiny_never_writes_into_the_package_by_default(capsys):

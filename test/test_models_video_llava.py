@@ -45,6 +45,15 @@ def test_frames_shared_among_threads_keep_their_order_and_values(n):
     assert torch.equal(together, torch.from_numpy(np.stack([preprocess.one(f) for f in frames])))
 
 
+def test_normalization_table_gives_the_arithmetic_values_for_every_byte():
+    every_byte = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1).repeat(3, axis=3)
+    preprocess = ClipPreprocess(16)
+    rescaled = (every_byte.astype(np.float64) * (1 / 255)).astype(np.float32)
+    arithmetic = (rescaled - np.asarray(preprocess.mean, np.float32)) / np.asarray(
+        preprocess.std, np.float32)
+    assert np.array_equal(preprocess.normalized(every_byte), arithmetic.transpose(0, 3, 1, 2))
+
+
 def test_no_frames_to_preprocess_is_refused():
     with pytest.raises(ValueError, match="no images"):
         ClipPreprocess(28)([])

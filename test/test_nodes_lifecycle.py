@@ -24,6 +24,7 @@ from crossspec_ros.nodes.draft_node import DraftNode  # noqa: E402
 from crossspec_ros.nodes.graph import make_executor, spin_in_thread  # noqa: E402
 from crossspec_ros.nodes.lifecycle import SUCCESS, bring_up  # noqa: E402
 from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
+from crossspec_ros.speculative.corpus import CorpusError  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -106,6 +107,17 @@ def test_a_model_that_does_not_load_fails_configure_with_its_message(ros):
                                                        value="/nonexistent/model")])
     try:
         with pytest.raises(ModelLoadError, match="/nonexistent/model"):
+            bring_up(node)
+        assert node._state_machine.current_state[1] == "unconfigured"
+    finally:
+        node.destroy_node()
+
+
+def test_a_caption_corpus_that_is_missing_fails_configure_saying_how_to_make_one(ros):
+    node = VerifierNode(tiny_verifier(seed=0), parameter_overrides=[
+        Parameter("caption_corpus", value="/nonexistent/captions.txt")])
+    try:
+        with pytest.raises(CorpusError, match="crossspec corpus"):
             bring_up(node)
         assert node._state_machine.current_state[1] == "unconfigured"
     finally:

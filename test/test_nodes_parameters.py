@@ -39,7 +39,7 @@ def test_an_invalid_live_value_is_refused_with_the_startup_message(node):
         in result.reason
     [result] = node.set_parameters([Parameter("temperature", value=0.0)])
     assert not result.successful and "must be > 0" in result.reason
-    assert node.params["proposers"] == "draft_stream,draft_ngram,history_ngram"
+    assert node.params["proposers"] == "draft_stream,draft_ngram,history_ngram,corpus_ngram"
 
 
 def test_a_value_outside_the_descriptor_range_is_refused(node):

@@ -140,3 +140,27 @@ def test_the_gate_follows_a_drafter_that_starts_to_pay():
         choices.append(gate.should_draft())
         gate.observe(choices[-1], 10.0 if choices[-1] else 30.0, 20)
     assert choices == [False, True, True, False, True, True]
+
+
+def test_the_corpus_proposes_phrases_the_drive_has_not_shown_yet():
+    history = SuffixIndex()
+    history.add_source([10, 11, 12, 13, 2])
+    corpus = SuffixIndex.of_captions([[10, 11, 20, 21, 22, 2]])
+    policy = ProposalPolicy(("history_ngram", "corpus_ngram"), max_depth=8, max_nodes=32,
+                            adaptive=False, corpus=corpus)
+    # the verifier said 20 where the last caption had 12: only the corpus knows what follows
+    assert policy.propose([10, 11, 20], None, 0, history, room=20).best_chain() == [21, 22, 2]
+    without = ProposalPolicy(("history_ngram",), max_depth=8, max_nodes=32, adaptive=False)
+    assert len(without.propose([10, 11, 20], None, 0, history, room=20)) == 0
+
+
+def test_the_corpus_opens_a_drive_and_leaves_the_first_proposal_to_the_last_caption_after():
+    corpus = SuffixIndex.of_captions([[10, 11, 20, 21, 2]] * 3)
+    policy = ProposalPolicy(("history_ngram", "corpus_ngram"), max_depth=24, max_nodes=64,
+                            corpus=corpus)
+    history = SuffixIndex()
+    assert policy.propose_first(None, 0, history, room=20, proposable=100).tokens == [
+        10, 11, 20, 21, 2]  # no caption yet this drive: the corpus's likeliest
+    history.add_source([10, 14, 2])
+    assert policy.propose_first(None, 0, history, room=20, proposable=100).tokens == [
+        10, 14, 2]

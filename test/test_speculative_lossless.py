@@ -144,3 +144,29 @@ def test_tree_rounds_over_a_drive_keep_every_caption_the_verifiers_own():
             assert_caches_match_scratch(result, verifier, engine.drafter, window)
             tree_rounds += result.stats.tree_rounds
     assert tree_rounds > 0
+
+
+def test_a_caption_corpus_right_in_parts_keeps_every_caption_the_verifiers_own():
+    # The corpus holds each window's caption with one token changed midway (the corpus is
+    # right up to there, then wrong, then right again after re-aligning) and unrelated ones.
+    corpus_proposed = corpus_accepted = 0
+    for seed in range(4):
+        rng = np.random.default_rng(80 + seed)
+        verifier = model("verifier", seed % 4)
+        max_new = int(rng.integers(10, 25))
+        windows = [random_window(rng, k) for k in range(4)]
+        references = [verifier.reference_generate(verifier.prepare(w), max_new)
+                      for w in windows]
+        corpus = [[*r[:len(r) // 2], (r[len(r) // 2] + 1) % 5 + 3, *r[len(r) // 2 + 1:]]
+                  for r in references if len(r) > 2]
+        corpus += [list(rng.integers(3, 30, 12)) for _ in range(5)]
+        engine = SpeculativeEngine(verifier, None, EngineConfig(
+            max_new_tokens=max_new, proposers=("corpus_ngram",), keep_sessions=True),
+            corpus=corpus)
+        for window, reference in zip(windows, references, strict=True):
+            result = engine.run_window(window)
+            assert result.tokens == reference, (seed, window.id)
+            assert_caches_match_scratch(result, verifier, None, window)
+            corpus_proposed += result.stats.proposed.get("corpus_ngram", 0)
+            corpus_accepted += result.stats.accepted.get("corpus_ngram", 0)
+    assert 0 < corpus_accepted < corpus_proposed

@@ -79,3 +79,13 @@ def test_a_short_context_is_matched_where_captions_begin():
     index.add_source([40, 10, 11, 12, EOS])  # "behind the car drives"
     # a caption that begins with 10 continues like the caption that began with it
     assert index.propose([10], DraftTree(), "h", max_nodes=8, max_depth=8) == [30, 31, EOS]
+
+
+def test_a_corpus_counts_each_caption_as_often_as_it_occurs():
+    corpus = SuffixIndex.of_captions([SLOWS, SLOWS, DRIVES, [], SLOWS])
+    assert len(corpus) == 2  # distinct captions; the empty one is no caption
+    tree = DraftTree()
+    assert corpus.propose([10, 11], tree, "corpus_ngram", max_nodes=32,
+                          max_depth=32)[:2] == [20, 21]
+    slow, drive = tree.child(-1, 20), tree.child(-1, 12)
+    assert tree.probs[slow] == 3 * tree.probs[drive]  # three "slows" to one "drives"

@@ -49,7 +49,10 @@ def _caption_msg(bag: BagWriter, chunk: Chunk):
         confirmed_done_ms=nan, acceptance=nan)
 
 
-def write_sample_bag(out: str | Path, seed: int = 23, duration_s: float = 24.0, *,
+SAMPLE_DRIVE_SEED = 23  # the simulated drive in the committed rosbags/sample
+
+
+def write_sample_bag(out: str | Path, seed: int = SAMPLE_DRIVE_SEED, duration_s: float = 24.0, *,
                      storage: str = "mcap", compress: bool = True,
                      event_size: tuple[int, int] = (320, 240),
                      rgb_size: tuple[int, int] = (320, 240), rgb_hz: float = 20.0,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
 
+HEAD_PROPOSERS = ("history_ngram", "corpus_ngram", "draft_head")  # the crossspec_head modes
 BASELINES = ("verifier_alone", "hf_generate", "history_only")  # the last when it ran
 
 
@@ -178,11 +179,18 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
                  oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
                  distilled: CaptionModel | None = None,
                  processes: dict[str, DrafterProcess] | None = None,
-                 head: tuple[Any, CaptionModel] | None = None, live: bool = False
+                 head: tuple[Any, CaptionModel] | None = None, live: bool = False,
+                 corpus: Sequence[Sequence[int]] = ()
                  ) -> tuple[dict[str, Runner], dict[float, OracleDrafter]]:
-    """name -> runner(window) -> (tokens, latency ms, engine stats or None)."""
+    """name -> runner(window) -> (tokens, latency ms, engine stats or None). The crossspec
+    modes read ``corpus`` (the verifier's captions of other drives, proposer corpus_ngram);
+    history_only, draft_only and the oracles do not."""
     max_new = config.max_new_tokens
     plain = SpeculativeEngine(verifier, None, config)
+
+    def crossspec(drafter: CaptionModel | None, cfg: EngineConfig = config,
+                  head: Any = None) -> SpeculativeEngine:
+        return SpeculativeEngine(verifier, drafter, cfg, head=head, corpus=corpus)
 
     def timed(fn: Callable[[], list[int]]) -> tuple[list[int], float, None]:
         t0 = time.perf_counter()
@@ -227,21 +235,18 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
         runners["draft_only"] = engine_runner(SpeculativeEngine(
             verifier, drafter, variant(proposers=("draft_stream", "draft_ngram"),
                                        drafter_gate=False)))
-        runners["crossspec"] = engine_runner(SpeculativeEngine(verifier, drafter, config))
+        runners["crossspec"] = engine_runner(crossspec(drafter))
         if distilled is not None:
             runners["draft_only_distilled"] = engine_runner(SpeculativeEngine(
                 verifier, distilled, variant(proposers=("draft_stream", "draft_ngram"),
                                              drafter_gate=False)))
-            runners["crossspec_distilled"] = engine_runner(SpeculativeEngine(
-                verifier, distilled, config))
+            runners["crossspec_distilled"] = engine_runner(crossspec(distilled))
         if head is not None:
-            runners["crossspec_head"] = engine_runner(SpeculativeEngine(
-                verifier, head[1], variant(proposers=("history_ngram", "draft_head")),
-                head=head[0]))
+            runners["crossspec_head"] = engine_runner(crossspec(
+                head[1], variant(proposers=HEAD_PROPOSERS), head=head[0]))
         if head is not None and "_head" in (processes or {}):
-            process, head_engine = processes["_head"], SpeculativeEngine(
-                verifier, head[1], variant(proposers=("history_ngram", "draft_head")),
-                head=head[0])
+            process, head_engine = processes["_head"], crossspec(
+                head[1], variant(proposers=HEAD_PROPOSERS), head=head[0])
 
             def head_process(window: Any) -> tuple[list[int], float, WindowStats]:
                 result = head_engine.run_window(window, look=lambda: process.look(window))
@@ -252,20 +257,18 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
             if suffix == "_head":
                 continue
             local = distilled if suffix == "_distilled" else drafter
-            runners[f"crossspec{suffix}_process"] = process_runner(
-                SpeculativeEngine(verifier, local, config), process)
+            runners[f"crossspec{suffix}_process"] = process_runner(crossspec(local), process)
         for a in oracle_acceptances:
             # the oracle runs the real drafter's compute too, so it competes like it
             oracles[a] = OracleDrafter(verifier, a, seed=7, backing=drafter)
             runners[f"oracle@a={a:g}"] = engine_runner(SpeculativeEngine(
                 verifier, oracles[a], variant(proposers=("draft_stream",), drafter_gate=False)))
     else:
-        runners["crossspec"] = engine_runner(SpeculativeEngine(verifier, None, config))
+        runners["crossspec"] = engine_runner(crossspec(None))
     if live and getattr(verifier, "tokens_per_frame", None):  # Video-LLaVA verifiers
         runners["live_alone"] = live_runner(verifier, SpeculativeEngine(
             verifier, None, variant(max_proposal=0)))
-        runners["crossspec_live"] = live_runner(verifier, SpeculativeEngine(
-            verifier, drafter, config))
+        runners["crossspec_live"] = live_runner(verifier, crossspec(drafter))
     return runners, oracles
 
 
@@ -276,13 +279,14 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      log: Any = print, distilled: CaptionModel | None = None,
                      processes: dict[str, DrafterProcess] | None = None,
                      head: tuple[Any, CaptionModel] | None = None,
-                     live: bool = False) -> dict[str, Any]:
+                     live: bool = False, corpus: Sequence[Sequence[int]] = ()
+                     ) -> dict[str, Any]:
     """Run every mode on every window, in a fresh order per window; returns the report dict."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
-                                    prompt_lookup, distilled, processes, head, live)
+                                    prompt_lookup, distilled, processes, head, live, corpus)
     modes = list(runners)
     runs = {mode: ModeRun() for mode in modes}
     shuffle = random.Random(0)

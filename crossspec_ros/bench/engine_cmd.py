@@ -12,7 +12,9 @@ process has the thread settings of the live graph, ``process_tuning``):
   history_only     the engine with the suffix trie over earlier captions, no drafter
   draft_only       the engine with the live drafter (always on) and suffix matches in its
                    draft only
-  crossspec        the default policy: everything on
+  crossspec        the default policy: everything on, the caption corpus included (the
+                   bundled verifier's captions of 600 simulated drives, never the sample
+                   bag's; ``--caption-corpus``)
   crossspec_head   with --head DIR: the suffix trie and a draft head (the drafter looks at
                    the window once, on a thread; the head proposes in the verifier's)
   crossspec_head_process
@@ -42,6 +44,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from crossspec_ros.paths import sample_bag
 
@@ -80,6 +83,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--head", type=Path, metavar="DIR",
                         help="also run a draft head (crossspec distill --method head's "
                         "OUT/head): mode crossspec_head (history + the head)")
+    parser.add_argument("--caption-corpus", default="", metavar="FILE",
+                        help="the crossspec modes' caption corpus (proposer corpus_ngram; "
+                        "crossspec corpus writes one); default: the verifier directory's "
+                        "captions.txt if it has one (the bundled one does); none: no corpus")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write engine.json, engine.md and engine.png into DIR")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
@@ -137,10 +144,12 @@ def run(args: argparse.Namespace) -> int:
             processes["_distilled"] = DrafterProcess(str(args.distilled))
         if args.head is not None:  # the drafter whose window state the head reads
             processes["_head"] = DrafterProcess(head_drafter_source(args.head))
+    corpus = _corpus(args.caption_corpus, verifier)
     try:
         report = bench.run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
             distilled=distilled, processes=processes, head=head, live=args.live,
+            corpus=corpus.captions if corpus else (),
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
             prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
             log=lambda s: print(s, file=sys.stderr, flush=True))
@@ -148,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         for process in processes.values():
             process.close()
     report.update({"models": label, "device": device, "bag": str(args.bag), **tuning,
+                   "caption_corpus": corpus.summary() if corpus else None,
                    "date": datetime.date.today().isoformat(),
                    "machine": f"{platform.machine()}, {_cpu_count()} cores"
                    + (f", {torch.cuda.get_device_name()}" if device.startswith("cuda")
@@ -173,6 +183,16 @@ def run(args: argparse.Namespace) -> int:
             bench.plot(report, path, f"{label}, {device}, {report['windows']} windows")
         print(f"wrote {path}")
     return 0 if report["lossless"] else 1
+
+
+def _corpus(setting: str, verifier: Any) -> Any:
+    """The caption corpus of the crossspec modes (None: none; "": the verifier's own)."""
+    from crossspec_ros.models.pair import load_corpus
+
+    corpus = load_corpus(setting, verifier)
+    if corpus is not None:
+        print(f"caption corpus: {corpus.summary()}", file=sys.stderr)
+    return corpus
 
 
 def _cpu_count() -> int:

@@ -32,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--check-lossless", action="store_true",
                         help="compare each confirmed caption with the verifier run alone")
+    parser.add_argument("--caption-corpus", default="", metavar="FILE",
+                        help="earlier captions of the verifier, one per line (proposer "
+                        "corpus_ngram; default: the verifier directory's captions.txt if it "
+                        "has one; none: no corpus)")
     parser.add_argument("--json", type=Path, metavar="OUT",
                         help="write one JSON object per window (JSON lines)")
     add_model_arguments(parser)
@@ -54,13 +58,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 2
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.models.pair import load_from_params
+    from crossspec_ros.models.pair import load_corpus, load_from_params
+    from crossspec_ros.speculative.corpus import CorpusError
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
     try:
         verifier, drafter = load_from_params(params)
-    except ModelLoadError as err:
+        corpus = load_corpus(args.caption_corpus, verifier)
+    except (ModelLoadError, CorpusError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 1
     head, proposers = None, EngineConfig().proposers
@@ -74,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
         proposers += ("draft_head",)
     engine = SpeculativeEngine(verifier, drafter, EngineConfig(
-        max_new_tokens=args.max_new_tokens, proposers=proposers), head=head)
+        max_new_tokens=args.max_new_tokens, proposers=proposers), head=head,
+        corpus=corpus.captions if corpus else ())
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
     try:

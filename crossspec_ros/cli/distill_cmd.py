@@ -87,8 +87,8 @@ def _bag_windows(path: Path) -> list[Any]:
     return list(iter_bag_windows(path, WindowSynchronizer()))
 
 
-def _sim_windows(keys: list[tuple[int, int]], workers: int, desc: str,
-                 render_hz: float | None) -> list[Any]:
+def simulated_windows(keys: list[tuple[int, int]], workers: int, desc: str,
+                      render_hz: float | None) -> list[Any]:
     from crossspec_ros.cli.train_cmd import _progress
     from crossspec_ros.train.data import SIM_IMAGE_SIZE, generate_windows
 
@@ -184,8 +184,8 @@ def run_distill(args: argparse.Namespace) -> int:
         return _fail("distill", "--method finetune trains EventGPT-family drafters")
     if args.sim_windows > 0:
         keys = training_keys(args.sim_windows, seed=args.seed)
-        windows.extend(_sim_windows(keys, args.workers, "simulating training windows",
-                                    TRAIN_EVENT_RENDER_HZ))
+        windows.extend(simulated_windows(keys, args.workers, "simulating training windows",
+                                         TRAIN_EVENT_RENDER_HZ))
     cache = args.out.with_name(args.out.name + ".cache")
     sources = [str(b.resolve()) for b in args.bag]
     if args.sim_windows > 0:

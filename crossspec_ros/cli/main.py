@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "crossspec_ros.cli.sample_cmd",
     "crossspec_ros.cli.train_cmd",
     "crossspec_ros.cli.distill_cmd",
+    "crossspec_ros.cli.corpus_cmd",
     "crossspec_ros.cli.caption_cmd",
     "crossspec_ros.cli.drive_cmd",
     "crossspec_ros.cli.node_cmd",

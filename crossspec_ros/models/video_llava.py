@@ -38,6 +38,7 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         side = (self.preprocess.crop or self.preprocess.size) // vision.patch_size
         self.tokens_per_frame = side * side + 1  # the video path keeps CLS
         self.info.extra.update(num_frames=num_frames, tokens_per_frame=self.tokens_per_frame)
+        self.directory: Path | None = None  # where ``load`` found it (None: built in memory)
 
     @classmethod
     def load(cls, source: str | Path = HUB_ID, *, dtype: str | torch.dtype = "bf16",
@@ -51,7 +52,9 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         tokenizer = load_tokenizer(where, allow_download)
         preprocess = ClipPreprocess.from_dir(where, model.config.vision_config.image_size) \
             if Path(where).is_dir() else None
-        return cls(model, tokenizer, preprocess=preprocess, **kwargs)
+        verifier = cls(model, tokenizer, preprocess=preprocess, **kwargs)
+        verifier.directory = Path(where) if Path(where).is_dir() else None
+        return verifier
 
     def _special_ids(self) -> list[int | None]:
         cfg = self.model.config

@@ -112,7 +112,13 @@ class VerifierNode(ManagedNode):
             head = load_draft_head(p["draft_head"])
             self.get_logger().info(f"draft head {p['draft_head']}: proposes from the window "
                                    f"state the draft node publishes on {p['draft_topic']}")
-        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p), head=head)
+        from crossspec_ros.models.pair import load_corpus
+
+        corpus = load_corpus(p["caption_corpus"], verifier)
+        if corpus is not None:
+            self.get_logger().info(f"caption corpus: {corpus.summary()}")
+        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p), head=head,
+                                        corpus=corpus.captions if corpus else ())
         self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
         if p["live_prefill"] and not self.live_prefill:
             self.get_logger().info("live_prefill: this verifier prefills after the close "

@@ -108,6 +108,8 @@ class ProposalPolicy:
       draft_stream   the live draft's continuation of the confirmed caption (a chain)
       draft_ngram    suffix matches in this window's draft (re-aligns after a mismatch)
       history_ngram  suffix matches in the previous windows' confirmed captions
+      corpus_ngram   suffix matches in a corpus of the verifier's captions of earlier drives
+                     (``speculative/corpus.py``): phrases this drive has not shown yet
       draft_head     a draft head's continuation (``speculative/head.py``), as a chain
     Each node's probability is its proposer's measured per-token acceptance to the power of
     its depth, times the suffix trie's count ratios. The tree keeps the most probable nodes
@@ -117,8 +119,9 @@ class ProposalPolicy:
     """
 
     def __init__(self, proposers: tuple[str, ...], *, max_depth: int, max_nodes: int,
-                 adaptive: bool = True) -> None:
+                 adaptive: bool = True, corpus: SuffixIndex | None = None) -> None:
         self.proposers = proposers
+        self.corpus = corpus  # read by corpus_ngram; None or empty: it proposes nothing
         self.max_depth, self.max_nodes, self.adaptive = max_depth, max_nodes, adaptive
         self.trackers = {name: AcceptanceTracker() for name in proposers}
         self.cost = CostModel()
@@ -147,22 +150,27 @@ class ProposalPolicy:
         placeholder would be taken for a slot of visual features."""
         chains = dict(chains or {})
         newest = history.newest()
+        skip: tuple[str, ...] = ()
         if "history_ngram" in self.proposers and newest:
             chains.setdefault("history_ngram", newest)
-        path = self._gather((), draft, draft_base, history, room, chains).best_path()
+            skip = ("corpus_ngram",)  # the corpus's likeliest start only opens a drive
+        path = self._gather((), draft, draft_base, history, room, chains, skip).best_path()
         stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
         return path.pruned(stop)
 
     def _gather(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
-                history: SuffixIndex, room: int,
-                chains: dict[str, list[int]] | None = None) -> DraftTree:
-        """Every proposer's candidates after ``confirmed`` in one tree (not yet pruned)."""
+                history: SuffixIndex, room: int, chains: dict[str, list[int]] | None = None,
+                skip: tuple[str, ...] = ()) -> DraftTree:
+        """Every proposer's candidates (but ``skip``'s) after ``confirmed`` in one tree (not
+        yet pruned)."""
         depth = min(self.max_depth, room - 1)
         tree = DraftTree()
         self._offered = {}
         if depth <= 0 or self.max_nodes <= 0:
             return tree
         for name in self.proposers:
+            if name in skip:
+                continue
             rate = self.trackers[name].rate
             if name == "draft_stream" and draft:
                 chain = _draft_continuation(draft, draft_base, confirmed, depth)
@@ -176,10 +184,12 @@ class ProposalPolicy:
                 chain = chains[name][:depth]
                 tree.add_chain(chain, name, [rate ** (k + 1) for k in range(len(chain))])
                 self._offered[name] = chain
-            elif name == "history_ngram":
-                self._offered[name] = history.propose(confirmed, tree, name, per_token=rate,
-                                                      max_nodes=self.max_nodes,
-                                                      max_depth=depth)
+            elif name in ("history_ngram", "corpus_ngram"):
+                index = history if name == "history_ngram" else self.corpus
+                if index is not None:
+                    self._offered[name] = index.propose(confirmed, tree, name, per_token=rate,
+                                                        max_nodes=self.max_nodes,
+                                                        max_depth=depth)
         return tree
 
     def _index_of_draft(self, draft: Sequence[int]) -> SuffixIndex:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ import torch
 from crossspec_ros.models.base import CaptionModel, ModelSession
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
+from crossspec_ros.params import PROPOSERS
 from crossspec_ros.speculative.adaptive import DrafterGate, ProposalPolicy
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
@@ -71,7 +72,8 @@ class EngineConfig:
     max_proposal: int = 24               # deepest proposal per round (tokens past the pending)
     max_tree_nodes: int = 48             # most proposed tokens per round (all branches)
     adaptive: bool = True                # proposal size from acceptance and cost
-    proposers: tuple[str, ...] = ("draft_stream", "draft_ngram", "history_ngram")
+    proposers: tuple[str, ...] = ("draft_stream", "draft_ngram", "history_ngram",
+                                  "corpus_ngram")
     history_windows: int = 16            # previous confirmed captions in the suffix trie
     draft_lookahead: int = 48            # how far the drafter runs ahead during the prefill
     drafter_gate: bool = True            # with adaptive: a local drafter runs only while it
@@ -86,8 +88,7 @@ class EngineConfig:
         if self.max_new_tokens < 1 or self.max_proposal < 0 or self.max_tree_nodes < 0:
             raise ValueError("max_new_tokens must be >= 1, max_proposal and max_tree_nodes "
                              ">= 0")
-        unknown = set(self.proposers) - {"draft_stream", "draft_ngram", "history_ngram",
-                                         "draft_head"}
+        unknown = set(self.proposers) - set(PROPOSERS)
         if unknown:
             raise ValueError(f"unknown proposers {sorted(unknown)}")
 
@@ -110,19 +111,23 @@ class SpeculativeEngine:
     """Runs drafter and verifier on one window at a time; see the module docstring."""
 
     def __init__(self, verifier: CaptionModel, drafter: CaptionModel | None = None,
-                 config: EngineConfig | None = None, head: DraftHead | None = None) -> None:
+                 config: EngineConfig | None = None, head: DraftHead | None = None,
+                 corpus: Sequence[Sequence[int]] = ()) -> None:
         """``drafter``: run locally, or only its tokenizer and info are used when drafts come
         through ``run_window(draft=...)`` from a draft node; None: drafts from elsewhere share
         the verifier's ids (the EventGPT family does). ``head``: a draft head reading the
-        drafter's window state (proposer ``draft_head``)."""
+        drafter's window state (proposer ``draft_head``). ``corpus``: the verifier's captions
+        of earlier drives, in its ids (proposer ``corpus_ngram``; ``speculative/corpus.py``)."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.config = config or EngineConfig()
         assign_cuda_streams(verifier, drafter)
         self.bridge: VocabularyBridge = make_bridge(verifier, drafter)
         cfg = self.config
         self.history = SuffixIndex(max_sources=cfg.history_windows)
+        self.corpus = SuffixIndex.of_captions(corpus) if corpus else None
         self.policy = ProposalPolicy(cfg.proposers, max_depth=cfg.max_proposal,
-                                     max_nodes=cfg.max_tree_nodes, adaptive=cfg.adaptive)
+                                     max_nodes=cfg.max_tree_nodes, adaptive=cfg.adaptive,
+                                     corpus=self.corpus)
         self.gate = DrafterGate()
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
         self.current_stats: WindowStats | None = None
@@ -134,7 +139,7 @@ class SpeculativeEngine:
         if tuple(config.proposers) != tuple(self.config.proposers):
             self.policy = ProposalPolicy(config.proposers, max_depth=config.max_proposal,
                                          max_nodes=config.max_tree_nodes,
-                                         adaptive=config.adaptive)
+                                         adaptive=config.adaptive, corpus=self.corpus)
         self.policy.max_depth, self.policy.max_nodes = config.max_proposal, config.max_tree_nodes
         self.policy.adaptive = config.adaptive
         self.history.max_sources = config.history_windows

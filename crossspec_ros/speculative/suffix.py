@@ -17,7 +17,7 @@ trie's likeliest path from ``START`` (a blend of several captions) was right who
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -48,6 +48,19 @@ class SuffixIndex:
         self.recent_weight = recent_weight
         self.root = _Node()
         self.sources: deque[list[int]] = deque()
+
+    @classmethod
+    def of_captions(cls, captions: Sequence[Sequence[int]], max_depth: int = 32,
+                    max_match: int = 8) -> SuffixIndex:
+        """A fixed trie over a corpus of captions, each counted as often as it occurs (no
+        recency: ``add_source`` would drop all but the last ``max_sources``)."""
+        counts = Counter(tuple(int(t) for t in caption) for caption in captions if caption)
+        index = cls(max_sources=max(len(counts), 1), max_depth=max_depth,
+                    max_match=max_match, recent_weight=1.0)
+        for caption, n in counts.items():
+            index.sources.append([START, *caption])
+            index._count(index.sources[-1], float(n))
+        return index
 
     def __len__(self) -> int:
         return len(self.sources)
