@@ -276,8 +276,11 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     if not head.is_dir():
         pytest.skip("no bundled draft head")
     drafter = load_drafter(head_drafter_source(head))  # the drafter the head reads
+    # no caption corpus: a node two proposers offer counts for the first one asked, and the
+    # corpus is asked before the head (this test is about the head's own proposals)
     run = run_graph((pair[0], drafter), seconds=3.5,
-                    extra={"draft_head": str(head), "drafter_process": drafter_process})
+                    extra={"draft_head": str(head), "drafter_process": drafter_process,
+                           "caption_corpus": "none"})
     assert run.nodes[0].drafter_runs_in == ("a child process" if drafter_process else "a thread")
     sent = {wid: [m for m in msgs if len(m.window_state)] for wid, msgs in run.drafts.items()}
     assert all(len(with_state) <= 1 for with_state in sent.values())  # once per window
