@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     captions: list[str] = []
     skipped: Counter[str] = Counter()
     try:
-        for source, windows in _window_sources(args):
-            _caption(verifier, windows, source, args.max_new_tokens, captions, skipped)
+        for source, windows, total in _window_sources(args):
+            _caption(verifier, windows, total, source, args.max_new_tokens, captions, skipped)
     except EventSourceError as err:
         return _fail(str(err))
     from crossspec_ros.speculative.corpus import write_corpus
@@ -75,12 +76,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _window_sources(args: argparse.Namespace):
-    """(name, list of windows) per bag, then the simulated windows."""
+    """(name, windows, how many to expect) per bag, then the simulated windows. A bag's
+    windows are read as they are captioned (a long recording's frames never all in memory);
+    its count is estimated from its duration, for the progress line only."""
     from crossspec_ros.bags.inputs import iter_bag_windows
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
     for bag in args.bags:
-        yield str(bag), list(iter_bag_windows(bag, WindowSynchronizer()))
+        sync = WindowSynchronizer()
+        yield str(bag), iter_bag_windows(bag, sync), _expected_windows(bag, sync.window_len_ns)
     if args.sim_windows > 0:
         from crossspec_ros.bags.sample import SAMPLE_DRIVE_SEED
         from crossspec_ros.cli.distill_cmd import simulated_windows
@@ -88,15 +92,25 @@ def _window_sources(args: argparse.Namespace):
 
         keys = [k for k in training_keys(args.sim_windows + 1, seed=args.seed)
                 if k[0] != SAMPLE_DRIVE_SEED][:args.sim_windows]
-        yield "simulated drives", simulated_windows(keys, args.workers,
-                                                    "simulating windows", None)
+        yield "simulated drives", simulated_windows(keys, args.workers, "simulating windows",
+                                                    None), len(keys)
 
 
-def _caption(verifier: Any, windows: list[Any], source: str, max_new_tokens: int,
-             captions: list[str], skipped: Counter[str]) -> None:
+def _expected_windows(bag: Path, window_len_ns: int) -> int:
+    from crossspec_ros.bagfile import any_reader
+
+    try:
+        with any_reader(bag) as reader:
+            return reader.duration // window_len_ns + 1
+    except Exception:  # only the progress line's total; reading reports real damage
+        return 0
+
+
+def _caption(verifier: Any, windows: Iterable[Any], total: int, source: str,
+             max_new_tokens: int, captions: list[str], skipped: Counter[str]) -> None:
     from crossspec_ros.cli.train_cmd import _progress
 
-    with _progress(len(windows), f"verifier captions ({source})") as bar:
+    with _progress(total, f"verifier captions ({source})") as bar:
         for window in windows:
             bar.update(1)
             if not getattr(window, "frames", None):
