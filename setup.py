@@ -13,7 +13,8 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["crossspec_ros", "crossspec_ros.*"]),
     # the bundled tiny pair travels with the package (safetensors, tokenizer, configs)
-    package_data={"crossspec_ros": ["data/tiny_pair/*", "data/tiny_pair/*/*"]},
+    package_data={"crossspec_ros": ["data/tiny_pair/*", "data/tiny_pair/*/*",
+                                   "data/tiny_pair/*/*/*"]},
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [

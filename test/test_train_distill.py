@@ -194,12 +194,13 @@ def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_o
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["windows"] == 3
-    for name in ("default", "undistilled", "distilled", "head"):
+    for name in ("default", "undistilled", "distilled", "lora", "head"):
         assert 0.0 <= report[name]["acceptance"] <= 1.0
         assert report[name]["accepted_per_pass"] >= 0.0
     # the bundled distilled drafter learnt the verifier's phrasing (held out: 0.79 vs 0.08)
     assert report["distilled"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
     assert report["head"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
+    assert report["lora"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
 
 
 def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():

@@ -11,8 +11,11 @@ from typing import Any
 
 DISTILLED = "distilled/drafter"      # the bundled drafter distilled on simulated drives
 HEAD = "distilled_head/head"         # a draft head over the distilled drafter's window state
+LORA = "distilled_lora/adapter"      # LoRA adapters over the undistilled drafter
 METHOD_DEFAULTS = {"finetune": {"steps": 600, "batch_size": 16, "lr": 1e-3},
+                   "lora": {"steps": 600, "batch_size": 16, "lr": 3e-3},
                    "head": {"steps": 3000, "batch_size": 64, "lr": 3e-3}}
+RESULT = {"finetune": "drafter", "lora": "adapter", "head": "head"}  # OUT/<this>
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "second run does not re-label; training checkpoints there too and resumes after an "
         "interruption. The result (OUT/drafter in the EventGPT layout, OUT/distill.json, "
         "OUT/loss.png) appears only when complete; load it with drafter_model:=OUT/drafter "
-        "or `crossspec eval-draft --drafter OUT/drafter`. Deterministic from --seed.")
+        "or `crossspec eval-draft --drafter OUT/drafter` (OUT/adapter for --method lora). "
+        "Deterministic from --seed.")
     distill.add_argument("--bag", type=Path, action="append", default=[],
                          help="a ROS 2 bag with RGB frames and events (repeatable)")
     distill.add_argument("--sim-windows", type=int, default=0, metavar="N",
@@ -33,8 +37,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     distill.add_argument("--out", type=Path, required=True, help="output directory")
     distill.add_argument("--method", choices=tuple(METHOD_DEFAULTS), default="finetune",
                          help="finetune: the drafter's weights learn the verifier's captions; "
-                         "head: a small draft head learns them from what the drafter saw "
-                         "(OUT/head; the drafter itself unchanged)")
+                         "lora: the same through LoRA adapters on its language model (and "
+                         "its projector whole), saved as a peft adapter (OUT/adapter; what a "
+                         "7B drafter needs on one GPU); head: a small draft head learns them "
+                         "from what the drafter saw (OUT/head; the drafter itself unchanged)")
+    distill.add_argument("--lora-rank", type=int, default=16, help="--method lora: the "
+                         "adapters' rank (default 16)")
+    distill.add_argument("--lora-alpha", type=float, help="--method lora: updates are scaled "
+                         "by alpha / rank (default 2 x rank)")
     distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--steps", type=int, help="optimizer steps (default: finetune "
                          f"{METHOD_DEFAULTS['finetune']['steps']}, head "
@@ -61,9 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rounds against the verifier's greedy caption: acceptance (accepted / proposed), "
         "accepted tokens per verifier pass, teacher-forced token agreement and exact "
         "captions, for the default drafter (what `crossspec drive` uses), the undistilled "
-        "one and --drafter.")
-    evaluate.add_argument("--drafter", type=Path, help="a drafter directory to compare too "
-                          "(default: the bundled distilled one)")
+        "one and --drafter (without it: the bundled distilled drafter and LoRA adapter).")
+    evaluate.add_argument("--drafter", type=Path, help="a drafter (or LoRA adapter) "
+                          "directory to compare too (default: the bundled distilled one)")
     evaluate.add_argument("--windows", type=int, default=100, help="held-out windows")
     evaluate.add_argument("--head", type=Path, help="a draft head directory to compare too "
                           "(default: the bundled one, if any)")
@@ -139,9 +149,12 @@ def run_distill(args: argparse.Namespace) -> int:
     for name, value in METHOD_DEFAULTS[args.method].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    if args.steps < 1 or args.batch_size < 1 or args.lr <= 0 or args.max_new_tokens < 1:
-        return _fail("distill", "need --steps >= 1, --batch-size >= 1, --lr > 0 and "
-                     "--max-new-tokens >= 1")
+    if args.lora_alpha is None:
+        args.lora_alpha = 2.0 * args.lora_rank
+    if args.steps < 1 or args.batch_size < 1 or args.lr <= 0 or args.max_new_tokens < 1 \
+            or args.lora_rank < 1 or args.lora_alpha <= 0:
+        return _fail("distill", "need --steps >= 1, --batch-size >= 1, --lr > 0, "
+                     "--max-new-tokens >= 1, --lora-rank >= 1 and --lora-alpha > 0")
     from crossspec_ros.events.errors import EventSourceError
 
     windows: list[Any] = []
@@ -166,6 +179,7 @@ def run_distill(args: argparse.Namespace) -> int:
         MIN_WINDOWS,
         DistillConfig,
         finetune,
+        finetune_lora,
         label_windows,
         labels_key,
         load_labels,
@@ -181,7 +195,8 @@ def run_distill(args: argparse.Namespace) -> int:
     verifier = load_verifier(args.verifier_model)
     drafter = load_drafter(drafter_source)
     if not isinstance(drafter, EventGPTDrafter):
-        return _fail("distill", "--method finetune trains EventGPT-family drafters")
+        return _fail("distill", f"--method {args.method} trains EventGPT-family drafters; "
+                     f"{drafter_source} is another kind")
     if args.sim_windows > 0:
         keys = training_keys(args.sim_windows, seed=args.seed)
         windows.extend(simulated_windows(keys, args.workers, "simulating training windows",
@@ -209,10 +224,12 @@ def run_distill(args: argparse.Namespace) -> int:
                      "RGB frames and events. Record longer, or add --bag / --sim-windows.")
     label_s = time.perf_counter() - started
 
+    lora = args.method == "lora"
     config = DistillConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size,
-                           lr=args.lr)
+                           lr=args.lr, lora_rank=args.lora_rank if lora else 0,
+                           lora_alpha=args.lora_alpha if lora else 0.0)
     checkpoint = cache / f"checkpoint-{args.method}.safetensors"
-    head = None
+    head = peft_model = None
     if args.method == "head":
         with _progress(len(labels), "drafter window states") as bar:
             contexts = window_states(drafter, labels, bar.update)
@@ -227,7 +244,9 @@ def run_distill(args: argparse.Namespace) -> int:
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{loss:.3f}")
 
-        if head is None:
+        if lora:
+            peft_model, losses = finetune_lora(drafter, labels, config, checkpoint, progress)
+        elif head is None:
             losses = finetune(drafter, labels, config, checkpoint, progress)
         else:
             losses = train_head(head, contexts, labels, config, checkpoint, progress)
@@ -243,6 +262,10 @@ def run_distill(args: argparse.Namespace) -> int:
         "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
         "labelling_s": round(label_s, 1), "training_s": round(train_s, 1),
     }
+    if peft_model is not None:
+        trainable, total = peft_model.get_nb_trainable_parameters()
+        card["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha,
+                        "trainable_parameters": trainable, "all_parameters": total}
     if args.eval_windows > 0:
         held = heldout(args.eval_windows, args.workers)
         refs = references(verifier, drafter, held, args.max_new_tokens)
@@ -254,12 +277,12 @@ def run_distill(args: argparse.Namespace) -> int:
             card["heldout"] = compare({"drafter": drafter}, held, refs, 8)
             card["heldout"]["head"] = _head_report(head, drafter, held, refs)
     card["total_s"] = round(time.perf_counter() - started, 1)
-    publish_directory(lambda tmp: _write_result(tmp, drafter, head, card, losses,
+    trained = peft_model if peft_model is not None else head if head is not None else drafter
+    publish_directory(lambda tmp: _write_result(tmp, args.method, trained, card, losses,
                                                 args.drafter_model), args.out)
     checkpoint.unlink(missing_ok=True)
     print(json.dumps(card, indent=2))
-    what = "drafter" if head is None else "head"
-    print(f"wrote {args.out}/{what}", file=sys.stderr)
+    print(f"wrote {args.out}/{RESULT[args.method]}", file=sys.stderr)
     return 0
 
 
@@ -272,26 +295,36 @@ def _head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[in
         return head_quality(head, drafter, windows, refs, proposal, bar.update)
 
 
-def _write_result(directory: Path, drafter: Any, head: Any, card: dict, losses: list[float],
-                  drafter_source: str) -> None:
+def _write_result(directory: Path, method: str, trained: Any, card: dict,
+                  losses: list[float], drafter_source: str) -> None:
+    """``trained``: the drafter (finetune), its peft model (lora) or the head."""
     from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
+    from crossspec_ros.models.lora import save_adapter
     from crossspec_ros.train.plots import plot_losses
 
-    if head is None:
-        save_eventgpt(drafter.model, directory / "drafter", tokenizer=drafter.tokenizer)
-    else:  # the drafter whose window state it reads ("" = the bundled default; inside the
-        #     package: relative to its data directory, so the package can move)
-        from crossspec_ros.models.pair import BUNDLED_PAIR
-
-        source = Path(drafter_source).resolve() if drafter_source else None
-        if source is not None and source.is_relative_to(BUNDLED_PAIR):
-            drafter_source = str(source.relative_to(BUNDLED_PAIR))
-        elif source is not None:
-            drafter_source = str(source)
-        head.save(directory / "head", extra={"drafter": drafter_source})
+    out = directory / RESULT[method]
+    if method == "finetune":
+        save_eventgpt(trained.model, out, tokenizer=trained.tokenizer)
+    elif method == "lora":
+        save_adapter(trained, out, base=_recorded_source(drafter_source))
+    else:
+        trained.save(out, extra={"drafter": _recorded_source(drafter_source)})
     (directory / "distill.json").write_text(json.dumps(card, indent=2))
     plot_losses({card["method"]: losses}, directory / "loss.png",
                 title=f"drafter distillation ({card['method']})")
+
+
+def _recorded_source(drafter_source: str) -> str:
+    """How a result names the drafter it builds on: "" = the bundled default; inside the
+    package, relative to its data directory (so the package can move); else absolute."""
+    from crossspec_ros.models.pair import BUNDLED_PAIR
+
+    if not drafter_source:
+        return ""
+    source = Path(drafter_source).resolve()
+    if source.is_relative_to(BUNDLED_PAIR):
+        return str(source.relative_to(BUNDLED_PAIR))
+    return str(source)
 
 
 def run_eval_draft(args: argparse.Namespace) -> int:
@@ -314,6 +347,8 @@ def run_eval_draft(args: argparse.Namespace) -> int:
     verifier = load_verifier("")
     drafters = {"default": load_drafter(""),
                 "distilled": load_drafter(str(args.drafter or BUNDLED_PAIR / DISTILLED))}
+    if args.drafter is None and (BUNDLED_PAIR / LORA).is_dir():
+        drafters["lora"] = load_drafter(str(BUNDLED_PAIR / LORA))
     if args.bag is None:
         windows = heldout(args.windows, args.workers)
     refs = references(verifier, drafters["default"], windows)

@@ -77,7 +77,13 @@ class EventGPTModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.visual_projector[0].weight.device
+        return self.language_model.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The language model's (and the projector's) dtype. Read from the embeddings: a
+        LoRA-wrapped projector (models/lora.py) cannot be indexed."""
+        return self.language_model.get_input_embeddings().weight.dtype
 
     @property
     def vision_dtype(self) -> torch.dtype:
@@ -86,7 +92,7 @@ class EventGPTModel(nn.Module):
     def encode_events(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """[T, 3, S, S] event images -> [T + N, hidden] event tokens."""
         features = self.visual_tower(pixel_values=pixel_values).last_hidden_state
-        features = features.to(self.visual_projector[0].weight.dtype)
+        features = features.to(self.dtype)
         features = self.feature_adaptor(self.visual_projector(features))
         return spatio_temporal_pool(features)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from crossspec_ros.models.errors import ModelNotFoundError
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+from crossspec_ros.models.lora import adapter_base, is_lora_adapter, merge_adapter
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
 from crossspec_ros.paths import BUNDLED_PAIR
 
@@ -46,6 +47,9 @@ def load_drafter(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
     directory or a hub id in the local cache) reading event images."""
     directory = Path(source) if source else BUNDLED_PAIR / "drafter"
     kwargs = _trained_question(directory)
+    if is_lora_adapter(directory):
+        return _adapted_drafter(directory, kwargs.get("question"), device=device, dtype=dtype,
+                                quantization=quantization)
     if _model_type(source or str(directory)) == "llava":
         from crossspec_ros.models.llava_drafter import LlavaEventDrafter
 
@@ -55,6 +59,23 @@ def load_drafter(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
         kwargs = {"query": kwargs["question"]}
     return EventGPTDrafter.load(directory, dtype=dtype, device=device,
                                 quantization=_quantization(quantization), **kwargs)
+
+
+def _adapted_drafter(directory: Path, question: str | None, **load: Any) -> EventGPTDrafter:
+    """The base drafter an adapter (``crossspec distill --method lora``) names, with the
+    adapter merged into its weights."""
+    base_source = adapter_base(directory)
+    if base_source and is_lora_adapter(base_source):
+        raise ModelNotFoundError(f"{directory}: its base {base_source} is an adapter too; an "
+                                 "adapter must name a whole drafter")
+    drafter = load_drafter(base_source, **load)
+    if not isinstance(drafter, EventGPTDrafter):
+        raise ModelNotFoundError(f"{directory}: LoRA adapters are for EventGPT drafters; its "
+                                 f"base {base_source} is not one")
+    drafter.model = merge_adapter(drafter.model, directory)
+    if question:
+        drafter.query = question
+    return drafter
 
 
 def _model_type(source: str) -> str | None:

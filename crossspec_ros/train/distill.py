@@ -4,7 +4,8 @@ The verifier labels the user's own windows for free: its greedy caption of a win
 exactly what the engine will confirm, so it is the target a drafter must predict from its
 own input (the events). ``finetune`` trains the drafter's weights on those captions
 (sequence-level distillation: next-token cross-entropy on the verifier's tokens, in the
-drafter's ids; a drafter with another tokenizer gets them re-tokenized through their text);
+drafter's ids; a drafter with another tokenizer gets them re-tokenized through their text),
+``finetune_lora`` the same through LoRA adapters (a 7B drafter on one GPU);
 ``head`` trains a small draft head (``models/draft_head.py``) on the verifier's own ids from
 what the frozen drafter saw of each window.
 
@@ -48,6 +49,8 @@ class DistillConfig:
     lr: float = 1e-3
     warmup_steps: int = 30
     checkpoint_every: int = 100
+    lora_rank: int = 0       # --method lora: the adapters' rank (0: no LoRA)
+    lora_alpha: float = 0.0  # their scale numerator (updates scaled by alpha / rank)
 
 
 @dataclass
@@ -107,11 +110,14 @@ def label_windows(verifier: Any, drafter: Any, windows: Iterable[Any], max_new_t
 def labels_key(sources: list[str], verifier_dir: str, drafter_dir: str,
                max_new_tokens: int) -> str:
     """What the labels depend on: the inputs (paths with size and mtime), both models' files
-    and the caption length limit."""
+    (not a verifier's caption corpus: it changes no caption) and the caption length limit."""
+    from crossspec_ros.speculative.corpus import CORPUS_FILE
+
     parts = [f"max_new_tokens={max_new_tokens}"]
     for source in [*sources, verifier_dir, drafter_dir]:
         path = Path(source)
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != CORPUS_FILE) \
+            if path.is_dir() else [path]
         for f in files:
             stat = f.stat() if f.exists() else None
             parts.append(f"{f}:{stat.st_size if stat else '-'}:{stat.st_mtime_ns if stat else '-'}")
@@ -179,6 +185,22 @@ def finetune(drafter: Any, labels: Labels, config: DistillConfig,
                             [labels.captions[i] for i in index])[0]
 
     return _train(drafter.model, loss_of, len(labels), config, checkpoint, progress)
+
+
+def finetune_lora(drafter: Any, labels: Labels, config: DistillConfig,
+                  checkpoint: Path | None = None,
+                  progress: Callable[[int, float], None] | None = None
+                  ) -> tuple[Any, list[float]]:
+    """``finetune`` through LoRA adapters (``models/lora.py``): the drafter's language model
+    learns low-rank updates, its projector and adaptor learn whole, the rest stays frozen.
+    ``drafter`` is adapted in place; returns the peft model (it saves the adapter) and the
+    loss per step."""
+    from crossspec_ros.models.lora import add_lora
+
+    _check_enough(labels)
+    torch.manual_seed(config.seed)  # the adapters' initial weights
+    peft_model = add_lora(drafter.model, config.lora_rank, config.lora_alpha)
+    return peft_model, finetune(drafter, labels, config, checkpoint, progress)
 
 
 def window_states(drafter: Any, labels: Labels,
@@ -261,8 +283,10 @@ def _train(model: torch.nn.Module, loss_of: Callable[[list[int]], torch.Tensor],
 
 def _save_checkpoint(path: Path, run_key: str, step: int, losses: list[float],
                      model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    # what training changes: every weight of a whole fine-tune, only the adapters of a LoRA
+    # run (a 7B base would be 14 GB per checkpoint otherwise)
     tensors = {f"model.{k}": v.detach().clone().contiguous()
-               for k, v in model.state_dict().items()}
+               for k, v in model.named_parameters() if v.requires_grad}
     for index, state in optimizer.state_dict()["state"].items():
         for name, value in state.items():
             tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).clone().contiguous()
@@ -280,8 +304,11 @@ def _resume(path: Path, run_key: str, model: torch.nn.Module,
     if metadata.get("run") != run_key:
         return 0, []
     tensors = load_file(str(path))
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
-                           if k.startswith("model.")})
+    trained = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    unexpected = model.load_state_dict(trained, strict=False).unexpected_keys
+    if unexpected:
+        raise DistillError(f"{path}: the checkpoint holds weights this model has not "
+                           f"({unexpected[:3]}...); delete it to start over")
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):

@@ -101,21 +101,25 @@ def drafter_loss(drafter: EventGPTDrafter, pixels: torch.Tensor,
     """The same loss for the drafter (event tokens pooled per window, batched), and those
     pooled event tokens: [B, T + N, hidden]."""
     model = drafter.model
+    device, dtype = model.device, model.dtype  # a GPU and bf16 for a full-size drafter
     batch, images = pixels.shape[:2]
-    features = model.visual_tower(pixel_values=pixels.flatten(0, 1).float()).last_hidden_state
+    pixels = pixels.flatten(0, 1).to(device, model.vision_dtype)
+    features = model.visual_tower(pixel_values=pixels).last_hidden_state.to(dtype)
     features = model.feature_adaptor(model.visual_projector(features))
     features = features.view(batch, images, *features.shape[1:])       # [B, T, N, C]
     events = torch.cat([features.mean(dim=2), features.mean(dim=1)], dim=1)  # [B, T+N, C]
     prompt = drafter.prompt_ids().tolist()
     at = prompt.index(EVENT_TOKEN_INDEX)
     embed = model.language_model.get_input_embeddings()
-    before = embed(torch.tensor(prompt[:at])).expand(batch, -1, -1)
-    after = embed(torch.tensor(prompt[at + 1:])).expand(batch, -1, -1)
-    caption_ids, caption_mask = _pad(captions, drafter.info.eos_token_id)
+    before = embed(torch.tensor(prompt[:at], device=device)).expand(batch, -1, -1)
+    after = embed(torch.tensor(prompt[at + 1:], device=device)).expand(batch, -1, -1)
+    caption_ids, caption_mask = (t.to(device) for t in _pad(captions,
+                                                            drafter.info.eos_token_id))
     embeds = torch.cat([before, events, after, embed(caption_ids)], dim=1)
     n_prompt = embeds.shape[1] - caption_ids.shape[1]
-    mask = torch.cat([torch.ones(batch, n_prompt, dtype=torch.long), caption_mask], dim=1)
-    labels = torch.cat([torch.full((batch, n_prompt), -100, dtype=torch.long),
+    mask = torch.cat([torch.ones(batch, n_prompt, dtype=torch.long, device=device),
+                      caption_mask], dim=1)
+    labels = torch.cat([torch.full((batch, n_prompt), -100, dtype=torch.long, device=device),
                         caption_ids.masked_fill(caption_mask == 0, -100)], dim=1)
     loss = model.language_model(inputs_embeds=embeds, attention_mask=mask, labels=labels).loss
     return loss, events
