@@ -178,3 +178,18 @@ def test_distill_lora_writes_an_adapter_of_the_bundled_drafter_that_loads(tmp_pa
     assert recorded["base_model_name_or_path"] == ""  # the bundled drafter
     drafter = load_drafter(str(out / "adapter"))
     assert drafter.query == card["question"]
+
+
+def test_the_distillation_bench_times_lora_and_whole_steps_with_their_parameter_counts(pair):
+    from crossspec_ros.bench.distill import time_steps
+
+    _, drafter = pair
+    lora = time_steps(copy.deepcopy(drafter), "lora", steps=2, warmup=1, batch_size=2,
+                      caption_tokens=6, lora_rank=2)
+    whole = time_steps(copy.deepcopy(drafter), "finetune", steps=2, warmup=1, batch_size=2,
+                       caption_tokens=6, lora_rank=2)
+    assert lora["trainable_parameters"] < lora["all_parameters"]
+    assert whole["trainable_parameters"] == whole["all_parameters"]
+    for report in (lora, whole):
+        assert 0 < report["step_ms_min"] <= report["step_ms_median"] <= report["step_ms_max"]
+        assert report["peak_memory_mb"] > 0 and report["final_loss"] > 0

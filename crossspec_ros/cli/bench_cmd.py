@@ -8,6 +8,7 @@ import importlib
 # Each module exposes register(subparsers) like the top-level commands.
 BENCH_MODULES = [
     "crossspec_ros.bench.decode",
+    "crossspec_ros.bench.distill",
     "crossspec_ros.bench.engine_cmd",
     "crossspec_ros.bench.fuzz",
 ]
