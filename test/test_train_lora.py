@@ -167,6 +167,11 @@ def test_distill_lora_writes_an_adapter_of_the_bundled_drafter_that_loads(tmp_pa
     bad = crossspec("distill", "--method", "lora", "--lora-rank", "0", "--sim-windows", "16",
                     "--out", str(out))
     assert bad.returncode == 2 and "--lora-rank >= 1" in bad.stderr
+    if not torch.cuda.is_available():
+        no_gpu = crossspec("distill", "--method", "lora", "--device", "cuda", "--sim-windows",
+                           "16", "--out", str(out))
+        assert no_gpu.returncode == 2 and "CUDA is not available" in no_gpu.stderr
+        assert "Traceback" not in no_gpu.stderr and not out.exists()
     run = crossspec("distill", "--method", "lora", "--lora-rank", "2", "--sim-windows", "16",
                     "--steps", "3", "--eval-windows", "0", "--workers", "1", "--out", str(out))
     assert run.returncode == 0, run.stderr[-2000:]

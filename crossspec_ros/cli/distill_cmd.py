@@ -56,6 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          f"{METHOD_DEFAULTS['finetune']['lr']}, head "
                          f"{METHOD_DEFAULTS['head']['lr']})")
     distill.add_argument("--max-new-tokens", type=int, default=48)
+    distill.add_argument("--device", default="cpu", help="where the models run and train "
+                         "(cpu or cuda; --method head trains on cpu)")
     distill.add_argument("--verifier-model", default="", help="Video-LLaVA directory "
                          "(default: the bundled tiny verifier)")
     distill.add_argument("--drafter-model", default="", help="EventGPT directory to start "
@@ -149,6 +151,9 @@ def run_distill(args: argparse.Namespace) -> int:
     for name, value in METHOD_DEFAULTS[args.method].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.method == "head" and args.device != "cpu":
+        return _fail("distill", "--method head trains on the CPU (a head is small); drop "
+                     "--device")
     if args.lora_alpha is None:
         args.lora_alpha = 2.0 * args.lora_rank
     if args.steps < 1 or args.batch_size < 1 or args.lr <= 0 or args.max_new_tokens < 1 \
@@ -192,8 +197,13 @@ def run_distill(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     torch.manual_seed(args.seed)
     drafter_source = args.drafter_model or str(BUNDLED_PAIR / "drafter")
-    verifier = load_verifier(args.verifier_model)
-    drafter = load_drafter(drafter_source)
+    from crossspec_ros.models.errors import ModelLoadError
+
+    try:
+        verifier = load_verifier(args.verifier_model, device=args.device)
+        drafter = load_drafter(drafter_source, device=args.device)
+    except ModelLoadError as err:  # a missing model, no CUDA here: say so, write nothing
+        return _fail("distill", str(err))
     if not isinstance(drafter, EventGPTDrafter):
         return _fail("distill", f"--method {args.method} trains EventGPT-family drafters; "
                      f"{drafter_source} is another kind")
@@ -271,7 +281,8 @@ def run_distill(args: argparse.Namespace) -> int:
         refs = references(verifier, drafter, held, args.max_new_tokens)
         if head is None:
             card["heldout"] = compare({"distilled": drafter,
-                                       "undistilled": load_drafter(drafter_source)},
+                                       "undistilled": load_drafter(drafter_source,
+                                                                   device=args.device)},
                                       held, refs, 8)
         else:
             card["heldout"] = compare({"drafter": drafter}, held, refs, 8)
