@@ -47,3 +47,23 @@ def write_event_bag() -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="module")
+def distill_pair():
+    """A tiny verifier and drafter that disagree (random weights): distillation's subjects."""
+    from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
+
+    return tiny_verifier(seed=1, init_range=0.3), tiny_eventgpt_drafter(seed=2, init_range=0.3)
+
+
+@pytest.fixture(scope="module")
+def distill_labels(distill_pair):
+    """18 random windows captioned by ``distill_pair``'s verifier (6 tokens at most)."""
+    from synthetic_windows import random_window
+
+    from crossspec_ros.train.distill import label_windows
+
+    verifier, drafter = distill_pair
+    return label_windows(verifier, drafter, [random_window(s) for s in range(18)],
+                         max_new_tokens=6)

@@ -13,7 +13,6 @@ import torch
 from synthetic_windows import random_window
 from toy_models import ToyModel, ToyWindow
 
-from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.train.distill import (
     DistillConfig,
@@ -30,23 +29,12 @@ from crossspec_ros.train.distill import (
 from crossspec_ros.train.evaluate import draft_rounds
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_verifier(seed=1, init_range=0.3), tiny_eventgpt_drafter(seed=2, init_range=0.3)
-
-
-@pytest.fixture(scope="module")
-def labels(pair):
-    verifier, drafter = pair
-    return label_windows(verifier, drafter, [random_window(s) for s in range(18)], max_new_tokens=6)
-
-
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_labels_are_the_verifiers_greedy_captions_and_unusable_windows_are_counted(pair):
-    verifier, drafter = pair
+def test_labels_are_the_verifiers_greedy_captions_and_unusable_windows_are_counted(distill_pair):
+    verifier, drafter = distill_pair
     windows = [random_window(0), random_window(1, events=False),
                random_window(2, frames=False), random_window(3)]
     got = label_windows(verifier, drafter, windows, max_new_tokens=6)
@@ -59,12 +47,12 @@ def test_labels_are_the_verifiers_greedy_captions_and_unusable_windows_are_count
     assert got.drafter_pixels.shape[0] == 2
 
 
-def test_the_label_cache_round_trips_and_another_key_misses(labels, tmp_path):
+def test_the_label_cache_round_trips_and_another_key_misses(distill_labels, tmp_path):
     path = tmp_path / "labels.safetensors"
-    save_labels(labels, path, key="abc")
+    save_labels(distill_labels, path, key="abc")
     back = load_labels(path, "abc")
-    assert back is not None and back.captions == labels.captions
-    assert torch.equal(back.drafter_pixels, labels.drafter_pixels)
+    assert back is not None and back.captions == distill_labels.captions
+    assert torch.equal(back.drafter_pixels, distill_labels.drafter_pixels)
     assert load_labels(path, "another") is None
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -76,22 +64,23 @@ def test_batches_depend_on_seed_and_step_only_and_cover_every_window_each_epoch(
     assert batch_indices(5, 64, 16, seed=3) != batch_indices(5, 64, 16, seed=4)
 
 
-def test_distillation_is_deterministic_from_the_seed(pair, labels):
-    _, drafter = pair
+def test_distillation_is_deterministic_from_the_seed(distill_pair, distill_labels):
+    _, drafter = distill_pair
     config = DistillConfig(seed=5, steps=4, batch_size=4, warmup_steps=1)
     a, b = copy.deepcopy(drafter), copy.deepcopy(drafter)
-    losses_a, losses_b = finetune(a, labels, config), finetune(b, labels, config)
+    losses_a, losses_b = finetune(a, distill_labels, config), finetune(b, distill_labels, config)
     assert losses_a == losses_b
     wa, wb = _weights(a.model), _weights(b.model)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert any(not torch.equal(wa[k], v) for k, v in _weights(drafter.model).items())
 
 
-def test_an_interrupted_distillation_resumes_to_the_same_weights(pair, labels, tmp_path):
-    _, drafter = pair
+def test_an_interrupted_distillation_resumes_to_the_same_weights(distill_pair, distill_labels,
+                                                                 tmp_path):
+    _, drafter = distill_pair
     config = DistillConfig(seed=1, steps=6, batch_size=4, warmup_steps=1, checkpoint_every=2)
     whole = copy.deepcopy(drafter)
-    whole_losses = finetune(whole, labels, config)
+    whole_losses = finetune(whole, distill_labels, config)
 
     class SimulatedInterruptError(Exception):
         pass
@@ -102,27 +91,28 @@ def test_an_interrupted_distillation_resumes_to_the_same_weights(pair, labels, t
 
     checkpoint = tmp_path / "checkpoint.safetensors"
     with pytest.raises(SimulatedInterruptError):
-        finetune(copy.deepcopy(drafter), labels, config, checkpoint, stop_at_step_3)
+        finetune(copy.deepcopy(drafter), distill_labels, config, checkpoint, stop_at_step_3)
     resumed = copy.deepcopy(drafter)  # a fresh process: the initial weights again
     seen: list[int] = []
-    losses = finetune(resumed, labels, config, checkpoint, lambda s, _l: seen.append(s))
+    losses = finetune(resumed, distill_labels, config, checkpoint, lambda s, _l: seen.append(s))
     assert seen == [2, 3, 4, 5]  # steps 0-1 came from the checkpoint written after step 2
     assert losses == pytest.approx(whole_losses, rel=1e-6)
     ours, reference = _weights(resumed.model), _weights(whole.model)
     assert all(torch.allclose(ours[k], reference[k], atol=1e-6) for k in ours)
 
 
-def test_too_few_windows_are_refused_with_the_count(pair):
-    _, drafter = pair
+def test_too_few_windows_are_refused_with_the_count(distill_pair):
+    _, drafter = distill_pair
     few = Labels(torch.zeros((3, 5, 3, 4, 4), dtype=torch.float16), [[5, 2]] * 3)
     with pytest.raises(DistillError, match="3 labelled windows; distillation needs at least"):
         finetune(drafter, few, DistillConfig(steps=1))
 
 
-def test_a_distilled_drafter_never_changes_the_confirmed_caption(pair, labels):
-    verifier, drafter = pair
+def test_a_distilled_drafter_never_changes_the_confirmed_caption(distill_pair, distill_labels):
+    verifier, drafter = distill_pair
     distilled = copy.deepcopy(drafter)
-    finetune(distilled, labels, DistillConfig(seed=0, steps=3, batch_size=4, warmup_steps=1))
+    finetune(distilled, distill_labels, DistillConfig(seed=0, steps=3, batch_size=4,
+                                                      warmup_steps=1))
     engine = SpeculativeEngine(verifier, distilled, EngineConfig(
         max_new_tokens=10, drafter_gate=False))
     for seed in range(4):
@@ -204,14 +194,14 @@ def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_o
 
 
 def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():
-    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter
+    from crossspec_ros.models.distill_pair import BUNDLED_PAIR, load_drafter
 
     drafter = load_drafter(str(BUNDLED_PAIR / "distilled" / "drafter"))
     assert drafter.query == "Describe the driving scene."
 
 
 def test_the_bundled_head_finds_the_drafter_it_reads_inside_the_package():
-    from crossspec_ros.models.pair import BUNDLED_PAIR, head_drafter_source, load_head
+    from crossspec_ros.models.distill_pair import BUNDLED_PAIR, head_drafter_source, load_head
 
     directory = BUNDLED_PAIR / "distilled_head" / "head"
     assert head_drafter_source(directory) == str(BUNDLED_PAIR / "distilled" / "drafter")

@@ -9,30 +9,17 @@ import json
 
 import pytest
 import torch
+from crossspec_ros.models.distill_pair import load_drafter
 from safetensors.torch import load_file
 from synthetic_windows import random_window
 
 from crossspec_ros.models.errors import ModelNotFoundError
 from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
 from crossspec_ros.models.lora import is_lora_adapter, save_adapter
-from crossspec_ros.models.pair import load_drafter
-from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
-from crossspec_ros.train.distill import DistillConfig, finetune_lora, label_windows
+from crossspec_ros.train.distill import DistillConfig, finetune_lora
 
 LORA = dict(lora_rank=4, lora_alpha=8.0)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_verifier(seed=1, init_range=0.3), tiny_eventgpt_drafter(seed=2, init_range=0.3)
-
-
-@pytest.fixture(scope="module")
-def labels(pair):
-    verifier, drafter = pair
-    return label_windows(verifier, drafter, [random_window(s) for s in range(18)],
-                         max_new_tokens=6)
 
 
 def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -43,11 +30,12 @@ def _prefill_logits(drafter, window) -> torch.Tensor:
     return drafter.prefill(drafter.prepare(window)).last_logits
 
 
-def test_lora_trains_the_adapters_and_the_projector_and_leaves_the_base_weights(pair, labels):
-    _, drafter = pair
+def test_lora_trains_the_adapters_and_the_projector_and_leaves_the_base_weights(
+        distill_pair, distill_labels):
+    _, drafter = distill_pair
     adapted = copy.deepcopy(drafter)
     before = {k: v.detach().clone() for k, v in drafter.model.named_parameters()}
-    peft_model, losses = finetune_lora(adapted, labels, DistillConfig(
+    peft_model, losses = finetune_lora(adapted, distill_labels, DistillConfig(
         seed=0, steps=4, batch_size=4, warmup_steps=1, **LORA))
     assert len(losses) == 4
     trainable, total = peft_model.get_nb_trainable_parameters()
@@ -64,24 +52,24 @@ def test_lora_trains_the_adapters_and_the_projector_and_leaves_the_base_weights(
         "modules_to_save.default.", "")]) for k in projector)
 
 
-def test_lora_distillation_is_deterministic_from_the_seed(pair, labels):
-    _, drafter = pair
+def test_lora_distillation_is_deterministic_from_the_seed(distill_pair, distill_labels):
+    _, drafter = distill_pair
     config = DistillConfig(seed=3, steps=3, batch_size=4, warmup_steps=1, **LORA)
     a, b = copy.deepcopy(drafter), copy.deepcopy(drafter)
-    (_, losses_a), (_, losses_b) = finetune_lora(a, labels, config), finetune_lora(
-        b, labels, config)
+    (_, losses_a), (_, losses_b) = finetune_lora(a, distill_labels, config), finetune_lora(
+        b, distill_labels, config)
     assert losses_a == losses_b
     pa, pb = _params(a.model), _params(b.model)
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
 
 
 def test_an_interrupted_lora_run_resumes_from_a_checkpoint_of_only_the_trained_weights(
-        pair, labels, tmp_path):
-    _, drafter = pair
+        distill_pair, distill_labels, tmp_path):
+    _, drafter = distill_pair
     config = DistillConfig(seed=1, steps=5, batch_size=4, warmup_steps=1, checkpoint_every=2,
                            **LORA)
     whole = copy.deepcopy(drafter)
-    _, whole_losses = finetune_lora(whole, labels, config)
+    _, whole_losses = finetune_lora(whole, distill_labels, config)
 
     class SimulatedInterruptError(Exception):
         pass
@@ -92,12 +80,12 @@ def test_an_interrupted_lora_run_resumes_from_a_checkpoint_of_only_the_trained_w
 
     checkpoint = tmp_path / "checkpoint.safetensors"
     with pytest.raises(SimulatedInterruptError):
-        finetune_lora(copy.deepcopy(drafter), labels, config, checkpoint, stop_at_step_3)
+        finetune_lora(copy.deepcopy(drafter), distill_labels, config, checkpoint, stop_at_step_3)
     weights = [k for k in load_file(str(checkpoint)) if k.startswith("model.")]
     assert weights and all("lora_" in k or "modules_to_save" in k for k in weights)
     resumed = copy.deepcopy(drafter)
     seen: list[int] = []
-    _, losses = finetune_lora(resumed, labels, config, checkpoint,
+    _, losses = finetune_lora(resumed, distill_labels, config, checkpoint,
                               lambda s, _l: seen.append(s))
     assert seen == [2, 3, 4]
     assert losses == pytest.approx(whole_losses, rel=1e-6)
@@ -106,12 +94,12 @@ def test_an_interrupted_lora_run_resumes_from_a_checkpoint_of_only_the_trained_w
 
 
 def test_a_saved_adapter_loads_onto_its_base_merged_and_gives_the_trained_logits(
-        pair, labels, tmp_path):
-    _, drafter = pair
+        distill_pair, distill_labels, tmp_path):
+    _, drafter = distill_pair
     base_dir = tmp_path / "base"
     save_eventgpt(drafter.model, base_dir, tokenizer=drafter.tokenizer)
     adapted = copy.deepcopy(drafter)
-    peft_model, _ = finetune_lora(adapted, labels, DistillConfig(
+    peft_model, _ = finetune_lora(adapted, distill_labels, DistillConfig(
         seed=0, steps=4, batch_size=4, warmup_steps=1, **LORA))
     save_adapter(peft_model, tmp_path / "adapter", base=str(base_dir))
     assert is_lora_adapter(tmp_path / "adapter")
@@ -140,10 +128,10 @@ def test_an_adapter_whose_base_is_missing_or_unreadable_is_refused_with_a_messag
         load_drafter(str(adapter))
 
 
-def test_a_lora_distilled_drafter_never_changes_the_confirmed_caption(pair, labels):
-    verifier, drafter = pair
+def test_a_lora_distilled_drafter_never_changes_the_confirmed_caption(distill_pair, distill_labels):
+    verifier, drafter = distill_pair
     adapted = copy.deepcopy(drafter)
-    finetune_lora(adapted, labels, DistillConfig(seed=0, steps=3, batch_size=4,
+    finetune_lora(adapted, distill_labels, DistillConfig(seed=0, steps=3, batch_size=4,
                                                  warmup_steps=1, **LORA))
     engine = SpeculativeEngine(verifier, adapted, EngineConfig(
         max_new_tokens=10, drafter_gate=False))
@@ -185,10 +173,11 @@ def test_distill_lora_writes_an_adapter_of_the_bundled_drafter_that_loads(tmp_pa
     assert drafter.query == card["question"]
 
 
-def test_the_distillation_bench_times_lora_and_whole_steps_with_their_parameter_counts(pair):
+def test_the_distillation_bench_times_lora_and_whole_steps_with_their_parameter_counts(
+        distill_pair):
     from crossspec_ros.bench.distill import time_steps
 
-    _, drafter = pair
+    _, drafter = distill_pair
     lora = time_steps(copy.deepcopy(drafter), "lora", steps=2, warmup=1, batch_size=2,
                       caption_tokens=6, lora_rank=2)
     whole = time_steps(copy.deepcopy(drafter), "finetune", steps=2, warmup=1, batch_size=2,
