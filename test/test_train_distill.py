@@ -194,14 +194,14 @@ def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_o
 
 
 def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():
-    from crossspec_ros.models.distill_pair import BUNDLED_PAIR, load_drafter
+    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter
 
     drafter = load_drafter(str(BUNDLED_PAIR / "distilled" / "drafter"))
     assert drafter.query == "Describe the driving scene."
 
 
 def test_the_bundled_head_finds_the_drafter_it_reads_inside_the_package():
-    from crossspec_ros.models.distill_pair import BUNDLED_PAIR, head_drafter_source, load_head
+    from crossspec_ros.models.pair import BUNDLED_PAIR, head_drafter_source, load_head
 
     directory = BUNDLED_PAIR / "distilled_head" / "head"
     assert head_drafter_source(directory) == str(BUNDLED_PAIR / "distilled" / "drafter")

@@ -9,13 +9,13 @@ import json
 
 import pytest
 import torch
-from crossspec_ros.models.distill_pair import load_drafter
 from safetensors.torch import load_file
 from synthetic_windows import random_window
 
 from crossspec_ros.models.errors import ModelNotFoundError
 from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
 from crossspec_ros.models.lora import is_lora_adapter, save_adapter
+from crossspec_ros.models.pair import load_drafter
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.train.distill import DistillConfig, finetune_lora
 
