@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from interruption import SimulatedInterruptError, interrupt_at
 from synthetic_windows import random_window
 from toy_models import ToyModel, ToyWindow
 
@@ -82,16 +83,9 @@ def test_an_interrupted_distillation_resumes_to_the_same_weights(distill_pair, d
     whole = copy.deepcopy(drafter)
     whole_losses = finetune(whole, distill_labels, config)
 
-    class SimulatedInterruptError(Exception):
-        pass
-
-    def stop_at_step_3(step: int, _loss: float) -> None:
-        if step == 3:
-            raise SimulatedInterruptError
-
     checkpoint = tmp_path / "checkpoint.safetensors"
     with pytest.raises(SimulatedInterruptError):
-        finetune(copy.deepcopy(drafter), distill_labels, config, checkpoint, stop_at_step_3)
+        finetune(copy.deepcopy(drafter), distill_labels, config, checkpoint, interrupt_at(3))
     resumed = copy.deepcopy(drafter)  # a fresh process: the initial weights again
     seen: list[int] = []
     losses = finetune(resumed, distill_labels, config, checkpoint, lambda s, _l: seen.append(s))

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from interruption import SimulatedInterruptError, interrupt_at
 from safetensors.torch import load_file
 from synthetic_windows import random_window
 
@@ -71,16 +72,9 @@ def test_an_interrupted_lora_run_resumes_from_a_checkpoint_of_only_the_trained_w
     whole = copy.deepcopy(drafter)
     _, whole_losses = finetune_lora(whole, distill_labels, config)
 
-    class SimulatedInterruptError(Exception):
-        pass
-
-    def stop_at_step_3(step: int, _loss: float) -> None:
-        if step == 3:
-            raise SimulatedInterruptError
-
     checkpoint = tmp_path / "checkpoint.safetensors"
     with pytest.raises(SimulatedInterruptError):
-        finetune_lora(copy.deepcopy(drafter), distill_labels, config, checkpoint, stop_at_step_3)
+        finetune_lora(copy.deepcopy(drafter), distill_labels, config, checkpoint, interrupt_at(3))
     weights = [k for k in load_file(str(checkpoint)) if k.startswith("model.")]
     assert weights and all("lora_" in k or "modules_to_save" in k for k in weights)
     resumed = copy.deepcopy(drafter)
