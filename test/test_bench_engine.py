@@ -55,3 +55,9 @@ def test_live_prefill_modes_replay_the_frames_and_stay_lossless():
         entry = report["modes"][mode]
         assert entry["lossless_windows"] == "2/2", mode
     assert report["modes"]["crossspec_live"]["latency_ms_median"] > 0
+    # speculation's share in the live graph: paired against live prefill without it
+    vs = report["modes"]["crossspec_live"]["paired_speedup_vs_live_alone"]
+    assert report["paired_speedup_live"] == vs["median"]
+    assert report["modes"]["live_alone"]["paired_speedup_vs_live_alone"]["median"] == 1.0
+    assert f"crossspec_live against live_alone, paired: {vs['median']:.2f}x" in \
+        markdown_table(report)

@@ -100,6 +100,20 @@ def test_the_first_proposal_is_the_last_caption_whole_stopping_before_a_placehol
     assert len(policy.propose_first(None, 0, history, room=1, proposable=100)) == 0
 
 
+def test_the_first_proposal_takes_a_long_last_caption_whole_past_the_round_depth():
+    caption = [*range(10, 40), 2]  # 31 tokens, deeper than a round's proposals may go
+    history = SuffixIndex()
+    history.add_source(caption)
+    policy = ProposalPolicy(("history_ngram",), max_depth=8, max_nodes=64)
+    assert len(policy.propose([], None, 0, history, room=48).best_chain()) == 8
+    assert policy.propose_first(None, 0, history, room=48, proposable=100).tokens == caption
+    # never past the room left for the caption
+    assert len(policy.propose_first(None, 0, history, room=20, proposable=100)) == 19
+    # a policy allowed no proposals (max_proposal 0: plain decoding) proposes none here
+    plain = ProposalPolicy(("history_ngram",), max_depth=0, max_nodes=64)
+    assert len(plain.propose_first(None, 0, history, room=48, proposable=100)) == 0
+
+
 def test_the_first_proposal_is_the_last_caption_even_where_older_ones_outnumber_it():
     history = SuffixIndex()
     for _ in range(5):

@@ -157,6 +157,16 @@ def test_a_window_captioned_like_the_last_one_is_confirmed_in_the_prefill_pass()
     assert again.stats.prefill_accepted >= len(again.tokens) - 1
 
 
+def test_max_proposal_zero_decodes_plainly_even_with_a_matching_history():
+    verifier = ToyModel()
+    engine = SpeculativeEngine(verifier, None, EngineConfig(max_new_tokens=12, max_proposal=0,
+                                                            proposers=("history_ngram",)))
+    first = engine.run_window(ToyWindow(0, 5))
+    again = engine.run_window(ToyWindow(1, 5))  # captioned exactly like the first
+    assert again.tokens == first.tokens
+    assert again.stats.total_proposed == 0 and again.stats.rounds == len(again.tokens) - 1
+
+
 def test_sampling_with_a_proposal_on_the_prefill_keeps_the_first_token_distribution():
     verifier = ToyModel()
     window = ToyWindow(0, 21)

@@ -74,6 +74,23 @@ def test_pruning_keeps_the_most_probable_nodes_with_their_ancestors():
     assert len(tree.pruned(0)) == 0
 
 
+def test_depth_first_order_puts_the_likeliest_path_first_and_keeps_the_tree():
+    tree = DraftTree()
+    tree.add(ROOT, 4, "b", 0.3)                                  # node 0: the weaker branch
+    tree.add_chain([1, 2], "a", [0.9, 0.5])                      # nodes 1, 2
+    tree.add(1, 6, "a", 0.7)                                     # node 3: 1 -> 6 beats 1 -> 2
+    tree.add(0, 5, "b", 0.2)                                     # node 4: 4 -> 5
+    ordered = tree.depth_first()
+    assert ordered.tokens == [1, 6, 2, 4, 5]
+    assert ordered.parents == [ROOT, 0, 0, ROOT, 3]
+    assert ordered.probs == [0.9, 0.7, 0.5, 0.3, 0.2]
+
+    def paths(t: DraftTree) -> set[tuple[int, ...]]:
+        return {tuple(t.tokens[n] for n in t.path(node)) for node in range(len(t))}
+
+    assert paths(ordered) == paths(tree) and len(ordered) == len(tree)
+
+
 def test_a_node_needs_an_existing_parent():
     with pytest.raises(ValueError, match="parent 3"):
         DraftTree().add(3, 1, "x", 0.5)

@@ -23,7 +23,8 @@ process has the thread settings of the live graph, ``process_tuning``):
                    would select them, each encoded and prefilled as it comes (live prefill);
                    after the close only the question is left; plain decoding. Latency from
                    the close, as the graph measures it
-  crossspec_live   the same with crossspec's default policy: what the live graph runs
+  crossspec_live   the same with crossspec's default policy: what the live graph runs;
+                   paired against live_alone too (speculation's share there)
   crossspec_process
                    the default policy with the drafter in a process of its own, as the
                    graph's draft node runs it (CPU, bundled pair)
@@ -164,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
                       else "")})
     table = bench.markdown_table(report)
     print(table)
+    live = report.get("paired_speedup_live")
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs verifier_alone): "
-          f"{report['paired_speedup_median']:.2f}x")
+          f"{report['paired_speedup_median']:.2f}x"
+          + (f"  (crossspec_live vs live_alone): {live:.2f}x" if live is not None else ""))
     outputs = {"json": args.json, "plot": args.plot, "md": None}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -92,18 +93,21 @@ class HFSession(ModelSession):
         if len(parents) != len(token_ids) or not token_ids:
             raise ValueError("need one parent per token, and at least one token")
         n, cached = len(token_ids), self.seq_len
-        depth: list[int] = []
-        ancestors = torch.zeros((n, n), dtype=torch.bool)
+        # row i allows the cached prefix, token i and its ancestors (numpy: one torch op per
+        # node cost 0.3 ms a round)
+        depth = np.zeros(n, dtype=np.int64)
+        allowed = np.zeros((n, cached + n), dtype=bool)
+        allowed[:, :cached] = True
         for i, parent in enumerate(parents):
             if not -1 <= parent < i:
                 raise ValueError(f"parent of token {i} must be -1 or an earlier token, "
                                  f"got {parent}")
-            depth.append(0 if parent < 0 else depth[parent] + 1)
             if parent >= 0:
-                ancestors[i] = ancestors[parent]
-            ancestors[i, i] = True
-        allowed = torch.cat([torch.ones((n, cached), dtype=torch.bool), ancestors], dim=1)
-        positions = torch.tensor(depth, dtype=torch.long) + cached
+                depth[i] = depth[parent] + 1
+                allowed[i] = allowed[parent]
+            allowed[i, cached + i] = True
+        positions = torch.from_numpy(depth + cached)
+        allowed = torch.from_numpy(allowed)
         with inference(self.device, self.stream):
             ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
             logits = self._tree_step(ids, self.cache, allowed.to(self.device),

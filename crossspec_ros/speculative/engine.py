@@ -207,7 +207,8 @@ class SpeculativeEngine:
         self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
         draft_tokens, _ = channel.snapshot()
         draft_text = self.bridge.draft_tokenizer.decode(draft_tokens, skip_special_tokens=True)
-        stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
+        if stats.confirmed_done_ms != stats.confirmed_done_ms:  # NaN: no final confirm came
+            stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
             self.gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
         emit(EventKind.FINAL, tokens=tokens, text=text)
@@ -372,11 +373,13 @@ class SpeculativeEngine:
     def _confirm(self, confirmed: list[int], base: int, new: list[int], channel: DraftChannel,
                  emit: Callable[..., None], stats: WindowStats) -> None:
         text = self.verifier.tokenizer.decode(confirmed, skip_special_tokens=True)
-        event = emit(EventKind.CONFIRMED, base=base, tokens=list(new), text=text,
-                     done=confirmed[-1] == self.verifier.info.eos_token_id
-                     or len(confirmed) >= self.config.max_new_tokens)
+        done = confirmed[-1] == self.verifier.info.eos_token_id or \
+            len(confirmed) >= self.config.max_new_tokens
+        event = emit(EventKind.CONFIRMED, base=base, tokens=list(new), text=text, done=done)
         if base == 0:
             stats.confirmed_first_ms = event.t_ms
+        if done:  # the caption is published whole now (the drafter's wind-down comes after)
+            stats.confirmed_done_ms = event.t_ms
         channel.push_confirmed(self.bridge.to_drafter(confirmed, text),
                                lookahead=self.policy.draft_lookahead())
 

@@ -102,6 +102,24 @@ class DraftTree:
         """Tokens of ``best_path``."""
         return self.best_path().tokens
 
+    def depth_first(self) -> DraftTree:
+        """The same tree with its nodes in depth-first order, the more probable child first:
+        the likeliest path is then the first nodes, and a verifier that keeps it only crops
+        its cache (``HFSession.keep_path``) instead of gathering the path's rows."""
+        children: dict[int, list[int]] = {}
+        for node, parent in enumerate(self.parents):
+            children.setdefault(parent, []).append(node)
+        out, stack = DraftTree(), [(ROOT, ROOT)]  # (node here, its parent in ``out``)
+        while stack:
+            node, parent = stack.pop()
+            if node != ROOT:
+                parent = out.add(parent, self.tokens[node], self.sources[node],
+                                 self.probs[node])
+            # pushed least probable first: popped most probable first (ties: added first)
+            kids = sorted(children.get(node, ()), key=lambda n: (self.probs[n], -n))
+            stack.extend((kid, parent) for kid in kids)
+        return out
+
     def pruned(self, keep: int) -> DraftTree:
         """The ``keep`` most probable nodes (a node's ancestors are at least as probable, so
         the result stays a tree), in the order they were added."""
