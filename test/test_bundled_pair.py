@@ -68,6 +68,22 @@ def test_crossspec_on_sample_bag_windows_equals_the_verifier_alone(pair):
     assert corpus_accepted > 0
 
 
+def test_a_caption_one_word_off_the_last_one_is_confirmed_in_the_prefill_through_a_branch(
+        pair):
+    verifier, _ = pair
+    window = next(w for w in iter_bag_windows(sample_bag(), WindowSynchronizer()) if w.has_rgb)
+    engine = SpeculativeEngine(verifier, None, EngineConfig(proposers=("history_ngram",)))
+    caption = engine.verifier_only(window)
+    # the last caption says another word at position 4; an older one knows the right word
+    engine.history.add_source(caption)
+    engine.history.add_source([*caption[:4], caption[6], *caption[5:]])
+    result = engine.run_window(window)
+    assert result.tokens == caption  # lossless
+    assert result.stats.rounds == 0  # the whole caption in the prefill's one pass
+    assert result.stats.accepted.get("history_branch", 0) > 0
+    assert result.stats.prefill_fed > len(caption)  # the spine and its branches
+
+
 def test_the_bundled_verifier_carries_a_caption_corpus_and_none_turns_it_off(pair, tmp_path):
     verifier = pair[0]
     corpus = load_corpus("", verifier)

@@ -46,6 +46,20 @@ def test_frame_by_frame_prefill_equals_the_one_shot_prefill(verifier, seed):
     assert live.timing.vision_ms > 0 and live.timing.prefill_ms > 0
 
 
+def test_a_live_prefill_checks_a_tree_like_the_one_shot_prefill(verifier):
+    window = random_window(3)
+    tokens, parents = [7, 8, 9, 10], [-1, 0, -1, 2]
+    one_shot, rows = verifier.prefill_with_proposal(verifier.prepare(window), tokens, parents)
+    live = LivePrefill(verifier)
+    live.extend_to(window.frames)
+    session, live_rows = live.finish(tokens, parents)
+    torch.testing.assert_close(live_rows, rows, rtol=1e-5, atol=1e-5)
+    session.keep_path([2, 3])
+    one_shot.keep_path([2, 3])
+    assert session.generated == one_shot.generated == [9, 10]
+    torch.testing.assert_close(session.feed([11]), one_shot.feed([11]), rtol=1e-5, atol=1e-5)
+
+
 def test_greedy_decoding_after_live_prefill_is_the_verifiers_own_caption(verifier):
     engine = SpeculativeEngine(verifier)
     eos, limit = verifier.info.eos_token_id, engine.config.max_new_tokens

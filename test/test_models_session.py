@@ -128,3 +128,38 @@ def test_an_empty_proposal_is_a_plain_prefill(model_and_inputs):
     session, rows = model.prefill_with_proposal(inputs, [])
     assert rows.shape == (1, model.info.vocab_size) and session.generated == []
     assert torch.allclose(rows[0], model.prefill(inputs).last_logits, atol=ATOL)
+
+
+def test_a_tree_fed_with_the_prefill_gives_each_node_the_rows_of_its_own_path(model_and_inputs):
+    model, inputs = model_and_inputs
+    if not getattr(model, "supports_tree_prefill", False):
+        pytest.skip("this backend feeds only chains with its prefill")
+    a, b, c, d, e = _tokens(model, 5, 6)
+    tokens, parents = [a, b, c, d, e], [-1, 0, 1, 0, 3]  # a-b-c and a-d-e
+    session, rows = model.prefill_with_proposal(inputs, tokens, parents)
+    assert rows.shape == (6, model.info.vocab_size) and session.generated == []
+    for node, path in ((0, [a]), (2, [a, b, c]), (4, [a, d, e])):
+        _, chain_rows = model.prefill_with_proposal(inputs, path)
+        assert torch.allclose(rows[node + 1], chain_rows[-1], atol=ATOL), node
+        assert torch.allclose(rows[0], chain_rows[0], atol=ATOL)
+    session.keep_path([0, 3, 4])  # the second branch: the cache gathers it
+    apart, _ = model.prefill_with_proposal(inputs, [a, d, e])
+    assert session.generated == [a, d, e] and session.seq_len == apart.seq_len
+    cont = _tokens(model, 3, 7)
+    assert torch.allclose(session.feed(cont), apart.feed(cont), atol=ATOL)
+
+
+def test_tree_attention_is_causal_over_the_chain_and_follows_ancestors_in_the_tree():
+    from crossspec_ros.models.hf_session import tree_attention
+
+    allowed, positions = tree_attention(cached=2, causal=2, parents=[-1, 0, -1])
+    assert allowed.tolist() == [
+        [True, True, True, False, False, False, False],   # chain token 0
+        [True, True, True, True, False, False, False],    # chain token 1
+        [True, True, True, True, True, False, False],     # node 0 (depth 1)
+        [True, True, True, True, True, True, False],      # node 1, under node 0
+        [True, True, True, True, False, False, True],     # node 2, beside node 0
+    ]
+    assert positions.tolist() == [2, 3, 4, 5, 4]
+    with pytest.raises(ValueError, match="parent of token 1"):
+        tree_attention(0, 0, [-1, 1])

@@ -397,6 +397,8 @@ def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dic
         "passes_per_window": round(passes / len(stats), 2),
         "prefill_accepted_per_window": round(
             sum(s.prefill_accepted for s in stats) / len(stats), 2),
+        "prefill_fed_per_window": round(sum(s.prefill_fed for s in stats) / len(stats), 2),
+        "prefill_only_windows": sum(s.rounds == 0 for s in stats),
         "fed_tokens_per_round": round(sum(s.fed_tokens for s in stats)
                                       / max(1, passes - len(stats)), 2),
         "tree_rounds": sum(s.tree_rounds for s in stats),

@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 from crossspec_ros.models.base import CaptionModel, ModelInfo, PrefillTiming
-from crossspec_ros.models.hf_session import HFSession
+from crossspec_ros.models.hf_session import HFSession, session_after_prefill, tree_attention
 from crossspec_ros.models.loading import resolve_device
 from crossspec_ros.models.streams import Stopwatch, inference, synchronize
 
@@ -117,27 +117,40 @@ class HFLlavaFamilyModel(CaptionModel):
 
     def _tree_step(self, ids: torch.Tensor, cache: DynamicCache, allowed: torch.Tensor,
                    positions: torch.Tensor) -> torch.Tensor:
-        # an additive mask (0 = attend): the eager attention adds it, SDPA takes it as is
-        dtype = self.model.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         return self.model(input_ids=ids, past_key_values=cache, use_cache=True,
-                          attention_mask=mask[None, None], position_ids=positions[None]
-                          ).logits[0]
+                          **self.tree_inputs(allowed, positions)).logits[0]
+
+    def tree_inputs(self, allowed: torch.Tensor, positions: torch.Tensor
+                    ) -> dict[str, torch.Tensor]:
+        """``attention_mask`` and ``position_ids`` for a forward over a tree
+        (``hf_session.tree_attention``): an additive mask (0 = attend; the eager attention
+        adds it, SDPA takes it as is)."""
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        mask.masked_fill_(~allowed.to(self.device), torch.finfo(dtype).min)
+        return {"attention_mask": mask[None, None],
+                "position_ids": positions.to(self.device)[None]}
 
     def prefill(self, inputs: VisionTextInputs) -> HFSession:
         """Vision encoding, then the prompt prefill into a fresh DynamicCache."""
         return self.prefill_with_proposal(inputs, ())[0]
 
-    def prefill_with_proposal(self, inputs: VisionTextInputs, proposal: Sequence[int]
+    supports_tree_prefill = True  # prefill_with_proposal takes ``parents``
+
+    def prefill_with_proposal(self, inputs: VisionTextInputs, proposal: Sequence[int],
+                              parents: Sequence[int] | None = None
                               ) -> tuple[HFSession, torch.Tensor]:
         """The prefill with ``proposal`` appended to the prompt in the same forward pass: the
         causal mask makes row i exactly what feeding the proposal afterwards would give,
-        and a few more tokens on a prompt of hundreds cost next to nothing."""
+        and a few more tokens on a prompt of hundreds cost next to nothing. With
+        ``parents`` the proposal is a draft tree (``speculative/tree.py``), checked in the
+        same pass; the session then holds it for ``keep_path``."""
         watch = Stopwatch(self.device, self.stream)
         with inference(self.device, self.stream):
             pixels = inputs.pixel_values.to(self.device, self.vision_dtype, non_blocking=True)
             ids = inputs.input_ids
+            masks = {} if parents is None else self.tree_inputs(
+                *tree_attention(0, ids.shape[1], parents))
             if proposal:
                 ids = torch.cat([ids, torch.tensor([list(proposal)], dtype=ids.dtype)], dim=1)
             ids = ids.to(self.device, non_blocking=True)
@@ -146,13 +159,11 @@ class HFLlavaFamilyModel(CaptionModel):
             cache = DynamicCache(config=self.model.config)
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True,
                              mm_encoder_outputs={self.modality: encoded},
-                             logits_to_keep=len(proposal) + 1)
+                             logits_to_keep=len(proposal) + 1, **masks)
             rows = out.logits[0].float()
             prefill_ms = watch.lap_ms()
-        session = HFSession(self._step, cache, rows, PrefillTiming(vision_ms, prefill_ms),
-                            self.device, self.stream, tree_step=self._tree_step,
-                            proposal=proposal)
-        return session, rows
+        return session_after_prefill(self, cache, rows, PrefillTiming(vision_ms, prefill_ms),
+                                     proposal, parents), rows
 
     def reference_generate(self, inputs: VisionTextInputs, max_new_tokens: int | None = None,
                            **generate_options: Any) -> list[int]:

@@ -92,30 +92,21 @@ class HFSession(ModelSession):
             raise RuntimeError("keep_path must follow feed_tree before the next feed")
         if len(parents) != len(token_ids) or not token_ids:
             raise ValueError("need one parent per token, and at least one token")
-        n, cached = len(token_ids), self.seq_len
-        # row i allows the cached prefix, token i and its ancestors (numpy: one torch op per
-        # node cost 0.3 ms a round)
-        depth = np.zeros(n, dtype=np.int64)
-        allowed = np.zeros((n, cached + n), dtype=bool)
-        allowed[:, :cached] = True
-        for i, parent in enumerate(parents):
-            if not -1 <= parent < i:
-                raise ValueError(f"parent of token {i} must be -1 or an earlier token, "
-                                 f"got {parent}")
-            if parent >= 0:
-                depth[i] = depth[parent] + 1
-                allowed[i] = allowed[parent]
-            allowed[i, cached + i] = True
-        positions = torch.from_numpy(depth + cached)
-        allowed = torch.from_numpy(allowed)
+        allowed, positions = tree_attention(self.seq_len, 0, parents)
         with inference(self.device, self.stream):
             ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
             logits = self._tree_step(ids, self.cache, allowed.to(self.device),
                                      positions.to(self.device)).float()
         synchronize(self.device, self.stream)
+        self.hold_tree(token_ids, logits)
+        return logits
+
+    def hold_tree(self, token_ids: Sequence[int], logits: torch.Tensor) -> None:
+        """The last ``len(token_ids)`` cached positions are a fed tree (``logits``: row i
+        after token i) waiting for ``keep_path``: ``feed_tree``'s state, or a prefill's that
+        fed a tree after the prompt."""
         self._tree_fed = [int(t) for t in token_ids]
         self._tree_logits = logits
-        return logits
 
     def keep_path(self, path: list[int]) -> None:
         """After ``feed_tree``: keep the fed tokens ``path`` (indices, a chain from a token
@@ -155,3 +146,43 @@ class HFSession(ModelSession):
             del self.generated[n_generated:]
             del self._rows[n_generated + 1:]
         self.last_logits = self._rows[n_generated]
+
+
+def tree_attention(cached: int, causal: int, parents: Sequence[int]
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Who attends to whom when ``causal`` tokens (a chain: a prompt or its tail) and then a
+    tree of ``len(parents)`` tokens are fed after ``cached`` positions. Returns allowed
+    [causal + n, cached + causal + n] bool (the chain causally; tree node i the cache, the
+    chain, itself and its ancestors) and positions [causal + n] (a node at its depth)."""
+    n, before = len(parents), cached + causal
+    # numpy: one torch op per node cost 0.3 ms a round
+    allowed = np.zeros((causal + n, before + n), dtype=bool)
+    allowed[:, :cached] = True
+    allowed[:causal, cached:before] = np.tri(causal, dtype=bool)
+    allowed[causal:, cached:before] = True
+    depth = np.zeros(n, dtype=np.int64)
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"parent of token {i} must be -1 or an earlier token, got "
+                             f"{parent}")
+        if parent >= 0:
+            depth[i] = depth[parent] + 1
+            allowed[causal + i] = allowed[causal + parent]
+        allowed[causal + i, before + i] = True
+    positions = np.concatenate([np.arange(cached, before), depth + before])
+    return torch.from_numpy(allowed), torch.from_numpy(positions)
+
+
+def session_after_prefill(model: Any, cache: DynamicCache, rows: torch.Tensor,
+                          timing: PrefillTiming, proposal: Sequence[int],
+                          parents: Sequence[int] | None) -> HFSession:
+    """The session of a prefill that fed ``proposal`` after the prompt (``rows``: logits
+    after the prompt, then after each proposal token): a chain is held as generated tokens,
+    a tree (``parents``) waits for ``keep_path``. ``model``: the HFLlavaFamilyModel."""
+    tree = parents is not None
+    session = HFSession(model._step, cache, rows[:1] if tree else rows, timing, model.device,
+                        model.stream, tree_step=model._tree_step,
+                        proposal=() if tree else proposal)
+    if tree:
+        session.hold_tree(proposal, rows[1:])
+    return session

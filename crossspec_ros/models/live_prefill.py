@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from crossspec_ros.models.base import PrefillTiming
-from crossspec_ros.models.hf_session import HFSession
+from crossspec_ros.models.hf_session import HFSession, session_after_prefill, tree_attention
 from crossspec_ros.models.streams import Stopwatch, inference
 
 
@@ -74,19 +74,21 @@ class LivePrefill:
         self.frames += 1
         self.stamps.append(int(stamp_ns))
 
-    def finish(self, proposal: Sequence[int] = ()) -> tuple[HFSession, torch.Tensor]:
-        """The question (and ``proposal``) after the frames: the session and its logits rows,
-        as ``prefill_with_proposal`` returns them."""
+    def finish(self, proposal: Sequence[int] = (), parents: Sequence[int] | None = None
+               ) -> tuple[HFSession, torch.Tensor]:
+        """The question (and ``proposal``, a chain or with ``parents`` a tree) after the
+        frames: the session and its logits rows, as ``prefill_with_proposal`` returns them."""
         v = self.verifier
         if not self.complete:
             raise ValueError(f"{self.frames} of {v.num_frames} frames in: add the rest first")
         watch = Stopwatch(v.device, v.stream)
         with inference(v.device, v.stream):
+            masks = {} if parents is None else v.tree_inputs(*tree_attention(
+                self.cache.get_seq_length(), len(self.tail), parents))
             ids = torch.tensor([self.tail + [int(t) for t in proposal]], device=v.device)
             out = v.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
-                          logits_to_keep=len(proposal) + 1)
+                          logits_to_keep=len(proposal) + 1, **masks)
             rows = out.logits[0].float()
             self.timing.prefill_ms += watch.lap_ms()
-        session = HFSession(v._step, self.cache, rows, self.timing, v.device, v.stream,
-                            tree_step=v._tree_step, proposal=proposal)
-        return session, rows
+        return session_after_prefill(v, self.cache, rows, self.timing, proposal,
+                                     parents), rows

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crossspec_ros.speculative.splice import substitution_branches
 from crossspec_ros.speculative.suffix import SuffixIndex
-from crossspec_ros.speculative.tree import DraftTree
+from crossspec_ros.speculative.tree import ROOT, DraftTree
 
 
 def expected_tokens(acceptance: float, proposal_len: int) -> float:
@@ -97,8 +98,28 @@ def best_proposal_length(acceptance: float, cost: CostModel, max_len: int,
     return best_g
 
 
+CORPUS_WEIGHT = 0.5          # the corpus's say next to this drive's captions (branches)
+BRANCH_SOURCE = "history_branch"  # the source of the prefill's branches (speculative/splice)
 MIN_DRAFT_ACCEPTANCE = 0.1   # below this per-token acceptance the live drafter pauses
 LEAST_LOOKAHEAD = 2          # the drafter's shortest run ahead while it is worth anything
+
+
+@dataclass
+class BranchCalibration:
+    """Branches taken per unit of offered branch probability, decayed (starts at 1: the
+    tries' probabilities taken at their word until measured)."""
+
+    decay: float = 0.9
+    taken: float = 1.0
+    offered: float = 1.0
+
+    def observe(self, offered: float, taken: float) -> None:
+        self.offered = self.decay * self.offered + offered
+        self.taken = self.decay * self.taken + taken
+
+    @property
+    def rate(self) -> float:
+        return min(1.0, self.taken / self.offered)
 
 
 class ProposalPolicy:
@@ -125,6 +146,8 @@ class ProposalPolicy:
         self.max_depth, self.max_nodes, self.adaptive = max_depth, max_nodes, adaptive
         self.trackers = {name: AcceptanceTracker() for name in proposers}
         self.cost = CostModel()
+        self.branch_calibration = BranchCalibration()
+        self._branch_mass = 0.0  # the offered branches' summed probability, this window
         self._offered: dict[str, list[int]] = {}  # each proposer's best chain this round
         self._draft_index: tuple[list[int], SuffixIndex] | None = None
 
@@ -140,7 +163,8 @@ class ProposalPolicy:
 
     def propose_first(self, draft: Sequence[int] | None, draft_base: int,
                       history: SuffixIndex, room: int, proposable: int,
-                      chains: dict[str, list[int]] | None = None) -> DraftTree:
+                      chains: dict[str, list[int]] | None = None,
+                      branches: bool = False) -> DraftTree:
         """The chain fed with the prompt in the prefill's own forward pass: the likeliest
         caption start (a chain, since the prefill's causal mask checks a chain as it is),
         history's candidate being the last window's caption whole (``SuffixIndex.newest``).
@@ -149,7 +173,11 @@ class ProposalPolicy:
         confirmed in that one pass, however long its caption (cut at 24 tokens, 4 of 48
         windows of a held-out drive needed another pass for their last tokens).
         It stops before an id >= ``proposable``: in a prompt, the model's image or video
-        placeholder would be taken for a slot of visual features."""
+        placeholder would be taken for a slot of visual features.
+        With ``branches`` (a verifier that checks a tree in its prefill) the chain is the
+        spine of a tree: the last caption with one phrase changed (``splice.py``), each
+        branch kept while it saves more than it costs: its probability times a round's
+        measured cost against its tokens times the measured cost of one more token."""
         chains = dict(chains or {})
         newest = history.newest()
         skip: tuple[str, ...] = ()
@@ -160,7 +188,39 @@ class ProposalPolicy:
         path = self._gather((), draft, draft_base, history, room, chains, skip,
                             depth=depth).best_path()
         stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
-        return path.pruned(stop)
+        path = path.pruned(stop)
+        if not branches or len(path) == 0 or "history_ngram" not in self.proposers:
+            return path
+        return self._with_branches(path, history, room, proposable)
+
+    def _with_branches(self, spine: DraftTree, history: SuffixIndex, room: int,
+                       proposable: int) -> DraftTree:
+        """``spine`` (a chain) and the re-joining branches worth their tokens, depth first
+        (the spine's nodes come first: keeping it only crops the cache)."""
+        indexes = [(history, 1.0)] + ([(self.corpus, CORPUS_WEIGHT)] if self.corpus else [])
+        # a branch's probability as the tries see it, times how often branches came true
+        # for that probability (measured: the tries also count captions that repeated)
+        round_s = self.cost.predict(1) * self.branch_calibration.rate
+        token_s = self.cost.predict(2) - self.cost.predict(1)
+        tree, budget = spine, len(spine) + self.max_nodes
+        nodes = list(range(len(spine)))
+        self._branch_mass = 0.0
+        for branch in substitution_branches(spine.tokens, indexes):
+            tokens = list(branch.tokens[:room - 1 - branch.at])
+            if len(tree) + len(tokens) > budget or any(t >= proposable for t in tokens):
+                continue
+            if self.adaptive and branch.prob * round_s <= len(tokens) * token_s:
+                continue
+            parent = nodes[branch.at - 1] if branch.at else ROOT
+            tree.add_chain(tokens, BRANCH_SOURCE, [branch.prob] * len(tokens), parent)
+            self._branch_mass += branch.prob
+        return tree.depth_first()
+
+    def observe_branches(self, taken: bool) -> None:
+        """After a prefill with branches: whether the verifier took one of them."""
+        if self._branch_mass > 0:
+            self.branch_calibration.observe(self._branch_mass, float(taken))
+        self._branch_mass = 0.0
 
     def _gather(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
                 history: SuffixIndex, room: int, chains: dict[str, list[int]] | None = None,

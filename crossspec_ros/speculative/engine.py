@@ -42,7 +42,7 @@ from crossspec_ros.models.base import CaptionModel, ModelSession
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.params import PROPOSERS
-from crossspec_ros.speculative.adaptive import DrafterGate, ProposalPolicy
+from crossspec_ros.speculative.adaptive import BRANCH_SOURCE, DrafterGate, ProposalPolicy
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.head import HeadRun
@@ -298,19 +298,33 @@ class SpeculativeEngine:
         # The first proposal rides on the prefill's own forward pass (a chain after the
         # prompt): a window captioned like an earlier one is confirmed in that one pass.
         draft, base = self._draft_in_verifier_ids(channel, [])
+        # a tree needs the greedy rule and a verifier that masks attention in its prefill
+        branches = cfg.mode == "greedy" and getattr(self.verifier, "supports_tree_prefill",
+                                                    False)
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
                                           self.verifier.info.proposable_ids,
-                                          self._model_chains(head_run, []))
-        session, rows = prefill(first.tokens)
+                                          self._model_chains(head_run, []), branches)
+        chain = first.is_chain()
+        session, rows = prefill(first.tokens) if chain else prefill(first.tokens,
+                                                                    first.parents)
         sessions["verifier"] = session
         stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
+        stats.prefill_fed = len(first)
         emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)
-        verdict = self._verify_chain(first.tokens, rows, generator)
-        session.rollback(verdict.n_accepted)
+        if chain:
+            verdict = self._verify_chain(first.tokens, rows, generator)
+            session.rollback(verdict.n_accepted)
+            accepted = list(range(verdict.n_accepted))
+        else:  # the last caption and its branches: keep the accepted path in the cache
+            verdict = verify_greedy_tree(first.tokens, first.parents, rows)
+            session.keep_path(list(verdict.path))
+            accepted = list(verdict.path)
+            self.policy.observe_branches(any(first.sources[n] == BRANCH_SOURCE
+                                             for n in accepted))
         confirmed = _strip_after_eos(verdict.confirmed(first.tokens), eos)
         self.policy.observe_acceptance(confirmed)
-        stats.record_proposals(first.sources, list(range(verdict.n_accepted)))
-        stats.prefill_accepted = verdict.n_accepted
+        stats.record_proposals(first.sources, accepted)
+        stats.prefill_accepted = len(accepted)
         self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
         # trees need the greedy rule and a backend that can mask attention per branch
         use_trees = cfg.mode == "greedy" and getattr(session, "supports_tree", False)

@@ -17,6 +17,7 @@ class WindowStats:
     accepted: dict[str, int] = field(default_factory=dict)
     rounds: int = 0                  # verifier forwards after the prefill
     prefill_accepted: int = 0        # proposals accepted in the prefill's own pass
+    prefill_fed: int = 0             # proposals the prefill fed (a chain, or a tree's nodes)
     plain_rounds: int = 0            # of those, without proposals
     fed_tokens: int = 0              # tokens those forwards fed (pending + proposals)
     tree_rounds: int = 0             # rounds that checked a branching draft tree
@@ -81,6 +82,7 @@ class WindowStats:
         return {
             "rounds": self.rounds, "plain_rounds": self.plain_rounds,
             "prefill_accepted": self.prefill_accepted,
+            "prefill_fed": self.prefill_fed,
             "fed_tokens": self.fed_tokens, "tree_rounds": self.tree_rounds,
             "live_prefill_frames": self.live_prefill_frames,
             "proposed": self.total_proposed, "accepted": self.total_accepted,

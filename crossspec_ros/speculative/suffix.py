@@ -94,6 +94,11 @@ class SuffixIndex:
                     break
                 node = child
 
+    def seen_after(self, first: int, then: int) -> bool:
+        """Whether ``then`` followed ``first`` somewhere in the indexed captions."""
+        node = self.root.children.get(int(first))
+        return node is not None and int(then) in node.children
+
     def match(self, context: Sequence[int]) -> tuple[_Node, int]:
         """(trie node, length) of the longest suffix of ``context`` (the caption so far; at
         most ``max_match`` tokens, ``START`` before its first counting as one) found in the
