@@ -156,9 +156,9 @@ def test_the_engine_with_a_head_reads_the_local_drafters_own_prefill(trained):
         def __getattr__(self, name):
             return getattr(verifier, name)
 
-        def prefill_with_proposal(self, inputs, proposal):
+        def prefill_with_proposal(self, inputs, proposal, parents=None):
             time.sleep(0.3)
-            return verifier.prefill_with_proposal(inputs, proposal)
+            return verifier.prefill_with_proposal(inputs, proposal, parents)
 
     engine = SpeculativeEngine(SlowPrefill(), Counting(), EngineConfig(
         max_new_tokens=8, proposers=("draft_stream", "draft_head"), drafter_gate=False),

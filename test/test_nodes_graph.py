@@ -197,9 +197,9 @@ def test_a_slow_verifier_drops_windows_visibly_and_its_queue_stays_bounded(pair)
             time.sleep(1.5)
             return self.inner.prefill(inputs)
 
-        def prefill_with_proposal(self, inputs, proposal):
+        def prefill_with_proposal(self, inputs, proposal, parents=None):
             time.sleep(1.5)
-            return self.inner.prefill_with_proposal(inputs, proposal)
+            return self.inner.prefill_with_proposal(inputs, proposal, parents)
 
     run = run_graph(pair, seconds=6.5, rate=1.0, extra={"max_queued_windows": 1},
                     verifier_wrapper=Slow)
