@@ -61,3 +61,19 @@ def test_live_prefill_modes_replay_the_frames_and_stay_lossless():
     assert report["modes"]["live_alone"]["paired_speedup_vs_live_alone"]["median"] == 1.0
     assert f"crossspec_live against live_alone, paired: {vs['median']:.2f}x" in \
         markdown_table(report)
+
+
+def test_a_4bit_pair_runs_every_mode_losslessly_and_reports_the_verifier_costs():
+    from crossspec_ros.bench.engine import quantized_4bit
+
+    verifier, drafter, label = quantized_4bit(*tiny_random_pair("cpu"))
+    assert label.endswith(", 4-bit NF4")
+    report = run_engine_bench(verifier, drafter, pattern_windows(3), max_new_tokens=6,
+                              oracle_acceptances=(), warmup=1, prompt_lookup=False,
+                              log=lambda _: None)
+    assert report["lossless"] is True
+    alone = report["modes"]["verifier_alone"]
+    assert alone["verifier_prefill_ms_median"] > 0 and alone["decode_ms_per_pass_median"] > 0
+    assert (f"prefill {alone['verifier_prefill_ms_median']:.2f} ms, then "
+            f"{alone['decode_ms_per_pass_median']:.2f} ms per decoded token") in \
+        markdown_table(report)

@@ -94,6 +94,16 @@ def full_size_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
     return verifier, drafter, "full-size random-weight EventGPT-7B -> Video-LLaVA-7B (bf16)"
 
 
+def quantized_4bit(verifier: CaptionModel, drafter: CaptionModel, label: str
+                   ) -> tuple[CaptionModel, CaptionModel, str]:
+    """The pair with its layers in NF4 (``models/quantize.py``), as 4-bit checkpoints load."""
+    from crossspec_ros.models.quantize import quantize_caption_model_4bit
+
+    for model in (verifier, drafter):
+        quantize_caption_model_4bit(model)
+    return verifier, drafter, label.replace(" (bf16)", "") + ", 4-bit NF4"
+
+
 def prompt_lookup_generate(verifier: Any, inputs: Any, max_new_tokens: int, k: int) -> list[int]:
     """transformers' prompt-lookup decoding on the verifier, from merged prompt embeddings."""
     from transformers import GenerationConfig
@@ -387,6 +397,9 @@ def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dic
                                if entry["proposed"] else None)
     prefill = [s.verifier_prefill_ms for s in stats]
     slowdown = [p / a for p, a in zip(prefill, alone_prefill, strict=True) if a > 0]
+    # what one verifier pass after the prefill costs (for verifier_alone: ms per token)
+    per_pass = [(s.confirmed_done_ms - s.verifier_prepare_ms - s.verifier_prefill_ms)
+                / s.rounds for s in stats if s.rounds]
     return {
         "draft_first_token_ms_median": _round(_percentile(
             [s.draft_first_token_ms for s in stats], 50)),
@@ -403,7 +416,10 @@ def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dic
                                       / max(1, passes - len(stats)), 2),
         "tree_rounds": sum(s.tree_rounds for s in stats),
         "per_proposer": per,
+        "verifier_prepare_ms_median": _round(_percentile(
+            [s.verifier_prepare_ms for s in stats], 50)),
         "verifier_prefill_ms_median": _round(_percentile(prefill, 50)),
+        "decode_ms_per_pass_median": _round(_percentile(per_pass, 50)),
         "prefill_slowdown_median": _round(_percentile(slowdown, 50)),
     }
 
@@ -424,6 +440,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         f"caption token came free): median {_cell(report.get('ceiling_speedup_median'), 'x')}"
         f" per window.",
         "",
+        *_verifier_costs(report),
         *_against_history(report),
         "| mode | median ms | p95 ms | paired speedup vs verifier_alone (IQR) "
         "| vs hf_generate | passes/window | accepted/pass | prefill slowdown "
@@ -440,6 +457,16 @@ def markdown_table(report: dict[str, Any]) -> str:
             f"| {_cell(r.get('accepted_per_pass'))} "
             f"| {_cell(r.get('prefill_slowdown_median'), 'x')} | {r['lossless_windows']} |")
     return "\n".join(lines) + "\n"
+
+
+def _verifier_costs(report: dict[str, Any]) -> list[str]:
+    alone = report["modes"]["verifier_alone"]
+    if alone.get("verifier_prefill_ms_median") is None:
+        return []
+    return [f"Verifier alone, medians per window: preparation "
+            f"{_cell(alone['verifier_prepare_ms_median'], ' ms')}, prefill "
+            f"{_cell(alone['verifier_prefill_ms_median'], ' ms')}, then "
+            f"{_cell(alone['decode_ms_per_pass_median'], ' ms')} per decoded token.", ""]
 
 
 def _against_history(report: dict[str, Any]) -> list[str]:

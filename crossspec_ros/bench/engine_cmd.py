@@ -69,6 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="bundled: the trained tiny pair (default); tiny-random: an "
                         "untrained tiny pair; full-size: the 7B architectures with random "
                         "weights (GPU)")
+    parser.add_argument("--quantization", choices=("none", "4bit"), default="none",
+                        help="4bit: both models' layers in NF4 (bitsandbytes; the output head "
+                        "kept), as crossspec loads 4-bit checkpoints (default none; a "
+                        "--distilled drafter stays unquantized)")
     parser.add_argument("--bag", type=Path, default=sample_bag(),
                         help="bag whose windows are decoded (default: the sample bag; "
                         "'pattern' for moving test patterns)")
@@ -117,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair,
              "full-size": bench.full_size_pair}[args.models]
     verifier, drafter, label = build(device)
+    if args.quantization == "4bit":
+        verifier, drafter, label = bench.quantized_4bit(verifier, drafter, label)
     print(f"models: {label} on {device}", file=sys.stderr)
     if str(args.bag) == "pattern":
         windows = bench.pattern_windows(args.windows)
@@ -157,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for process in processes.values():
             process.close()
-    report.update({"models": label, "device": device, "bag": str(args.bag), **tuning,
+    report.update({"models": label, "quantization": args.quantization, "device": device,
+                   "bag": str(args.bag), **tuning,
                    "caption_corpus": corpus.summary() if corpus else None,
                    "date": datetime.date.today().isoformat(),
                    "machine": f"{platform.machine()}, {_cpu_count()} cores"
