@@ -203,7 +203,6 @@ class ProposalPolicy:
         round_s = self.cost.predict(1) * self.branch_calibration.rate
         token_s = self.cost.predict(2) - self.cost.predict(1)
         tree, budget = spine, len(spine) + self.max_nodes
-        nodes = list(range(len(spine)))
         self._branch_mass = 0.0
         for branch in substitution_branches(spine.tokens, indexes):
             tokens = list(branch.tokens[:room - 1 - branch.at])
@@ -211,7 +210,7 @@ class ProposalPolicy:
                 continue
             if self.adaptive and branch.prob * round_s <= len(tokens) * token_s:
                 continue
-            parent = nodes[branch.at - 1] if branch.at else ROOT
+            parent = branch.at - 1 if branch.at else ROOT  # the spine's node i is index i
             tree.add_chain(tokens, BRANCH_SOURCE, [branch.prob] * len(tokens), parent)
             self._branch_mass += branch.prob
         return tree.depth_first()

@@ -28,6 +28,7 @@ plain decoding (greedy) or its sampling distribution (sampling).
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -207,7 +208,7 @@ class SpeculativeEngine:
         self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
         draft_tokens, _ = channel.snapshot()
         draft_text = self.bridge.draft_tokenizer.decode(draft_tokens, skip_special_tokens=True)
-        if stats.confirmed_done_ms != stats.confirmed_done_ms:  # NaN: no final confirm came
+        if math.isnan(stats.confirmed_done_ms):  # no final confirm came
             stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
             self.gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
