@@ -1,6 +1,9 @@
 """`crossspec bench engine`'s measurement: every mode, paired ratios, lossless checks."""
 
+import gc
+
 from crossspec_ros.bench.engine import (
+    CollectorPauses,
     markdown_table,
     paired,
     pattern_windows,
@@ -38,6 +41,20 @@ def test_every_mode_runs_on_every_counted_window_and_matches_the_verifier():
     assert table.count("\n| ") == 2 + len(report["modes"]) - 1  # header, rule, one per mode
     vs = report["modes"]["crossspec"]["paired_speedup_vs_history_only"]
     assert f"crossspec against history_only, paired: {vs['median']:.2f}x" in table
+    pauses = report["collector_pauses"]
+    assert pauses["collections"] >= pauses["full_collections"] >= 0
+    assert f"{pauses['collections']} collections, {pauses['full_collections']} full" in table
+
+
+def test_collector_pauses_counts_each_collection_by_generation_while_installed():
+    with CollectorPauses() as pauses:
+        gc.collect(0)
+        gc.collect()
+    gc.collect()  # after the with: not counted
+    summary = pauses.summary()
+    assert summary["collections"] == 2 and summary["full_collections"] == 1
+    assert [gen for gen, _ in pauses.pauses] == [0, 2]
+    assert 0.0 <= summary["longest_pause_ms"] <= summary["total_pause_ms"] + 0.1
 
 
 def test_live_prefill_modes_replay_the_frames_and_stay_lossless():

@@ -3,6 +3,7 @@ runners for every mode, the shuffled paired loop, the summary, the table and the
 
 from __future__ import annotations
 
+import gc
 import random
 import statistics
 import time
@@ -140,15 +141,52 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 @dataclass
 class ModeRun:
-    """One mode's measurements, window by window (None where a window was warm-up)."""
+    """One mode's measurements, window by window (warm-up windows are not kept)."""
 
     latency_ms: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)         # caption length per window
     stats: list[WindowStats] = field(default_factory=list)
     lossless: list[bool] = field(default_factory=list)
 
+    def add(self, tokens: list[int], latency_ms: float, stats: WindowStats | None,
+            reference: list[int]) -> None:
+        self.latency_ms.append(latency_ms)
+        self.tokens.append(len(tokens))
+        self.lossless.append(tokens == reference)
+        if stats is not None:
+            self.stats.append(stats)
+
 
 Runner = Callable[[Any], tuple[list[int], float, WindowStats | None]]
+
+
+class CollectorPauses:
+    """The cyclic garbage collector's pauses while installed (``with``): a full collection
+    over loaded models' objects took 166 ms here, enough to spoil the window it lands in, so
+    the report says how many ran and the longest (``process_tuning.settle_heap``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, ms)
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], (time.perf_counter() - self._started) * 1e3))
+
+    def __enter__(self) -> CollectorPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, float]:
+        return {"collections": len(self.pauses),
+                "full_collections": sum(gen == 2 for gen, _ in self.pauses),
+                "longest_pause_ms": round(max((ms for _, ms in self.pauses), default=0.0), 2),
+                "total_pause_ms": round(sum(ms for _, ms in self.pauses), 1)}
 
 
 REORDER_SLACK_NS = 20_000_000  # the graph's default reorder_slack_s
@@ -226,6 +264,8 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
             channel = process.start(window, config.draft_lookahead, max_new)
             result = engine.run_window(window, t_close=t_close, draft=channel)
             result.stats.draft_first_token_ms = process.first_token_ms
+            # after the latency is taken: the child's wind-down would load the next mode
+            process.wait_idle(timeout=10.0)
             return result.tokens, result.stats.confirmed_done_ms, result.stats
         return run
 
@@ -303,32 +343,26 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     runs = {mode: ModeRun() for mode in modes}
     shuffle = random.Random(0)
     t_start = time.perf_counter()
-    for index, window in enumerate(windows):
-        reference = verifier.reference_generate(verifier.prepare(window), max_new_tokens)
-        for oracle in oracles.values():
-            oracle.set_reference(int(window.id), reference)
-        # Shuffled, not rotated: in a rotation a mode always follows the same one, and the
-        # mode after a drafter's found the caches cold on every window (2-3 ms, one-sided).
-        order = shuffle.sample(modes, len(modes))
-        measured: dict[str, float] = {}
-        for mode in order:
-            tokens, latency, stats = runners[mode](window)
+    with CollectorPauses() as collector:
+        for index, window in enumerate(windows):
+            reference = verifier.reference_generate(verifier.prepare(window), max_new_tokens)
+            for oracle in oracles.values():
+                oracle.set_reference(int(window.id), reference)
+            # Shuffled, not rotated: in a rotation a mode always follows the same one, and
+            # the mode after a drafter's found the caches cold on every window (2-3 ms).
+            results = {mode: runners[mode](window)
+                       for mode in shuffle.sample(modes, len(modes))}
+            elapsed = time.perf_counter() - t_start
             if index < warmup:
+                log(f"window {index + 1}/{len(windows)}: warm-up, not counted ({elapsed:.0f} s)")
                 continue
-            run = runs[mode]
-            run.latency_ms.append(latency)
-            run.tokens.append(len(tokens))
-            run.lossless.append(tokens == reference)
-            if stats is not None:
-                run.stats.append(stats)
-            measured[mode] = latency
-        elapsed = time.perf_counter() - t_start
-        if index < warmup:
-            log(f"window {index + 1}/{len(windows)}: warm-up, not counted ({elapsed:.0f} s)")
-        else:
+            for mode, (tokens, latency, stats) in results.items():
+                runs[mode].add(tokens, latency, stats, reference)
             log(f"window {index + 1}/{len(windows)}: " + ", ".join(
-                f"{m} {measured[m]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
-    return summarize(runs, max_new_tokens, len(windows) - warmup)
+                f"{m} {results[m][1]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
+    report = summarize(runs, max_new_tokens, len(windows) - warmup)
+    report["collector_pauses"] = collector.summary()
+    return report
 
 
 def paired(baseline: list[float], mode: list[float]) -> dict[str, float]:
@@ -441,6 +475,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         f" per window.",
         "",
         *_verifier_costs(report),
+        *_collector_line(report),
         *_against_history(report),
         "| mode | median ms | p95 ms | paired speedup vs verifier_alone (IQR) "
         "| vs hf_generate | passes/window | accepted/pass | prefill slowdown "
@@ -467,6 +502,15 @@ def _verifier_costs(report: dict[str, Any]) -> list[str]:
             f"{_cell(alone['verifier_prepare_ms_median'], ' ms')}, prefill "
             f"{_cell(alone['verifier_prefill_ms_median'], ' ms')}, then "
             f"{_cell(alone['decode_ms_per_pass_median'], ' ms')} per decoded token.", ""]
+
+
+def _collector_line(report: dict[str, Any]) -> list[str]:
+    pauses = report.get("collector_pauses")
+    if not pauses:
+        return []
+    return [f"Garbage collector during the run (warm-up included): {pauses['collections']} "
+            f"collections, {pauses['full_collections']} full, longest pause "
+            f"{pauses['longest_pause_ms']:.1f} ms.", ""]
 
 
 def _against_history(report: dict[str, Any]) -> list[str]:

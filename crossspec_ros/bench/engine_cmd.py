@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     import platform
 
     from crossspec_ros.models.loading import resolve_device
-    from crossspec_ros.process_tuning import tune_process_for_models
+    from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
 
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         if args.head is not None:  # the drafter whose window state the head reads
             processes["_head"] = DrafterProcess(head_drafter_source(args.head))
     corpus = _corpus(args.caption_corpus, verifier)
+    settle_heap()  # as the graph's nodes do once their models are loaded
     try:
         report = bench.run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,

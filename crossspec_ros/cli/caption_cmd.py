@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_corpus, load_from_params
+    from crossspec_ros.process_tuning import settle_heap
     from crossspec_ros.speculative.corpus import CorpusError
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     engine = SpeculativeEngine(verifier, drafter, EngineConfig(
         max_new_tokens=args.max_new_tokens, proposers=proposers), head=head,
         corpus=corpus.captions if corpus else ())
+    settle_heap()  # no full collection walking the models in the middle of a window
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
     try:

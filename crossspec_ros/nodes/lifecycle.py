@@ -17,13 +17,13 @@ them. ``bring_up`` is what ``crossspec node``, ``crossspec drive`` and composed 
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any
 
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from crossspec_ros.nodes.common import steady_timer
+from crossspec_ros.process_tuning import settle_heap
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
@@ -81,6 +81,7 @@ class ManagedNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {err}")
             self._release_all()
             return FAILURE
+        settle_heap()  # the models just loaded stay out of the collector's full walks
         return SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -119,7 +120,7 @@ class ManagedNode(LifecycleNode):
             destroy(entity)
         self._entities.clear()
         self.release()
-        gc.collect()  # model tensors go now, not at the next collection
+        settle_heap()  # model tensors go now, not at the next collection
         _empty_cuda_cache()
 
 

@@ -218,10 +218,11 @@ def _serve(conn: Any, source: str, device: str, dtype: str) -> None:
     """The child's loop: load the drafter, then draft one window at a time."""
     try:
         from crossspec_ros.models.pair import load_drafter
-        from crossspec_ros.process_tuning import tune_process_for_models
+        from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
 
         tune_process_for_models(device)
         drafter = load_drafter(source, device=device, dtype=dtype)
+        settle_heap()
     except Exception as err:  # reported to the parent, which raises it
         _send(conn, {"kind": "error", "text": f"{type(err).__name__}: {err}"})
         return
