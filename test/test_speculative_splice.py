@@ -29,6 +29,18 @@ def test_a_branch_swaps_one_token_and_rejoins_the_last_caption():
     assert all(tokens[0] != spine[at] for at, tokens in branches)
 
 
+def test_a_least_probability_keeps_exactly_the_branches_at_or_above_it():
+    history = history_of([THE, BLACK, CAR, IS, AHEAD, EOS], [THE, CYCLIST, IS, AHEAD, EOS],
+                         [THE, GREY, CAR, IS, AHEAD, EOS], [THE, BLACK, CAR, IS, AHEAD, EOS],
+                         [THE, GREY, CAR, IS, AHEAD, EOS])
+    every = substitution_branches(history.newest(), [(history, 1.0)])
+    probs = sorted({b.prob for b in every})
+    assert len(probs) >= 2
+    least = probs[1]
+    kept = substitution_branches(history.newest(), [(history, 1.0)], least)
+    assert kept == [b for b in every if b.prob >= least] and len(kept) < len(every)
+
+
 def test_a_token_never_seen_before_any_of_the_rest_makes_no_branch():
     history = history_of([THE, 40, 41, EOS], [THE, GREY, CAR, EOS])
     assert all(b.tokens[0] != 40 for b in substitution_branches(history.newest(),

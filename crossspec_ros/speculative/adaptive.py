@@ -9,6 +9,7 @@ E(g) / cost(g + 1); g = 0 is plain decoding, chosen whenever proposing cannot pa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -204,7 +205,9 @@ class ProposalPolicy:
         token_s = self.cost.predict(2) - self.cost.predict(1)
         tree, budget = spine, len(spine) + self.max_nodes
         self._branch_mass = 0.0
-        for branch in substitution_branches(spine.tokens, indexes):
+        # below this a branch of a single token would not pay: not even built
+        least = (token_s / round_s if round_s > 0 else math.inf) if self.adaptive else 0.0
+        for branch in substitution_branches(spine.tokens, indexes, least):
             tokens = list(branch.tokens[:room - 1 - branch.at])
             if len(tree) + len(tokens) > budget or any(t >= proposable for t in tokens):
                 continue

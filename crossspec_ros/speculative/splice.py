@@ -28,10 +28,11 @@ class Branch:
 
 
 def substitution_branches(spine: Sequence[int],
-                          indexes: Sequence[tuple[SuffixIndex, float]]) -> list[Branch]:
-    """Every re-joining branch off ``spine``, most probable first. ``indexes``: tries and
-    their weights (a token's probability is the weighted mean of its count ratios in the
-    tries that know the prefix)."""
+                          indexes: Sequence[tuple[SuffixIndex, float]],
+                          min_prob: float = 0.0) -> list[Branch]:
+    """Every re-joining branch off ``spine`` of probability at least ``min_prob``, most
+    probable first. ``indexes``: tries and their weights (a token's probability is the
+    weighted mean of its count ratios in the tries that know the prefix)."""
     spine = [int(t) for t in spine]
     probs: dict[tuple[int, int], float] = {}
     for at in range(len(spine)):
@@ -50,9 +51,11 @@ def substitution_branches(spine: Sequence[int],
                 probs[(at, token)] = share / weights
     branches = []
     for (at, token), prob in sorted(probs.items(), key=lambda item: (-item[1], item[0])):
+        if prob < min_prob:
+            break  # the rest are less probable still: not even searched for a re-join
+        followers = [index.followers(token) for index, _ in indexes]
         rejoin = next((q for q in range(at + 1, len(spine))
-                       if any(index.seen_after(token, spine[q]) for index, _ in indexes)),
-                      None)
+                       if any(spine[q] in seen for seen in followers)), None)
         if rejoin is not None:
             branches.append(Branch(at, (token, *spine[rejoin:]), prob))
     return branches

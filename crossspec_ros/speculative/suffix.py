@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from crossspec_ros.speculative.tree import ROOT, DraftTree
@@ -94,10 +94,10 @@ class SuffixIndex:
                     break
                 node = child
 
-    def seen_after(self, first: int, then: int) -> bool:
-        """Whether ``then`` followed ``first`` somewhere in the indexed captions."""
-        node = self.root.children.get(int(first))
-        return node is not None and int(then) in node.children
+    def followers(self, token: int) -> Collection[int]:
+        """The tokens that followed ``token`` somewhere in the indexed captions."""
+        node = self.root.children.get(int(token))
+        return node.children.keys() if node is not None else ()
 
     def match(self, context: Sequence[int]) -> tuple[_Node, int]:
         """(trie node, length) of the longest suffix of ``context`` (the caption so far; at
