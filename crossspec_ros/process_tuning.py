@@ -1,10 +1,12 @@
 """Process-wide settings for running several models in one Python process.
 
-One function, called once at start-up by everything that runs models (``crossspec drive``,
-``crossspec node``, ``crossspec bench engine``), so that a benchmark measures under exactly
-the thread set-up of the live graph: a ratio of latencies taken under different thread
-settings is not a measurement (two 2-thread OpenMP pools on 2 shared cores collapse under
-any other load).
+``tune_process_for_models`` is called once at start-up by everything that runs models
+(``crossspec drive``, ``crossspec node``, ``crossspec bench engine``), so that a benchmark
+measures under exactly the thread set-up of the live graph: a ratio of latencies taken under
+different thread settings is not a measurement (two 2-thread OpenMP pools on 2 shared cores
+collapse under any other load). ``settle_heap`` follows every loading of models (the nodes'
+configure, the bench, the drafter process), so that no window pays for the garbage
+collector walking them.
 """
 
 from __future__ import annotations
