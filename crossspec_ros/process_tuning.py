@@ -26,6 +26,10 @@ def tune_process_for_models(device: str = "cpu") -> dict[str, float]:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     if str(device).startswith("cpu"):
         torch.set_num_threads(1)
+    if torch.cuda.is_available():
+        # cuDNN's attention fails (mha_graph.execute) on the verification steps' masked
+        # multi-token queries (H100, torch 2.11+cu130); flash / memory-efficient SDPA do not
+        torch.backends.cuda.enable_cudnn_sdp(False)
     return {"torch_threads": torch.get_num_threads(),
             "switch_interval_s": sys.getswitchinterval()}
 

@@ -46,6 +46,18 @@ def test_every_mode_runs_on_every_counted_window_and_matches_the_verifier():
     assert f"{pauses['collections']} collections, {pauses['full_collections']} full" in table
 
 
+def test_free_oracles_run_beside_the_paced_ones_and_save_verifier_passes():
+    verifier, drafter, _ = tiny_random_pair("cpu")
+    report = run_engine_bench(verifier, drafter, pattern_windows(3), max_new_tokens=6,
+                              oracle_acceptances=(1.0,), warmup=1, prompt_lookup=False,
+                              free_oracles=True, log=lambda _: None)
+    modes = report["modes"]
+    assert {"oracle@a=1", "oracle_free@a=1"} <= set(modes) and report["lossless"] is True
+    # always right and there at once: the whole caption goes into fewer verifier passes
+    assert modes["oracle_free@a=1"]["passes_per_window"] < \
+        modes["verifier_alone"]["passes_per_window"]
+
+
 def test_collector_pauses_counts_each_collection_by_generation_while_installed():
     with CollectorPauses() as pauses:
         gc.collect(0)

@@ -22,3 +22,10 @@ def test_full_size_eventgpt_has_7b_parameters_and_582_event_tokens():
     assert 6.9 < billions(drafter.model) < 7.6
     assert drafter.model.config.event_tokens == 582
     assert drafter.info.proposable_ids == 32000
+
+
+def test_full_size_pair_builds_in_the_float_type_asked_for():
+    # float32 is the type in which k tokens verified at once give the plain decode's logits
+    verifier = full_size_verifier(device="meta", dtype=torch.float32)
+    drafter = full_size_eventgpt_drafter(device="meta", dtype=torch.float32)
+    assert verifier.model.dtype == drafter.model.dtype == torch.float32

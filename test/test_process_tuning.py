@@ -1,9 +1,12 @@
 """process_tuning: the settings every model-running process takes (threads, GIL, heap)."""
 
 import gc
+import sys
 import weakref
 
-from crossspec_ros.process_tuning import settle_heap
+import torch
+
+from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
 
 
 class _Cycle:
@@ -33,3 +36,16 @@ def test_settle_heap_reclaims_a_frozen_cycle_dropped_later():
         assert alive() is None
     finally:
         gc.unfreeze()
+
+
+def test_tuning_turns_cudnn_attention_off_where_cuda_is_present(monkeypatch):
+    # cuDNN's SDPA fails on the masked multi-token verification steps (seen on an H100)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    interval, enabled = sys.getswitchinterval(), torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        tune_process_for_models("cuda")
+        assert torch.backends.cuda.cudnn_sdp_enabled() is False
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(enabled)
+        sys.setswitchinterval(interval)

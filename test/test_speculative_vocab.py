@@ -32,6 +32,14 @@ def test_shared_vocabulary_cuts_proposals_at_the_first_special_id():
     assert bridge.to_target([-1, 5], [], draft_done=True) == ([], 0)
 
 
+def test_shared_vocabulary_hands_the_drafter_the_confirmed_ids_up_to_the_first_special():
+    bridge = SharedVocabulary(proposable_ids=100)
+    assert bridge.to_drafter([5, 6, 7], "") == [5, 6, 7]
+    # an id past the shared range (random weights do emit the verifier's padding rows)
+    # would index past the drafter's embedding: the drafter re-syncs to the part before it
+    assert bridge.to_drafter([5, 6, 130, 7], "") == [5, 6]
+
+
 def test_text_bridge_proposes_the_verifier_tokens_of_the_draft_remainder():
     draft, target = word_tokenizer(), char_tokenizer()
     bridge = TextBridge(draft, target)

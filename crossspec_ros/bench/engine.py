@@ -83,16 +83,18 @@ def tiny_random_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
     return verifier, drafter, "tiny random (untrained) EventGPT -> Video-LLaVA"
 
 
-def full_size_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
-    """Video-LLaVA-7B and EventGPT-7B architectures, random weights, bf16 (GPU only)."""
+def full_size_pair(device: str, dtype: torch.dtype = torch.bfloat16
+                   ) -> tuple[CaptionModel, CaptionModel, str]:
+    """Video-LLaVA-7B and EventGPT-7B architectures, random weights (GPU only)."""
     from crossspec_ros.models.full_size import full_size_eventgpt_drafter, full_size_verifier
 
     if not device.startswith("cuda"):
         raise SystemExit("crossspec bench engine: --models full-size needs --device cuda "
                          "(two 7B models in bf16 need ~28 GB of GPU memory)")
-    verifier = full_size_verifier(device)
-    drafter = full_size_eventgpt_drafter(device)
-    return verifier, drafter, "full-size random-weight EventGPT-7B -> Video-LLaVA-7B (bf16)"
+    verifier = full_size_verifier(device, dtype)
+    drafter = full_size_eventgpt_drafter(device, dtype)
+    name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(dtype, str(dtype))
+    return verifier, drafter, f"full-size random-weight EventGPT-7B -> Video-LLaVA-7B ({name})"
 
 
 def quantized_4bit(verifier: CaptionModel, drafter: CaptionModel, label: str
@@ -230,11 +232,12 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
                  distilled: CaptionModel | None = None,
                  processes: dict[str, DrafterProcess] | None = None,
                  head: tuple[Any, CaptionModel] | None = None, live: bool = False,
-                 corpus: Sequence[Sequence[int]] = ()
-                 ) -> tuple[dict[str, Runner], dict[float, OracleDrafter]]:
+                 corpus: Sequence[Sequence[int]] = (), free_oracles: bool = False
+                 ) -> tuple[dict[str, Runner], dict[str, OracleDrafter]]:
     """name -> runner(window) -> (tokens, latency ms, engine stats or None). The crossspec
     modes read ``corpus`` (the verifier's captions of other drives, proposer corpus_ngram);
-    history_only, draft_only and the oracles do not."""
+    history_only, draft_only and the oracles do not. ``free_oracles`` adds oracles that run
+    no drafter at all (their drafts are there at once): the acceptance alone, no pace."""
     max_new = config.max_new_tokens
     plain = SpeculativeEngine(verifier, None, config)
 
@@ -282,7 +285,7 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
             lambda: prompt_lookup_generate(verifier, verifier.prepare(w), max_new, lookup_k))
     runners["history_only"] = engine_runner(SpeculativeEngine(
         verifier, None, variant(proposers=("history_ngram",))))
-    oracles: dict[float, OracleDrafter] = {}
+    oracles: dict[str, OracleDrafter] = {}
     if drafter is not None:
         runners["draft_only"] = engine_runner(SpeculativeEngine(
             verifier, drafter, variant(proposers=("draft_stream", "draft_ngram"),
@@ -312,9 +315,13 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
             runners[f"crossspec{suffix}_process"] = process_runner(crossspec(local), process)
         for a in oracle_acceptances:
             # the oracle runs the real drafter's compute too, so it competes like it
-            oracles[a] = OracleDrafter(verifier, a, seed=7, backing=drafter)
-            runners[f"oracle@a={a:g}"] = engine_runner(SpeculativeEngine(
-                verifier, oracles[a], variant(proposers=("draft_stream",), drafter_gate=False)))
+            kinds = {"oracle": drafter, **({"oracle_free": None} if free_oracles else {})}
+            for kind, backing in kinds.items():
+                name = f"{kind}@a={a:g}"
+                oracles[name] = OracleDrafter(verifier, a, seed=7, backing=backing)
+                runners[name] = engine_runner(SpeculativeEngine(
+                    verifier, oracles[name],
+                    variant(proposers=("draft_stream",), drafter_gate=False)))
     else:
         runners["crossspec"] = engine_runner(crossspec(None))
     if live and getattr(verifier, "tokens_per_frame", None):  # Video-LLaVA verifiers
@@ -331,14 +338,15 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      log: Any = print, distilled: CaptionModel | None = None,
                      processes: dict[str, DrafterProcess] | None = None,
                      head: tuple[Any, CaptionModel] | None = None,
-                     live: bool = False, corpus: Sequence[Sequence[int]] = ()
-                     ) -> dict[str, Any]:
+                     live: bool = False, corpus: Sequence[Sequence[int]] = (),
+                     free_oracles: bool = False) -> dict[str, Any]:
     """Run every mode on every window, in a fresh order per window; returns the report dict."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
-                                    prompt_lookup, distilled, processes, head, live, corpus)
+                                    prompt_lookup, distilled, processes, head, live, corpus,
+                                    free_oracles)
     modes = list(runners)
     runs = {mode: ModeRun() for mode in modes}
     shuffle = random.Random(0)

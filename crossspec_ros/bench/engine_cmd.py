@@ -32,7 +32,9 @@ process has the thread settings of the live graph, ``process_tuning``):
                    with --distilled DIR: the same with a distilled drafter
   oracle@a=A       the real drafter's compute, its tokens replaced by the verifier's own,
                    each right with probability A (draft stream only, always on): speedup
-                   per acceptance
+                   per acceptance, at the pace the real drafter drafts
+  oracle_free@a=A  with --free-oracles: the same drafts without the drafter's compute, there
+                   at once (the speedup the acceptance alone allows)
 Latency runs from the moment the window is handed over (its close) to the last confirmed
 token. Ratios are paired: per window, the baseline's latency over the mode's, then the median
 and interquartile range of those ratios. Every mode's tokens are compared with
@@ -63,12 +65,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="deepest proposal per verifier pass (default 24)")
     parser.add_argument("--oracle", type=float, nargs="*", default=[0.2, 0.5, 0.8],
                         metavar="A", help="also run oracle drafters of these acceptances")
+    parser.add_argument("--free-oracles", action="store_true",
+                        help="also run the oracles without the drafter's compute "
+                        "(oracle_free@a=A)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
                         default="bundled",
                         help="bundled: the trained tiny pair (default); tiny-random: an "
                         "untrained tiny pair; full-size: the 7B architectures with random "
                         "weights (GPU)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="float type of the full-size pair (default bfloat16; float32 "
+                        "is the one in which verifying k tokens at once gives the plain "
+                        "decode's exact logits on a GPU)")
     parser.add_argument("--quantization", choices=("none", "4bit"), default="none",
                         help="4bit: both models' layers in NF4 (bitsandbytes; the output head "
                         "kept), as crossspec loads 4-bit checkpoints (default none; a "
@@ -118,9 +127,11 @@ def run(args: argparse.Namespace) -> int:
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
     torch.manual_seed(0)
-    build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair,
-             "full-size": bench.full_size_pair}[args.models]
-    verifier, drafter, label = build(device)
+    if args.models == "full-size":
+        verifier, drafter, label = bench.full_size_pair(device, getattr(torch, args.dtype))
+    else:
+        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
+        verifier, drafter, label = build[args.models](device)
     if args.quantization == "4bit":
         verifier, drafter, label = bench.quantized_4bit(verifier, drafter, label)
     print(f"models: {label} on {device}", file=sys.stderr)
@@ -159,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             distilled=distilled, processes=processes, head=head, live=args.live,
             corpus=corpus.captions if corpus else (),
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
+            free_oracles=args.free_oracles,
             prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
             log=lambda s: print(s, file=sys.stderr, flush=True))
     finally:

@@ -45,8 +45,15 @@ class SharedVocabulary:
         self.draft_tokenizer = draft_tokenizer
 
     def to_drafter(self, confirmed: Sequence[int], text: str) -> list[int]:
-        """The confirmed caption in drafter ids: the same ids."""
-        return list(confirmed)
+        """The confirmed caption in drafter ids: the same ids, up to the first one outside the
+        shared range (the verifier's own specials, or the padding rows of its output head
+        that random weights do emit, would index past the drafter's embedding)."""
+        out: list[int] = []
+        for token in confirmed:
+            if not 0 <= token < self.proposable_ids:
+                break
+            out.append(int(token))
+        return out
 
     def to_target(self, draft_tokens: Sequence[int], confirmed: Sequence[int],
                   draft_done: bool) -> tuple[list[int], int]:
