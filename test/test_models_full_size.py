@@ -29,3 +29,10 @@ def test_full_size_pair_builds_in_the_float_type_asked_for():
     verifier = full_size_verifier(device="meta", dtype=torch.float32)
     drafter = full_size_eventgpt_drafter(device="meta", dtype=torch.float32)
     assert verifier.model.dtype == drafter.model.dtype == torch.float32
+
+
+def test_load_drafter_builds_the_full_size_random_drafter_by_its_name():
+    from crossspec_ros.models.pair import FULL_SIZE_RANDOM, load_drafter
+
+    drafter = load_drafter(FULL_SIZE_RANDOM, device="meta", dtype="bf16")
+    assert 6.9 < billions(drafter.model) < 7.6 and drafter.model.dtype == torch.bfloat16

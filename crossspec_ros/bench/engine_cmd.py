@@ -27,7 +27,8 @@ process has the thread settings of the live graph, ``process_tuning``):
                    paired against live_alone too (speculation's share there)
   crossspec_process
                    the default policy with the drafter in a process of its own, as the
-                   graph's draft node runs it (CPU, bundled pair)
+                   graph's draft node runs it (CPU, bundled pair; full-size with
+                   --drafter-process)
   draft_only_distilled, crossspec_distilled, crossspec_distilled_process
                    with --distilled DIR: the same with a distilled drafter
   oracle@a=A       the real drafter's compute, its tokens replaced by the verifier's own,
@@ -65,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="deepest proposal per verifier pass (default 24)")
     parser.add_argument("--oracle", type=float, nargs="*", default=[0.2, 0.5, 0.8],
                         metavar="A", help="also run oracle drafters of these acceptances")
+    parser.add_argument("--drafter-process", action="store_true",
+                        help="full-size on a GPU: also run crossspec_process, the drafter "
+                        "in a process of its own (a third 7B in GPU memory; the bundled "
+                        "pair on a CPU always runs it)")
     parser.add_argument("--free-oracles", action="store_true",
                         help="also run the oracles without the drafter's compute "
                         "(oracle_free@a=A)")
@@ -118,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
         print("crossspec bench engine: need --windows > --warmup >= 0 and --max-new-tokens "
               ">= 1", file=sys.stderr)
         return 2
+    if args.drafter_process and args.models != "full-size":
+        print("crossspec bench engine: --drafter-process is for --models full-size (the "
+              "bundled pair on a CPU runs its drafter process anyway)", file=sys.stderr)
+        return 2
     import datetime
     import platform
 
@@ -154,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
 
         head = load_head(args.head, device=device)
     processes: dict[str, DrafterProcess] = {}
+    if args.drafter_process and args.models == "full-size":
+        from crossspec_ros.models.pair import FULL_SIZE_RANDOM
+
+        processes[""] = DrafterProcess(FULL_SIZE_RANDOM, device=device, dtype=args.dtype,
+                                       quantization=args.quantization)
     if args.models == "bundled" and device == "cpu":
         from crossspec_ros.models.pair import BUNDLED_PAIR
 

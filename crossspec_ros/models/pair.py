@@ -40,11 +40,17 @@ def load_verifier(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
                                    quantization=_quantization(quantization), **kwargs)
 
 
+FULL_SIZE_RANDOM = "full-size-random"  # the GPU benchmark's EventGPT-7B, random weights
+
+
 def load_drafter(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
                  quantization: str = "none") -> Any:
     """The drafter at ``source`` (empty: the bundled tiny drafter): an EventGPT in its
     released layout, or any transformers LLaVA (config.json ``model_type: llava``; a local
-    directory or a hub id in the local cache) reading event images."""
+    directory or a hub id in the local cache) reading event images. ``FULL_SIZE_RANDOM``
+    builds the EventGPT-7B architecture with random weights (``models/full_size.py``)."""
+    if source == FULL_SIZE_RANDOM:
+        return _full_size_drafter(device, dtype, quantization)
     directory = Path(source) if source else BUNDLED_PAIR / "drafter"
     kwargs = _trained_question(directory)
     if is_lora_adapter(directory):
@@ -59,6 +65,24 @@ def load_drafter(source: str = "", *, device: str = "cpu", dtype: str = "fp32",
         kwargs = {"query": kwargs["question"]}
     return EventGPTDrafter.load(directory, dtype=dtype, device=device,
                                 quantization=_quantization(quantization), **kwargs)
+
+
+def _full_size_drafter(device: str, dtype: str, quantization: str) -> EventGPTDrafter:
+    import torch
+
+    from crossspec_ros.models.full_size import full_size_eventgpt_drafter
+    from crossspec_ros.models.loading import resolve_dtype
+
+    torch.manual_seed(0)
+    drafter = full_size_eventgpt_drafter(device, resolve_dtype(dtype))
+    if _quantization(quantization) not in (None, "4bit", "nf4"):
+        raise ValueError(f"the full-size random drafter quantizes to 4-bit only, not "
+                         f"{quantization!r}")
+    if _quantization(quantization):
+        from crossspec_ros.models.quantize import quantize_caption_model_4bit
+
+        quantize_caption_model_4bit(drafter)
+    return drafter
 
 
 def _adapted_drafter(directory: Path, question: str | None, **load: Any) -> EventGPTDrafter:

@@ -71,10 +71,12 @@ class DrafterProcess:
     """A drafter loaded from ``source`` (a directory ``models.pair.load_drafter`` reads) in a
     child process; ``start(window)`` gives the channel of one window's draft."""
 
-    def __init__(self, source: str, *, device: str = "cpu", dtype: str = "fp32") -> None:
+    def __init__(self, source: str, *, device: str = "cpu", dtype: str = "fp32",
+                 quantization: str = "none") -> None:
         ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, source, device, dtype),
+        self._process = ctx.Process(target=_serve,
+                                    args=(child, source, device, dtype, quantization),
                                     name="crossspec-drafter", daemon=True)
         self._process.start()
         child.close()
@@ -214,14 +216,14 @@ class DrafterProcess:
 
 
 # -- the child --------------------------------------------------------------------------------
-def _serve(conn: Any, source: str, device: str, dtype: str) -> None:
+def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str) -> None:
     """The child's loop: load the drafter, then draft one window at a time."""
     try:
         from crossspec_ros.models.pair import load_drafter
         from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
 
         tune_process_for_models(device)
-        drafter = load_drafter(source, device=device, dtype=dtype)
+        drafter = load_drafter(source, device=device, dtype=dtype, quantization=quantization)
         settle_heap()
     except Exception as err:  # reported to the parent, which raises it
         _send(conn, {"kind": "error", "text": f"{type(err).__name__}: {err}"})
