@@ -313,9 +313,10 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
                 continue
             local = distilled if suffix == "_distilled" else drafter
             runners[f"crossspec{suffix}_process"] = process_runner(crossspec(local), process)
+        # an oracle runs the real drafter's compute too, so it competes like it; a free
+        # one runs none
+        kinds = {"oracle": drafter, **({"oracle_free": None} if free_oracles else {})}
         for a in oracle_acceptances:
-            # the oracle runs the real drafter's compute too, so it competes like it
-            kinds = {"oracle": drafter, **({"oracle_free": None} if free_oracles else {})}
             for kind, backing in kinds.items():
                 name = f"{kind}@a={a:g}"
                 oracles[name] = OracleDrafter(verifier, a, seed=7, backing=backing)

@@ -73,11 +73,11 @@ def _full_size_drafter(device: str, dtype: str, quantization: str) -> EventGPTDr
     from crossspec_ros.models.full_size import full_size_eventgpt_drafter
     from crossspec_ros.models.loading import resolve_dtype
 
-    torch.manual_seed(0)
-    drafter = full_size_eventgpt_drafter(device, resolve_dtype(dtype))
-    if _quantization(quantization) not in (None, "4bit", "nf4"):
+    if _quantization(quantization) not in (None, "4bit", "nf4"):  # before building 7B
         raise ValueError(f"the full-size random drafter quantizes to 4-bit only, not "
                          f"{quantization!r}")
+    torch.manual_seed(0)
+    drafter = full_size_eventgpt_drafter(device, resolve_dtype(dtype))
     if _quantization(quantization):
         from crossspec_ros.models.quantize import quantize_caption_model_4bit
 
