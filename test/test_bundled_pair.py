@@ -6,6 +6,7 @@ import math
 import pytest
 
 from crossspec_ros.bags.inputs import iter_bag_windows
+from crossspec_ros.models.live_prefill import LivePrefill
 from crossspec_ros.models.pair import load_corpus
 from crossspec_ros.models.tiny import tiny_verifier
 from crossspec_ros.paths import sample_bag
@@ -68,20 +69,27 @@ def test_crossspec_on_sample_bag_windows_equals_the_verifier_alone(pair):
     assert corpus_accepted > 0
 
 
-def test_a_caption_one_word_off_the_last_one_is_confirmed_in_the_prefill_through_a_branch(
+def test_a_caption_one_word_off_the_last_one_is_confirmed_in_the_live_prefill_through_a_branch(
         pair):
     verifier, _ = pair
     window = next(w for w in iter_bag_windows(sample_bag(), WindowSynchronizer()) if w.has_rgb)
-    engine = SpeculativeEngine(verifier, None, EngineConfig(proposers=("history_ngram",)))
-    caption = engine.verifier_only(window)
-    # the last caption says another word at position 4; an older one knows the right word
-    engine.history.add_source(caption)
-    engine.history.add_source([*caption[:4], caption[6], *caption[5:]])
-    result = engine.run_window(window)
-    assert result.tokens == caption  # lossless
-    assert result.stats.rounds == 0  # the whole caption in the prefill's one pass
-    assert result.stats.accepted.get("history_branch", 0) > 0
-    assert result.stats.prefill_fed > len(caption)  # the spine and its branches
+    engines = [SpeculativeEngine(verifier, None, EngineConfig(proposers=("history_ngram",)))
+               for _ in range(2)]
+    caption = engines[0].verifier_only(window)
+    one_word_off = [*caption[:4], caption[6], *caption[5:]]
+    for engine in engines:  # the last caption says another word at position 4; an older
+        engine.history.add_source(caption)  # one knows the right word
+        engine.history.add_source(one_word_off)
+    live = engines[0].run_window(window, live=LivePrefill(verifier))
+    assert live.tokens == caption  # lossless
+    assert live.stats.rounds == 0  # the whole caption in the prefill's one pass
+    assert live.stats.accepted.get("history_branch", 0) > 0
+    assert live.stats.prefill_fed > len(caption)  # the spine and its branches
+    # a one-shot prefill checks the last caption as a chain: a round fixes the word
+    one_shot = engines[1].run_window(window)
+    assert one_shot.tokens == caption
+    assert one_shot.stats.prefill_fed == len(one_word_off)
+    assert one_shot.stats.rounds >= 1 and "history_branch" not in one_shot.stats.proposed
 
 
 def test_the_bundled_verifier_carries_a_caption_corpus_and_none_turns_it_off(pair, tmp_path):

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     import platform
 
     from crossspec_ros.models.loading import resolve_device
-    from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
+    from crossspec_ros.process_tuning import tune_process_for_models
 
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
@@ -177,7 +177,6 @@ def run(args: argparse.Namespace) -> int:
         if args.head is not None:  # the drafter whose window state the head reads
             processes["_head"] = DrafterProcess(head_drafter_source(args.head))
     corpus = _corpus(args.caption_corpus, verifier)
-    settle_heap()  # as the graph's nodes do once their models are loaded
     try:
         report = bench.run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
@@ -185,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             corpus=corpus.captions if corpus else (),
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
             free_oracles=args.free_oracles,
-            prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup,
+            prompt_lookup=not args.no_prompt_lookup, warmup=args.warmup, settle=True,
             log=lambda s: print(s, file=sys.stderr, flush=True))
     finally:
         for process in processes.values():
