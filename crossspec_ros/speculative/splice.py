@@ -1,4 +1,4 @@
-"""Substitution branches: the last caption with one phrase changed, for the prefill's tree.
+"""Substitution branches: the last caption with one phrase changed, for a live prefill's tree.
 
 Consecutive windows are mostly captioned alike but for one phrase ("A grey car" becomes "A
 black car", "drives" becomes "slows down"). The prefill checks the last caption whole (the
@@ -6,7 +6,10 @@ spine); a branch hangs another token under the spine's prefix wherever the tries
 captions, the corpus) have seen that prefix go on differently, and continues with the spine's
 rest from the first token the tries have seen follow it: the caption re-joined. A window whose
 caption changed one phrase is then confirmed in the prefill's single pass too. Which branches
-are worth their tokens is the policy's decision (``adaptive.ProposalPolicy.propose_first``).
+are worth their tokens is the policy's decision (``adaptive.ProposalPolicy.propose_first``);
+the engine asks for them only where the prefill's finish is short (a live prefill: the
+question after the cached frames), not in a one-shot prefill, where the tree's mask costs
+every prompt row its causal fast path.
 """
 
 from __future__ import annotations
