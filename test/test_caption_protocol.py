@@ -10,11 +10,14 @@ from crossspec_ros.sync.captions import (
     CaptionBook,
     CaptionStatus,
     DraftCursor,
+    DraftState,
+    UnverifiedReason,
     draft_tail,
 )
 
 DRAFT, PARTIAL, FINAL, UNVERIFIED = (CaptionStatus.DRAFT, CaptionStatus.PARTIAL,
                                      CaptionStatus.FINAL, CaptionStatus.UNVERIFIED)
+BUSY, FAILED = UnverifiedReason.VERIFIER_BUSY, UnverifiedReason.VERIFIER_FAILED
 PATIENCE = 2.0
 KEY = (0, 7)
 
@@ -23,8 +26,8 @@ def book() -> CaptionBook:
     return CaptionBook(patience_s=PATIENCE, finished_memory_s=10.0)
 
 
-def draft(b: CaptionBook, text: str, *, key=KEY, complete=False, now=0.0):
-    return b.on_draft(key, 0, 1, text, 12.0, complete, now)
+def draft(b: CaptionBook, text: str, *, key=KEY, complete=False, now=0.0, cut_short=False):
+    return b.on_draft(key, 0, 1, text, 12.0, complete, now, cut_short=cut_short)
 
 
 # ---------------------------------------------------------------- the draft tail
@@ -87,20 +90,67 @@ def test_a_draft_after_the_final_caption_is_late_and_not_published():
 def test_a_window_the_verifier_dropped_waits_for_its_draft_and_carries_it():
     b = book()
     draft(b, "a red", now=0.0)
-    assert b.on_verifier_gave_up(KEY, 0, 1, 0.1) == []  # the draft is still coming
+    assert b.on_verifier_gave_up(KEY, 0, 1, 0.1, BUSY) == []  # the draft is still coming
     [c] = draft(b, "a red car", complete=True, now=0.3)
     assert (c.status, c.unconfirmed_text, c.draft_text) == (UNVERIFIED, "a red car",
                                                              "a red car")
+    assert (c.unverified_reason, c.draft_state) == (BUSY, DraftState.COMPLETE)
     assert b.counters == {**b.counters, "windows_unverified": 1, "unverified_without_draft": 0}
 
 
 def test_a_dropped_window_whose_draft_never_completes_finishes_after_the_patience():
     b = book()
     draft(b, "a red", now=0.0)
-    b.on_verifier_gave_up(KEY, 0, 1, 0.0)
+    b.on_verifier_gave_up(KEY, 0, 1, 0.0, BUSY)
     assert b.expire(PATIENCE - 0.1, set(), None) == []
     [c] = b.expire(PATIENCE + 0.1, set(), None)
     assert (c.status, c.draft_text) == (UNVERIFIED, "a red")
+    # a fragment is never passed off as the draft: the caption says it is cut short
+    assert c.draft_state is DraftState.CUT_SHORT and c.unverified_reason is BUSY
+
+
+def test_a_dropped_window_whose_drafter_left_it_is_unverified_at_once_saying_so():
+    b = book()
+    draft(b, "The ego car", now=0.0)
+    assert b.on_verifier_gave_up(KEY, 0, 1, 0.1, BUSY) == []
+    [c] = draft(b, "The ego car", cut_short=True, now=0.2)  # preempted by a newer window
+    assert (c.status, c.draft_text, c.draft_state) == (UNVERIFIED, "The ego car",
+                                                        DraftState.CUT_SHORT)
+    assert b.counters["unverified_draft_cut_short"] == 1
+
+
+def test_a_window_the_drafter_never_drafted_is_unverified_without_a_draft_saying_so():
+    b = book()
+    assert draft(b, "", cut_short=True, now=0.0)[0].draft_state is DraftState.NONE
+    [c] = b.on_verifier_gave_up(KEY, 0, 1, 0.1, BUSY)  # nothing to wait for
+    assert (c.status, c.draft_text, c.draft_state, c.unverified_reason) == (
+        UNVERIFIED, "", DraftState.NONE, BUSY)
+    assert b.counters["unverified_without_draft"] == 1
+
+
+def test_a_cut_short_notice_without_text_keeps_the_draft_so_far():
+    b = book()
+    draft(b, "a red", now=0.0)
+    [c] = draft(b, "", cut_short=True, now=0.1)
+    assert (c.draft_text, c.draft_state) == ("a red", DraftState.CUT_SHORT)
+
+
+def test_a_final_caption_has_no_unverified_reason():
+    b = book()
+    draft(b, "a car", complete=True, now=0.0)
+    b.on_verifier_start(KEY, 0, 1, 0.1)
+    [c] = b.on_confirmed(KEY, "a car", True, 9.0, 1.0, 0.2)
+    assert (c.status, c.unverified_reason) == (FINAL, UnverifiedReason.NONE)
+
+
+def test_a_stopping_verifier_ends_every_open_window_unverified_at_once():
+    b = book()
+    draft(b, "a red", key=(0, 1), now=0.0)
+    b.on_verifier_start((0, 2), 0, 1, 0.0)
+    stopped = b.stop(0.1)
+    assert sorted(c.key for c in stopped) == [(0, 1), (0, 2)] and b.windows == {}
+    assert {c.unverified_reason for c in stopped} == {UnverifiedReason.VERIFIER_STOPPED}
+    assert draft(b, "a red car", key=(0, 1), complete=True, now=0.2) == []  # late now
 
 
 def test_a_drafted_window_the_rgb_synchronizer_closed_is_unverified_at_once():
@@ -109,6 +159,7 @@ def test_a_drafted_window_the_rgb_synchronizer_closed_is_unverified_at_once():
     assert b.expire(0.1, set(), (0, 7)) == []  # ids below 7 closed: 7 may still get RGB
     [c] = b.expire(0.1, set(), (0, 8))
     assert c.status is UNVERIFIED and c.unconfirmed_text == "a car"
+    assert c.unverified_reason is UnverifiedReason.NO_RGB
 
 
 def test_a_window_the_verifier_still_has_queued_is_not_expired():
@@ -148,7 +199,7 @@ def test_a_verifier_failure_mid_window_ends_unverified_with_the_draft():
     draft(b, "a red car", complete=True, now=0.0)
     b.on_verifier_start(KEY, 0, 1, 0.1)
     b.on_confirmed(KEY, "a red", False, 30.0, 1.0, 0.2)
-    [c] = b.on_verifier_gave_up(KEY, 0, 1, 0.3)
+    [c] = b.on_verifier_gave_up(KEY, 0, 1, 0.3, FAILED)
     assert (c.status, c.confirmed_text, c.unconfirmed_text) == (UNVERIFIED, "a red", " car")
 
 
@@ -163,8 +214,8 @@ def test_finished_windows_are_forgotten_after_the_memory():
 
 
 OPS = st.lists(st.tuples(
-    st.sampled_from(["draft", "draft_done", "start", "confirm", "confirm_done", "gave_up",
-                     "expire", "expire_closed"]),
+    st.sampled_from(["draft", "draft_done", "draft_cut", "start", "confirm", "confirm_done",
+                     "gave_up", "expire", "expire_closed", "stop"]),
     st.sampled_from([(0, 1), (0, 2), (1, 1)]),
     st.floats(0.0, 3.0)), max_size=40)
 
@@ -178,7 +229,8 @@ def test_any_sequence_moves_forward_and_ends_each_window_once(ops):
     for op, key, dt in ops:
         now += dt
         if op.startswith("draft"):
-            out = b.on_draft(key, 0, 1, "a red car", 5.0, op == "draft_done", now)
+            out = b.on_draft(key, 0, 1, "a red car", 5.0, op == "draft_done", now,
+                             cut_short=op == "draft_cut")
             drafted.add(key)
         elif op == "start":
             b.on_verifier_start(key, 0, 1, now)
@@ -186,7 +238,9 @@ def test_any_sequence_moves_forward_and_ends_each_window_once(ops):
         elif op.startswith("confirm"):
             out = b.on_confirmed(key, "a red", op == "confirm_done", 9.0, 1.0, now)
         elif op == "gave_up":
-            out = b.on_verifier_gave_up(key, 0, 1, now)
+            out = b.on_verifier_gave_up(key, 0, 1, now, BUSY)
+        elif op == "stop":
+            out = b.stop(now)
         else:
             out = b.expire(now, set(), (1, 0) if op == "expire_closed" else None)
         for caption in out:
@@ -195,6 +249,8 @@ def test_any_sequence_moves_forward_and_ends_each_window_once(ops):
             assert not history or caption.status >= history[-1].status
             if caption.status is UNVERIFIED and caption.key in drafted:
                 assert caption.draft_text == "a red car"
+                assert caption.unverified_reason is not UnverifiedReason.NONE
+                assert caption.draft_state in (DraftState.COMPLETE, DraftState.CUT_SHORT)
             history.append(caption)
     for history in published.values():
         assert sum(c.finished for c in history) <= 1

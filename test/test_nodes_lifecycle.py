@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -25,6 +26,7 @@ from crossspec_ros.nodes.graph import make_executor, spin_in_thread  # noqa: E40
 from crossspec_ros.nodes.lifecycle import SUCCESS, bring_up  # noqa: E402
 from crossspec_ros.nodes.verifier_node import VerifierNode  # noqa: E402
 from crossspec_ros.speculative.corpus import CorpusError  # noqa: E402
+from crossspec_ros.sync.captions import UnverifiedReason  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -74,8 +76,12 @@ def test_inputs_are_ignored_until_active_and_workers_run_only_while_active(ros):
         assert worker.is_alive()
         assert node.trigger_deactivate() == SUCCESS
         assert not worker.is_alive() and not node.active
+        # the window left open ends at once, saying why it was never verified
+        stopped = node.pub_caption.sent[-1]
+        assert (stopped.window_id, stopped.status, stopped.unverified_reason) == (
+            4, cs_msg.Caption.STATUS_UNVERIFIED, cs_msg.Caption.REASON_VERIFIER_STOPPED)
         node._on_draft(draft(5))
-        assert len(node.pub_caption.sent) == 1
+        assert len(node.pub_caption.sent) == 2
         assert node.trigger_activate() == SUCCESS  # and back: a new worker
         assert node.worker.thread.is_alive() and node.worker.thread is not worker
     finally:
@@ -152,4 +158,82 @@ def test_the_change_state_service_drives_the_transitions(ros):
         stop()
         executor.shutdown(timeout_sec=2.0)
         client_node.destroy_node()
+        node.destroy_node()
+
+
+def image(stamp_s: float, seed: int):
+    from sensor_msgs.msg import Image
+
+    rgb = np.random.default_rng(seed).integers(0, 256, (36, 48, 3), dtype=np.uint8)
+    msg = Image(height=36, width=48, encoding="rgb8", step=48 * 3, data=rgb.tobytes())
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(stamp_s * 1e9), 10**9)
+    return msg
+
+
+def timeline_draft(epoch: int, window_id: int):
+    msg = cs_msg.DraftTokens(window_id=window_id, epoch=epoch, token_ids=[1], text="a car",
+                             done=True)
+    msg.window_start.sec, msg.window_end.sec = window_id, window_id + 1
+    return msg
+
+
+def drive_windows(node, epoch: int, ids: range) -> None:
+    """A draft and 8 frames for each window of ``ids``, then the worker runs them (its thread
+    is stopped: the test runs its steps)."""
+    for wid in ids:
+        node._on_draft(timeline_draft(epoch, wid))
+        for k in range(8):
+            node._on_image(image(wid + k / 8, wid * 8 + k))
+        for _ in range(3):  # the window before closed with this one's frames
+            node._step()
+    node._on_image(image(ids.stop + 0.01, 0))  # closes the last window
+    for _ in range(3):
+        node._step()
+
+
+def finals(node) -> set[tuple[int, int]]:
+    return {(c.epoch, c.window_id) for c in node.pub_caption.sent
+            if c.status == cs_msg.Caption.STATUS_FINAL}
+
+
+def test_after_a_bag_loop_a_reconfigured_verifier_verifies_the_windows_of_the_drafts_timeline(
+        ros):
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
+    try:
+        node.worker.stop()
+        node.pub_caption = RecordingPublisher()
+        drive_windows(node, 0, range(100, 104))     # the bag's first pass
+        drive_windows(node, 1, range(100, 102))     # it looped: epoch 1 on both nodes
+        assert finals(node) >= {(0, 100), (0, 101), (0, 102), (1, 100)}
+        for transition in ("deactivate", "cleanup", "configure", "activate"):
+            assert getattr(node, f"trigger_{transition}")() == SUCCESS
+        node.worker.stop()
+        node.pub_caption = RecordingPublisher()
+        drive_windows(node, 1, range(102, 105))     # the draft node still says epoch 1
+        assert finals(node) >= {(1, 102), (1, 103)}
+        assert not [c for c in node.pub_caption.sent
+                    if c.status == cs_msg.Caption.STATUS_UNVERIFIED]
+    finally:
+        node.destroy_node()
+
+
+def test_diagnostics_are_not_ok_while_windows_end_unverified_and_none_verified(ros):
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
+    try:
+        node.worker.stop()
+        node.pub_caption, node.pub_diag = RecordingPublisher(), RecordingPublisher()
+        node._publish_diagnostics()
+        assert node.pub_diag.sent[-1].status[0].level == DiagnosticStatus.OK
+        node._on_draft(timeline_draft(0, 5))
+        node._publish(node.book.on_verifier_gave_up(
+            (0, 5), 5 * 10**9, 6 * 10**9, time.monotonic(), UnverifiedReason.VERIFIER_FAILED))
+        node._publish_diagnostics()
+        status = node.pub_diag.sent[-1].status[0]
+        assert status.level == DiagnosticStatus.WARN and "UNVERIFIED" in status.message
+        drive_windows(node, 0, range(7, 8))  # verified again: ok
+        node._publish_diagnostics()
+        assert node.pub_diag.sent[-1].status[0].level == DiagnosticStatus.OK
+    finally:
         node.destroy_node()

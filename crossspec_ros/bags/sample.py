@@ -46,7 +46,7 @@ def _caption_msg(bag: BagWriter, chunk: Chunk):
         status=STATUS_FINAL, confirmed_text=chunk.caption_verifier, unconfirmed_text="",
         draft_text="",
         draft_first_token_ms=nan, draft_done_ms=nan, confirmed_first_ms=nan,
-        confirmed_done_ms=nan, acceptance=nan)
+        confirmed_done_ms=nan, acceptance=nan, unverified_reason=0, draft_state=0)
 
 
 SAMPLE_DRIVE_SEED = 23  # the simulated drive in the committed rosbags/sample

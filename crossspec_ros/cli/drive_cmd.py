@@ -26,6 +26,9 @@ from crossspec_ros.cli.streaming import JsonLinesFile, exit_code_for, sigterm_as
 from crossspec_ros.paths import sample_bag
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
+# crossspec/Caption's REASON_* and DRAFT_* codes, as the terminal and the JSON name them
+REASONS = {0: "", 1: "no RGB", 2: "verifier busy", 3: "verifier failed", 4: "verifier stopped"}
+DRAFT_STATES = {0: "none", 1: "in progress", 2: "cut short", 3: "complete"}
 PASS_NAMES = {"off": "the verifier alone after the close", "live": "live prefill, no "
               "speculation", "on": "crossspec (live prefill and speculation)"}
 
@@ -110,8 +113,13 @@ class DriveMonitor:
                 lines.append(f"[{wid}] confirmed {_ms(msg.confirmed_done_ms)}  "
                              f"{msg.confirmed_text}   (acceptance {_pct(msg.acceptance)})")
             elif status == "UNVERIFIED" and row["status"] != "UNVERIFIED":
-                lines.append(f"[{wid}] UNVERIFIED (no RGB, or the verifier was busy)  "
-                             f"{msg.draft_text or '(no draft either)'}")
+                reason = REASONS.get(msg.unverified_reason, str(msg.unverified_reason))
+                draft = DRAFT_STATES.get(msg.draft_state, str(msg.draft_state))
+                row.update(unverified_reason=reason, draft_state=draft)
+                shown = {"none": "(no draft: the drafter never drafted it)",
+                         "cut short": f"{msg.draft_text} [draft cut short]"}.get(
+                             draft, msg.draft_text)
+                lines.append(f"[{wid}] UNVERIFIED ({reason})  {shown}")
             if row["status"] not in ("FINAL", "UNVERIFIED"):
                 row["status"] = status
             done = self._row_done(wid)

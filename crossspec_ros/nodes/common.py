@@ -117,8 +117,11 @@ def msg_to_ns(t: Any) -> int:
 
 
 def sync_from_params(p: dict[str, Any], streams: tuple[str, ...],
-                     announce_frames: bool = False) -> WindowSynchronizer:
-    return WindowSynchronizer(
+                     announce_frames: bool = False,
+                     previous: WindowSynchronizer | None = None) -> WindowSynchronizer:
+    """The node's synchronizer; ``previous``: the one of its last configuration, whose
+    timeline (epoch, closed windows) it carries on (see ``continue_timeline``)."""
+    sync = WindowSynchronizer(
         announce_frames=announce_frames,
         window_len_ns=round(p["window_length_s"] * NS),
         frames_per_window=p["frames_per_window"],
@@ -127,6 +130,9 @@ def sync_from_params(p: dict[str, Any], streams: tuple[str, ...],
         reset_threshold_ns=round(p["reset_threshold_s"] * NS),
         max_pending_windows=p["max_pending_windows"],
         streams=streams)
+    if previous is not None:
+        sync.continue_timeline(previous)
+    return sync
 
 
 def _f(x: float) -> float:

@@ -6,11 +6,14 @@ runs the event drafter on a worker thread (or, with ``drafter_process`` on CPU, 
 process) and publishes crossspec/DraftTokens the moment each token exists. When the verifier
 confirms tokens that disagree with the draft, the drafter rolls back to the confirmed prefix
 and drafts on from there (re-sync). A newer window always wins:
-the drafter leaves the old one as soon as the next window closes.
+the drafter leaves the old one as soon as the next window closes, and says so (a
+DraftTokens with ``cut_short``), as it does for a window it drops unstarted, so the verifier's
+captions never pass a fragment off as the whole draft.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -57,6 +60,8 @@ class DraftNode(ManagedNode):
         self.windows_drafted = 0
         self.last_first_token_ms = float("nan")
         self.process: Any = None  # a DrafterProcess, when the drafter runs in one
+        self.sync: Any = None  # the events synchronizer (configure); its timeline outlives it
+        self.windows_cut_short = 0  # left unfinished for a newer window, or dropped unstarted
         self.drafter_runs_in = "a thread"  # where the last configure put it (for reports)
 
     def configure_node(self) -> None:
@@ -73,7 +78,7 @@ class DraftNode(ManagedNode):
             # this process keeps its drafter for the tokenizer (re-syncs) and reports
             self.process = DrafterProcess(drafter_source(p), device="cpu", dtype=p["dtype"])
         self.drafter_runs_in = "a child process" if self.process is not None else "a thread"
-        self.sync = sync_from_params(p, streams=("events",))
+        self.sync = sync_from_params(p, streams=("events",), previous=self.sync)
         self.decoder = EventPacketDecoder(name=p["event_topic"])
         self.pub_draft = self.add_publisher(cs_msg.DraftTokens, p["draft_topic"],
                                             reliable_qos())
@@ -136,6 +141,7 @@ class DraftNode(ManagedNode):
             if dropped is not None:
                 self.get_logger().warning(
                     f"drafter busy: dropped window {dropped.id} ({self.queue.dropped} so far)")
+                self._publish_cut_short(dropped, None)
         current = self.cursor.current() if queued else None
         if current is not None:
             current.stop()  # a newer window closed: move on to it
@@ -161,12 +167,14 @@ class DraftNode(ManagedNode):
         stats = WindowStats(proposer_names=["draft_stream"])
         state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
         drafting: list[DraftChannel] = []  # the window's channel, once there
+        last: list[EngineEvent] = []  # the latest draft published
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
             nonlocal state_due
             event = EngineEvent(kind, int(window.id), (time.monotonic() - t_close) * 1e3,
                                 **fields)
             if kind is EventKind.DRAFT:
+                last[:] = [event]
                 if len(event.tokens) == 1 and event.revision == 0:
                     stats.draft_first_token_ms = event.t_ms  # before the first publication
                 state = drafting[0].window_state if state_due and drafting else None
@@ -191,18 +199,20 @@ class DraftNode(ManagedNode):
             else:
                 run_drafter(self.drafter, window, channel, emit, stats, max_new)
         finally:
-            self.cursor.end(window.key)
+            verifier_done = self.cursor.end(window.key)
+        if not (last and last[0].done) and not verifier_done:
+            self._publish_cut_short(window, last[0] if last else None, stats)
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
 
     def _publish_draft(self, window: Any, event: EngineEvent, stats: WindowStats,
-                       window_state: Any = None) -> None:
+                       window_state: Any = None, cut_short: bool = False) -> None:
         msg = cs_msg.DraftTokens(
             window_id=int(window.id), epoch=int(window.epoch),
             window_start=ns_to_msg(window.t0), window_end=ns_to_msg(window.t1),
             revision=event.revision, base_index=0, token_ids=[int(t) for t in event.tokens],
             log_probs=[float(x) for x in event.log_probs],
-            text=event.text, done=event.done,
+            text=event.text, done=event.done, cut_short=cut_short,
             first_token_latency_ms=float(stats.draft_first_token_ms))
         if window_state is not None:
             msg.window_state = window_state.detach().float().cpu().numpy()
@@ -212,11 +222,26 @@ class DraftNode(ManagedNode):
         if event.done:
             self.cursor.completed(window.key, time.monotonic())
 
+    def _publish_cut_short(self, window: Any, last: EngineEvent | None,
+                           stats: WindowStats | None = None) -> None:
+        """The drafter leaves ``window`` unfinished (``last``: its latest draft, None when
+        it never drafted it): no more tokens will come for it."""
+        self.windows_cut_short += 1
+        if not self.context.ok():
+            return  # the process is going down: nobody is listening
+        notice = EngineEvent(EventKind.DRAFT, int(window.id), math.nan,
+                             tokens=list(last.tokens) if last else [],
+                             revision=last.revision if last else 0, done=False,
+                             text=last.text if last else "",
+                             log_probs=list(last.log_probs) if last else [])
+        self._publish_draft(window, notice, stats or WindowStats(), cut_short=True)
+
     def _publish_diagnostics(self) -> None:
         s = self.sync.stats
         values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
                   "sync_dropped_windows": s.dropped_windows, "windows_drafted":
                   self.windows_drafted, "late_events": s.late_events, "resets": s.resets,
+                  "windows_cut_short": self.windows_cut_short,
                   "bad_packets": self.decoder.stats.bad_packets,
                   "last_first_token_ms": round(self.last_first_token_ms, 1)}
         level = 1 if self.queue.dropped or self.decoder.stats.bad_packets else 0

@@ -44,7 +44,12 @@ from crossspec_ros.params import VERIFIER_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent, EventKind
-from crossspec_ros.sync.captions import CaptionBook, WindowCaption, WindowKey
+from crossspec_ros.sync.captions import (
+    CaptionBook,
+    UnverifiedReason,
+    WindowCaption,
+    WindowKey,
+)
 from crossspec_ros.sync.window import StampedFrame
 
 NAN = math.nan
@@ -94,6 +99,9 @@ class VerifierNode(ManagedNode):
                          "live_frames": 0, "live_dropped": 0, "live_redone": 0,
                          "live_frames_pipelined": 0}
         self.last_stats: dict[str, float] = {}
+        self.sync: Any = None  # the RGB synchronizer (configure); its timeline outlives it
+        # the book's FINAL / UNVERIFIED counts at the last diagnostics (is anything verified?)
+        self._finished_seen = (0, 0)
         self.live_prefill = False
         self._frame_jobs: deque = deque()  # FrameSelections for the worker (live prefill)
         self._live: OrderedDict[WindowKey, Any] = OrderedDict()  # worker thread only
@@ -124,7 +132,8 @@ class VerifierNode(ManagedNode):
             self.get_logger().info("live_prefill: this verifier prefills after the close "
                                    "(it needs a Video-LLaVA verifier whose num_frames is "
                                    "frames_per_window)")
-        self.sync = sync_from_params(p, streams=("rgb",), announce_frames=self.live_prefill)
+        self.sync = sync_from_params(p, streams=("rgb",), announce_frames=self.live_prefill,
+                                     previous=self.sync)
         self.pub_confirmed = self.add_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                                                 reliable_qos())
         self.pub_caption = self.add_publisher(cs_msg.Caption, p["caption_topic"],
@@ -157,9 +166,13 @@ class VerifierNode(ManagedNode):
             for channel in self.channels.values():
                 channel.stop()
         if self.worker is not None:
-            self.worker.stop()
+            self.worker.stop()  # the window in progress ends first
         self._frame_jobs.clear()
         self._live.clear()  # their KV caches go with them
+        with self._lock:  # the windows left open will never be verified: say so now
+            stopped = self.book.stop(time.monotonic())
+            if self.context.ok():  # not when the whole process is going down
+                self._publish(stopped)
 
     def release(self) -> None:
         if self.caption_action is not None:
@@ -207,7 +220,8 @@ class VerifierNode(ManagedNode):
                     "its draft is published as UNVERIFIED")
                 with self._lock:
                     self._publish(self.book.on_verifier_gave_up(
-                        dropped.key, dropped.t0, dropped.t1, time.monotonic()))
+                        dropped.key, dropped.t0, dropped.t1, time.monotonic(),
+                        UnverifiedReason.VERIFIER_BUSY))
 
     def _on_draft(self, msg: Any) -> None:
         if not self.active:
@@ -216,7 +230,8 @@ class VerifierNode(ManagedNode):
         with self._lock:
             captions = self.book.on_draft(
                 key, msg_to_ns(msg.window_start), msg_to_ns(msg.window_end), msg.text,
-                msg.first_token_latency_ms, msg.done, time.monotonic())
+                msg.first_token_latency_ms, msg.done, time.monotonic(),
+                cut_short=msg.cut_short)
             self._publish(captions)
             if not captions or captions[-1].finished:
                 return  # late, or finished as UNVERIFIED: no verifier will read it
@@ -277,7 +292,8 @@ class VerifierNode(ManagedNode):
                 self.channels.pop(key, None)
                 if not self.book.is_finished(key):  # the engine failed mid-window
                     self._publish(self.book.on_verifier_gave_up(
-                        key, window.t0, window.t1, time.monotonic()))
+                        key, window.t0, window.t1, time.monotonic(),
+                        UnverifiedReason.VERIFIER_FAILED))
         self.counters["windows_verified"] += 1
         s = result.stats
         self.counters["live_redone"] += s.live_prefill_frames < 0
@@ -356,9 +372,17 @@ class VerifierNode(ManagedNode):
                   "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
                   "resets": s.resets, **self.counters, **self.book.counters,
                   **{k: round(v, 3) for k, v in self.last_stats.items()}}
-        bad = self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"]
-        self.pub_diag.publish(diagnostics(self, "crossspec: verifier", values, 1 if bad else 0,
-                                          "degraded" if bad else "ok"))
+        finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])
+        final_now, unverified_now = (a - b for a, b in zip(finished, self._finished_seen,
+                                                            strict=True))
+        self._finished_seen = finished
+        level, message = 0, "ok"
+        if self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"]:
+            level, message = 1, "degraded"
+        if unverified_now and not final_now:  # whatever the cause, nothing is verified
+            level, message = 1, (f"no window verified since the last report: {unverified_now} "
+                                 "ended UNVERIFIED")
+        self.pub_diag.publish(diagnostics(self, "crossspec: verifier", values, level, message))
 
 
 def _can_prefill_live(verifier: Any, p: dict[str, Any]) -> bool:
@@ -378,4 +402,5 @@ def caption_msg(caption: WindowCaption) -> Any:
         unconfirmed_text=caption.unconfirmed_text, draft_text=caption.draft_text,
         draft_first_token_ms=caption.draft_first_token_ms,
         draft_done_ms=caption.draft_done_ms, confirmed_first_ms=caption.confirmed_first_ms,
-        confirmed_done_ms=caption.confirmed_done_ms, acceptance=caption.acceptance)
+        confirmed_done_ms=caption.confirmed_done_ms, acceptance=caption.acceptance,
+        unverified_reason=int(caption.unverified_reason), draft_state=int(caption.draft_state))

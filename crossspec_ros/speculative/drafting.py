@@ -142,7 +142,8 @@ def _draft(drafter: CaptionModel, window: Any, channel: DraftChannel,
         with channel.cond:
             channel.tokens.append(token)
             channel.log_probs.append(log_prob)
-            channel.done = token == info.eos_token_id
+            # finished at EOS or at the length limit (a caption cut by the limit is whole)
+            channel.done = token == info.eos_token_id or len(channel.tokens) >= max_new_tokens
             tokens, revision, done = list(channel.tokens), channel.revision, channel.done
             log_probs = list(channel.log_probs)
             channel.cond.notify_all()
@@ -152,7 +153,7 @@ def _draft(drafter: CaptionModel, window: Any, channel: DraftChannel,
         if stats.draft_first_token_ms != stats.draft_first_token_ms:  # NaN: the first one
             # (not "len(tokens) == 1": a re-sync may have taken over confirmed tokens first)
             stats.draft_first_token_ms = event.t_ms
-        if done or len(tokens) >= max_new_tokens:
+        if done:
             if stats.draft_done_ms != stats.draft_done_ms:  # NaN: first time
                 stats.draft_done_ms = event.t_ms
             continue  # nothing more to draft: no need for the next logits

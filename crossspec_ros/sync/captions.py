@@ -14,8 +14,12 @@ order returned. A window's caption only moves forward:
   counted as late and dropped. Finished keys are remembered for ``finished_memory_s``, then
   only as a per-epoch floor (ids below it are late), so memory stays bounded however long the
   node runs.
-- An UNVERIFIED caption carries the draft: a window the verifier gave up on waits until its
-  draft is complete (or ``patience_s`` passed) before it is finished.
+- An UNVERIFIED caption carries the draft and says why it is unverified (``reason``) and how
+  much of a draft it carries (``draft_state``): a window the verifier gave up on waits until
+  its draft is final (complete, or cut short because the drafter left it for a newer window)
+  or ``patience_s`` passed. A caption whose drafter never drafted, or stopped mid-sentence,
+  says so (``DraftState.NONE`` / ``CUT_SHORT``) instead of passing a fragment off as the
+  draft.
 - ``unconfirmed_text`` is the draft's tail exactly as it is shown right after
   ``confirmed_text`` (a space where a new word starts, none inside a word).
 
@@ -47,6 +51,25 @@ class CaptionStatus(IntEnum):
     UNVERIFIED = 3
 
 
+class UnverifiedReason(IntEnum):
+    """Why a window ended UNVERIFIED; the values are crossspec/Caption's REASON_* codes."""
+
+    NONE = 0              # not UNVERIFIED (yet)
+    NO_RGB = 1            # no RGB frames came for the window
+    VERIFIER_BUSY = 2     # the verifier's queue was full: the window was dropped
+    VERIFIER_FAILED = 3   # the verifier failed on the window (its log says why)
+    VERIFIER_STOPPED = 4  # the verifier was deactivated or shut down
+
+
+class DraftState(IntEnum):
+    """How much of a draft a caption carries; crossspec/Caption's DRAFT_* codes."""
+
+    NONE = 0          # no draft text (none yet, or the drafter never drafted the window)
+    IN_PROGRESS = 1   # part of the draft; the drafter is still writing it
+    CUT_SHORT = 2     # part of the draft; the drafter left the window before finishing it
+    COMPLETE = 3      # the drafter's whole caption
+
+
 def draft_tail(confirmed: str, draft: str) -> str:
     """What ``draft`` says beyond ``confirmed``, to be shown directly after it.
 
@@ -74,6 +97,7 @@ class WindowCaption:
     first_seen: float = 0.0          # monotonic seconds: the book first heard of it
     draft_text: str = ""             # the latest draft, whole
     draft_complete: bool = False     # the drafter finished it
+    draft_cut_short: bool = False    # the drafter left it unfinished: no more will come
     draft_first_token_ms: float = NAN
     draft_done_ms: float = NAN
     confirmed_text: str = ""
@@ -82,6 +106,7 @@ class WindowCaption:
     acceptance: float = NAN
     verifying: bool = False          # the verifier has taken the window
     given_up_at: float | None = None  # the verifier will never caption it (since when)
+    reason: UnverifiedReason = UnverifiedReason.NONE  # why, once given up
     outcome: CaptionStatus | None = None  # FINAL or UNVERIFIED once finished
     first_draft_at: float | None = field(default=None, repr=False)
 
@@ -98,6 +123,26 @@ class WindowCaption:
     @property
     def finished(self) -> bool:
         return self.outcome is not None
+
+    @property
+    def draft_final(self) -> bool:
+        """No more draft will come: it is complete, or the drafter left the window."""
+        return self.draft_complete or self.draft_cut_short
+
+    @property
+    def draft_state(self) -> DraftState:
+        if self.draft_complete:
+            return DraftState.COMPLETE
+        if not self.draft_text:
+            return DraftState.NONE
+        return DraftState.CUT_SHORT if self.draft_cut_short else DraftState.IN_PROGRESS
+
+    @property
+    def unverified_reason(self) -> UnverifiedReason:
+        """``reason`` once the caption is UNVERIFIED, else NONE."""
+        if self.outcome is CaptionStatus.UNVERIFIED:
+            return self.reason
+        return UnverifiedReason.NONE
 
     @property
     def unconfirmed_text(self) -> str:
@@ -121,7 +166,8 @@ class CaptionBook:
         # per epoch: ids below this finished long ago and were forgotten (still late)
         self._forgotten_below: dict[int, int] = {}
         self.counters = {"late_drafts": 0, "late_windows": 0, "windows_final": 0,
-                         "windows_unverified": 0, "unverified_without_draft": 0}
+                         "windows_unverified": 0, "unverified_without_draft": 0,
+                         "unverified_draft_cut_short": 0}
 
     def is_finished(self, key: WindowKey) -> bool:
         if key in self.windows:
@@ -130,22 +176,25 @@ class CaptionBook:
 
     # ------------------------------------------------------------ the draft
     def on_draft(self, key: WindowKey, t0: int, t1: int, text: str, first_token_ms: float,
-                 complete: bool, now: float) -> list[WindowCaption]:
+                 complete: bool, now: float, cut_short: bool = False) -> list[WindowCaption]:
         """A draft (revision) for ``key``: its caption now, or [] when the window is already
-        finished (a late draft, counted)."""
+        finished (a late draft, counted). ``cut_short``: the drafter left the window before
+        finishing (``text`` is all it will say; "" when it never drafted it)."""
         if self.is_finished(key):
             self.counters["late_drafts"] += 1
             return []
         state = self._state(key, t0, t1, now)
-        if state.first_draft_at is None:
-            state.first_draft_at = now
-        state.draft_text = text
-        state.draft_first_token_ms = float(first_token_ms)
+        if text or not cut_short:  # a cut-short notice without text keeps what came before
+            if state.first_draft_at is None:
+                state.first_draft_at = now
+            state.draft_text = text
+            state.draft_first_token_ms = float(first_token_ms)
         if complete and not state.draft_complete:
             state.draft_complete = True
             # close -> first token as the drafter measured it, then this side's clock
             state.draft_done_ms = state.draft_first_token_ms + (now - state.first_draft_at) * 1e3
-        if state.given_up_at is not None and state.draft_complete:
+        state.draft_cut_short = cut_short and not state.draft_complete
+        if state.given_up_at is not None and state.draft_final:
             return [self._finish(state, CaptionStatus.UNVERIFIED, now)]
         return [copy.copy(state)]
 
@@ -159,6 +208,7 @@ class CaptionBook:
         state = self._state(key, t0, t1, now)
         state.t0, state.t1 = t0, t1
         state.verifying, state.given_up_at = True, None
+        state.reason = UnverifiedReason.NONE
         return True
 
     def on_confirmed(self, key: WindowKey, text: str, done: bool, t_ms: float,
@@ -176,17 +226,28 @@ class CaptionBook:
             return [self._finish(state, CaptionStatus.FINAL, now)]
         return [copy.copy(state)]
 
-    def on_verifier_gave_up(self, key: WindowKey, t0: int, t1: int, now: float
-                            ) -> list[WindowCaption]:
-        """The verifier will not caption ``key`` (dropped while busy, or it failed): UNVERIFIED
-        now if its draft is complete, else once the draft completes or ``patience_s`` passes."""
+    def on_verifier_gave_up(self, key: WindowKey, t0: int, t1: int, now: float,
+                            reason: UnverifiedReason) -> list[WindowCaption]:
+        """The verifier will not caption ``key`` (``reason``: dropped while busy, it failed,
+        it stopped): UNVERIFIED now if its draft is final, else once the draft is final or
+        ``patience_s`` passes."""
         if self.is_finished(key):
             return []
         state = self._state(key, t0, t1, now)
-        state.verifying, state.given_up_at = False, now
-        if state.draft_complete:
+        state.verifying, state.given_up_at, state.reason = False, now, reason
+        if state.draft_final:
             return [self._finish(state, CaptionStatus.UNVERIFIED, now)]
         return []
+
+    def stop(self, now: float) -> list[WindowCaption]:
+        """The verifier stops (deactivate, shutdown): every open window ends UNVERIFIED now
+        with the draft it has (``VERIFIER_STOPPED``; drafts are not taken while stopped)."""
+        out = []
+        for state in list(self.windows.values()):
+            state.verifying, state.given_up_at = False, now
+            state.reason = UnverifiedReason.VERIFIER_STOPPED
+            out.append(self._finish(state, CaptionStatus.UNVERIFIED, now))
+        return out
 
     # ------------------------------------------------------------ time passing
     def expire(self, now: float, waiting: set[WindowKey], closed: WindowKey | None
@@ -202,8 +263,8 @@ class CaptionBook:
                 no_rgb = closed is not None and key < closed
                 if not no_rgb and now - state.first_seen <= self.patience_s:
                     continue
-                state.given_up_at = now
-            if state.draft_complete or now - state.given_up_at > self.patience_s:
+                state.given_up_at, state.reason = now, UnverifiedReason.NO_RGB
+            if state.draft_final or now - state.given_up_at > self.patience_s:
                 out.append(self._finish(state, CaptionStatus.UNVERIFIED, now))
         for (epoch, wid), t in list(self._finished.items()):
             if now - t > self.finished_memory_s:
@@ -228,6 +289,9 @@ class CaptionBook:
             self.counters["windows_unverified"] += 1
             if not state.draft_text:
                 self.counters["unverified_without_draft"] += 1
+            elif not state.draft_complete:  # this caption will not wait for the rest
+                state.draft_cut_short = True
+                self.counters["unverified_draft_cut_short"] += 1
         return copy.copy(state)
 
 
@@ -242,17 +306,23 @@ class DraftCursor:
         self._handle: Any = None
         self._confirmed: list[int] = []
         self._completed_at: float | None = None
+        self._verifier_done = False
 
     def begin(self, key: WindowKey, handle: Any) -> None:
         """Start drafting ``key``: what came before is forgotten."""
         with self._lock:
             self._key, self._handle = key, handle
             self._confirmed, self._completed_at = [], None
+            self._verifier_done = False
 
-    def end(self, key: WindowKey) -> None:
+    def end(self, key: WindowKey) -> bool:
+        """Drafting ``key`` is over; True when the verifier had finished the window (a draft
+        cut short then is of no use to anyone, and no notice of it is needed)."""
         with self._lock:
+            verifier_done = self._key == key and self._verifier_done
             if self._key == key:
                 self._key = self._handle = None
+            return verifier_done
 
     def current(self) -> Any:
         """The handle of the window being drafted, or None."""
@@ -281,6 +351,7 @@ class DraftCursor:
             if self._key != key:
                 return None, None
             if done:
+                self._verifier_done = True
                 return self._handle, None
             self._confirmed = self._confirmed[:base_index] + [int(t) for t in new_tokens]
             return self._handle, list(self._confirmed)

@@ -189,6 +189,16 @@ class WindowSynchronizer:
         """Ids of the windows buffered now (not yet emitted)."""
         return sorted(self._pending)
 
+    def continue_timeline(self, previous: WindowSynchronizer) -> None:
+        """Carry on ``previous``'s timeline (a node configured again): its epoch, so window
+        keys keep agreeing with the other nodes' synchronizers, and its frontier, so its
+        closed windows stay closed and a jump back while this node was stopped still starts
+        a new epoch. What it had pending is not carried: a window still open then is made of
+        the data that comes from now on."""
+        self._stats.epoch = previous.epoch
+        self._ev_max, self._rgb_max = previous._ev_max, previous._rgb_max
+        self._closed_before = previous._closed_before
+
     def add_events(self, batch: EventBatch) -> list[Window]:
         """Buffer a batch (any order, any window span); return windows now complete."""
         self._arrivals += 1

@@ -1,0 +1,90 @@
+"""The draft node tells the verifier when it leaves a window unfinished (a newer window
+preempted it, or it dropped the window unstarted), so no caption passes a fragment or nothing
+off as the draft."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.parameter import Parameter  # noqa: E402
+from recording_publisher import RecordingPublisher  # noqa: E402
+
+from crossspec_ros.models.tiny import tiny_eventgpt_drafter  # noqa: E402
+from crossspec_ros.nodes.draft_node import DraftNode  # noqa: E402
+from crossspec_ros.nodes.lifecycle import bring_up  # noqa: E402
+from crossspec_ros.sim.dataset import make_window  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+class SlowDrafter:
+    """The drafter, 50 ms slower per token: a newer window comes mid-draft."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def prefill(self, inputs):
+        session = self.inner.prefill(inputs)
+        feed = session.feed
+
+        def slow_feed(tokens):
+            time.sleep(0.05)
+            return feed(tokens)
+
+        session.feed = slow_feed
+        return session
+
+
+@pytest.fixture()
+def node():
+    rclpy.init()
+    node = bring_up(DraftNode(SlowDrafter(tiny_eventgpt_drafter(seed=1)), parameter_overrides=[
+        Parameter("max_queued_windows", value=1)]))
+    node.worker.stop()  # the test runs the worker's steps itself
+    node.pub_draft = RecordingPublisher()
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+def windows(n: int):
+    first = make_window(23, 1, image_size=(64, 48), event_size=(64, 48)).as_window()
+    return [replace(first, id=first.id + k, t0=first.t0 + k * 10**9, t1=first.t1 + k * 10**9)
+            for k in range(n)]
+
+
+def test_a_preempted_draft_ends_with_a_cut_short_notice_carrying_what_it_drafted(node):
+    older, newer = windows(2)
+    node._enqueue([older])
+    step = threading.Thread(target=node._step)
+    step.start()
+    deadline = time.monotonic() + 30
+    while not node.pub_draft.sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    node._enqueue([newer])  # the drafter leaves the older window for it
+    step.join(timeout=30)
+    sent = [m for m in node.pub_draft.sent if m.window_id == older.id]
+    *drafts, notice = sent
+    assert drafts and not any(m.cut_short or m.done for m in drafts)
+    assert notice.cut_short and not notice.done
+    assert (notice.text, list(notice.token_ids)) == (drafts[-1].text, list(drafts[-1].token_ids))
+    assert node.windows_cut_short == 1
+
+
+def test_a_window_the_busy_drafter_drops_gets_an_empty_cut_short_notice(node):
+    first, second = windows(2)
+    node._enqueue([first, second])  # a queue of one: the first is dropped unstarted
+    [notice] = node.pub_draft.sent
+    assert (notice.window_id, notice.cut_short, notice.text, list(notice.token_ids)) == (
+        first.id, True, "", [])
