@@ -20,38 +20,41 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow,
 DRIVE = [sys.executable, "-m", "crossspec_ros.cli.main", "drive"]
 
 
-def test_drive_compares_alone_live_and_crossspec_and_checks_losslessness(tmp_path):
+def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_losslessness(
+        tmp_path):
     out = tmp_path / "drive.jsonl"
     result = subprocess.run([*DRIVE, "--max-windows", "3", "--check-lossless", "--json",
-                             str(out), "--no-viz", "--compare"], capture_output=True,
-                            text=True, timeout=300, env=dict(os.environ))
+                             str(out), "--no-viz", "--compare", "--rounds", "1"],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    rows, summary = lines[:-1], lines[-1]["summary"]
-    compare = lines[-1]["compare"]
-    assert compare["windows"] >= 3 and compare["same_captions"] == compare["windows"]
-    assert compare["confirmed_ms_median_off"] > 0 and compare["confirmed_ms_median_on"] > 0
-    assert compare["paired_speedup_median"] > 0
-    assert "alone: the verifier after the close" in result.stdout
-    live = lines[-1]["live_prefill"]
-    assert {"after_close_ms_median", "live_ms_median", "paired_speedup_median"} <= set(live)
-    assert live["after_close_ms_median"] == compare["confirmed_ms_median_off"]
-    assert live["live_without_speculation_ms_median"] > 0
-    assert "pass 3/3" in result.stderr
-    final = [r for r in rows if r["status"] == "FINAL"]
+    rows, summary, compare = lines[:-1], lines[-1]["summary"], lines[-1]["compare"]
+    # three graphs, named in the output and the JSON: the baseline runs no drafter
+    assert compare["baseline"] == "alone"
+    assert compare["passes"]["alone"]["graph"] == ["verifier"]
+    assert compare["passes"]["live_alone"]["graph"] == ["verifier"]
+    assert compare["passes"]["crossspec"]["graph"] == ["draft", "verifier"]
+    assert "pass 3/3" in result.stderr and "crossspec_verifier" in result.stderr
+    assert {r["pass"] for r in rows} == {"alone", "live_alone", "crossspec"}
+    assert not any(r["draft_text"] for r in rows if r["pass"] != "crossspec")
+    main = compare["crossspec_vs_alone"]
+    assert main["pairs"] >= 3 and main["paired_speedup_median"] > 0 and len(main["rounds"]) == 1
+    assert compare["same_captions"] == compare["compared_captions"] >= 6
+    for name in ("alone", "live_alone", "crossspec"):
+        assert compare["passes"][name]["confirmed_ms_median"] > 0
+    assert "crossspec vs the verifier node alone: paired speedup" in result.stdout
+    assert "[alone] [" in result.stdout and "[crossspec] [" in result.stdout
+    final = [r for r in rows if r["status"] == "FINAL" and r["pass"] == "crossspec"]
     assert len(final) >= 3
     for row in final:
         assert {"window", "t0", "t1", "draft_text", "draft_first_token_ms", "confirmed_text",
                 "confirmed_done_ms", "accepted", "proposed", "status", "verifier_only_text",
                 "lossless"} <= set(row)
         assert row["lossless"] is True and row["confirmed_text"] == row["verifier_only_text"]
-        assert row["draft_text"]  # the draft is kept, even when the verifier finished first
         assert row["live_prefill_frames"] >= 0  # never a live prefill redone in one shot
         assert row["t1"] - row["t0"] == pytest.approx(1.0)
     assert summary["final"] == len(final) and summary["lossless"] == len(final)
-    assert "lossless 3/3" in result.stdout or f"lossless {len(final)}/{len(final)}" \
-        in result.stdout
-    assert "confirmed" in result.stdout and "draft" in result.stdout
+    assert f"lossless {len(final)}/{len(final)}" in result.stdout
 
 
 def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:
@@ -112,7 +115,9 @@ def test_sigterm_ends_drive_like_ctrl_c_with_json_rows_and_the_bag(tmp_path):
     rows, summary = lines[:-1], lines[-1]["summary"]
     assert summary["interrupted"] is True
     final = [r for r in rows if r["status"] == "FINAL"]
-    assert len(final) >= 2 and all(r["confirmed_text"] and r["draft_text"] for r in final)
+    assert len(final) >= 2 and all(r["confirmed_text"] for r in final)
+    # a draft can come after its window's FINAL on a loaded machine, not in every window
+    assert any(r["draft_text"] for r in final)
     assert {t for t, _, _ in read_bag(bag)} >= {"/crossspec/caption"}
     assert not list(tmp_path.glob(".*partial"))
 
@@ -127,23 +132,35 @@ def test_a_killed_recording_leaves_nothing_under_the_final_name(tmp_path):
     assert (tmp_path / "out").is_dir() and not recorder.staging.exists()
 
 
-def test_compare_pairs_the_two_passes_window_by_window():
-    from crossspec_ros.cli.drive_cmd import compare_passes
+def test_passes_alternate_their_order_round_by_round():
+    from crossspec_ros.cli.drive_cmd import pass_order
 
-    off = [{"window": 1, "confirmed_done_ms": 300.0, "confirmed_text": "a"},
-           {"window": 2, "confirmed_done_ms": 100.0, "confirmed_text": "b"},
-           {"window": 3, "confirmed_done_ms": 200.0, "confirmed_text": "c"}]
-    on = [{"window": 1, "confirmed_done_ms": 100.0, "confirmed_text": "a"},
-          {"window": 2, "confirmed_done_ms": 100.0, "confirmed_text": "b"},
-          {"window": 3, "confirmed_done_ms": 50.0, "confirmed_text": "x"},
-          {"window": 4, "confirmed_done_ms": 50.0, "confirmed_text": "d"}]  # not in off
-    compare = compare_passes(off, on)
-    assert compare["windows"] == 3
-    assert compare["paired_speedup_median"] == 3.0  # ratios 3, 1, 4
-    assert compare["confirmed_ms_median_off"] == 200.0
-    assert compare["confirmed_ms_median_on"] == 100.0
-    assert compare["same_captions"] == 2
-    assert on[2]["confirmed_done_ms_off"] == 200.0
+    order = [(k, graph.name) for k, graph in pass_order(2)]
+    assert order == [(0, "alone"), (0, "live_alone"), (0, "crossspec"),
+                     (1, "crossspec"), (1, "live_alone"), (1, "alone")]
+
+
+def test_compare_pairs_the_graphs_window_by_window_within_each_round():
+    from crossspec_ros.cli.drive_cmd import compare_graphs
+
+    def rows(ms: dict[int, float], text: str = "a") -> list[dict]:
+        return [{"window": w, "status": "FINAL", "confirmed_done_ms": v,
+                 "confirmed_text": text if w != 3 else "x"} for w, v in ms.items()]
+
+    results = {("alone", 0): rows({1: 300.0, 2: 100.0, 3: 200.0}),
+               ("live_alone", 0): rows({1: 150.0, 2: 100.0, 3: 100.0}),
+               ("crossspec", 0): rows({1: 100.0, 2: 100.0, 3: 50.0, 4: 50.0}),  # 4: alone only
+               ("alone", 1): rows({1: 600.0, 2: 200.0}),
+               ("live_alone", 1): rows({1: 100.0, 2: 100.0}),
+               ("crossspec", 1): [*rows({1: 100.0}),
+                                  {"window": 2, "status": "UNVERIFIED", "confirmed_text": ""}]}
+    compare = compare_graphs(results, range(2))
+    main = compare["crossspec_vs_alone"]
+    assert main["rounds"] == [3.0, 6.0]  # round 0: ratios 3, 1, 4; round 1: 6
+    assert main["pairs"] == 4 and main["paired_speedup_median"] == 3.5
+    assert compare["passes"]["alone"]["confirmed_ms_median_rounds"] == [200.0, 400.0]
+    assert compare["crossspec_vs_live_alone"]["rounds"] == [1.5, 1.0]
+    assert (compare["same_captions"], compare["compared_captions"]) == (8, 8)
 
 
 def test_check_lossless_with_sampling_says_it_compares_greedy_only(capsys):
