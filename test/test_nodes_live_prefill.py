@@ -50,8 +50,8 @@ def test_frames_are_prefilled_while_the_window_is_open(node):
     for k, t in enumerate(range(0, 700, 50)):
         node._on_image(image(t, k))
     run_worker(node, 2)
-    [live] = node._live.values()
-    assert live.frames >= 4 and node.counters["live_frames"] == live.frames
+    [live] = node.live.live_windows()
+    assert live.frames >= 4 and node.live.counters["live_frames"] == live.frames
     for k, t in enumerate(range(700, 1100, 50)):
         node._on_image(image(t, 100 + k))
     run_worker(node)
@@ -80,7 +80,7 @@ def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
         node._on_image(image(t, seed))
         seed += 1
     run_worker(node, 2)
-    assert node.counters["live_frames"] >= 3
+    assert node.live.counters["live_frames"] >= 3
     for t in range(0, 1100, 50):  # the bag loops: time jumps back 5 s, a new epoch
         node._on_image(image(t, seed))
         seed += 1
@@ -90,20 +90,20 @@ def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
     assert set(windows) == {(0, 5), (1, 0)}  # the half window was flushed, then window 0
     for window, result in windows.values():
         assert result.tokens == node.engine.verifier_only(window)
-    assert len(node._live) <= 2  # nothing piles up
+    assert len(node.live.live_windows()) <= 2  # nothing piles up
 
 
 def test_the_next_windows_frames_are_prefilled_between_the_rounds_of_this_one(node):
     for k, t in enumerate(range(0, 1700, 50)):  # window 0 closes; window 1 is half in
         node._on_image(image(t, k))
-    pending_next = sum(1 for job in node._frame_jobs if job.window_id == 1)
+    pending_next = sum(1 for job in node.live._queued if job.window_id == 1)
     assert pending_next >= 3
     run_worker(node, 1)  # window 0 only: its own frames first, then one of window 1's per round
     [(first, result)] = node.results
-    pipelined = node.counters["live_frames_pipelined"]
+    pipelined = node.live.counters["live_frames_pipelined"]
     assert 1 <= pipelined <= min(pending_next, result.stats.rounds)  # never two in one round
     assert result.tokens == node.engine.verifier_only(first)
-    assert node._live[(0, 1)].frames == pipelined
+    assert node.live._live[(0, 1)].frames == pipelined
     for k, t in enumerate(range(1700, 2200, 50)):
         node._on_image(image(t, 50 + k))
     run_worker(node)

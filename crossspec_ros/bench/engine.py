@@ -209,21 +209,30 @@ def live_arrivals(window: Any, slack_ns: int = REORDER_SLACK_NS) -> list[tuple[f
 
 
 def live_runner(verifier: Any, engine: SpeculativeEngine) -> Runner:
-    """The window's frames replayed at the times the graph would announce them: each is
-    encoded and prefilled as it comes (live prefill), then the latency is taken from the
-    close, as the graph measures it. Frames announced after the close are left to the engine."""
+    """The window's frames replayed at the times the graph would announce them, through the
+    verifier node's own scheduler (``speculative/live_scheduler.py``): each is encoded and
+    prefilled as it comes (live prefill), then the latency is taken from the close, as the
+    graph measures it. Frames announced after the close are left to the engine."""
     from crossspec_ros.models.live_prefill import LivePrefill
+    from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
+    from crossspec_ros.sync.synchronizer import FrameSelection
+
+    scheduler = LivePrefillScheduler(lambda: LivePrefill(verifier))
 
     def run(window: Any) -> tuple[list[int], float, WindowStats]:
-        live = LivePrefill(verifier)
+        key = (0, int(window.id))
         start, length = time.monotonic(), (window.t1 - window.t0) / 1e9
-        for offset, frame in live_arrivals(window):
+        for slot, (offset, frame) in enumerate(live_arrivals(window)):
             if offset >= length:
                 break
             time.sleep(max(0.0, start + offset - time.monotonic()))
-            live.add_frame(frame.image, frame.stamp_ns)
+            scheduler.add([FrameSelection(*key, slot, frame)])
+            scheduler.prefill_queued()
         time.sleep(max(0.0, start + length - time.monotonic()))
-        result = engine.run_window(window, t_close=time.monotonic(), live=live)
+        t_close = time.monotonic()
+        result = engine.run_window(window, t_close=t_close, live=scheduler.take(key),
+                                   between_rounds=scheduler.between_rounds)
+        scheduler.clear()  # a mode's windows are not consecutive in the shuffled order
         return result.tokens, result.stats.confirmed_done_ms, result.stats
     return run
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +43,7 @@ from crossspec_ros.params import VERIFIER_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
 from crossspec_ros.sync.captions import (
     CaptionBook,
     UnverifiedReason,
@@ -53,12 +53,6 @@ from crossspec_ros.sync.captions import (
 from crossspec_ros.sync.window import StampedFrame
 
 NAN = math.nan
-LIVE_WINDOWS = 2  # live prefills held at once (each holds a KV cache of a whole prompt)
-# Frames waiting before a decoding window makes room for them between its rounds: fewer are
-# prefilled right after it, before their own window closes, at no cost to anyone; this many
-# means the verifier is falling behind the camera (measured on CPU: one frame per round
-# with any backlog made plain decoding in the graph slower, 451 -> 631 ms median).
-PIPELINE_BACKLOG = 4
 
 
 def engine_config(p: dict[str, Any]) -> EngineConfig:
@@ -96,15 +90,13 @@ class VerifierNode(ManagedNode):
         self.book = CaptionBook(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5)
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
         self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0,
-                         "live_frames": 0, "live_dropped": 0, "live_redone": 0,
-                         "live_frames_pipelined": 0}
+                         "live_redone": 0}
         self.last_stats: dict[str, float] = {}
         self.sync: Any = None  # the RGB synchronizer (configure); its timeline outlives it
         # the book's FINAL / UNVERIFIED counts at the last diagnostics (is anything verified?)
         self._finished_seen = (0, 0)
         self.live_prefill = False
-        self._frame_jobs: deque = deque()  # FrameSelections for the worker (live prefill)
-        self._live: OrderedDict[WindowKey, Any] = OrderedDict()  # worker thread only
+        self.live: LivePrefillScheduler | None = None  # with live prefill (configure)
 
     def configure_node(self) -> None:
         p = self.params
@@ -128,6 +120,10 @@ class VerifierNode(ManagedNode):
         self.engine = SpeculativeEngine(verifier, drafter, engine_config(p), head=head,
                                         corpus=corpus.captions if corpus else ())
         self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
+        if self.live_prefill:
+            from crossspec_ros.models.live_prefill import LivePrefill
+
+            self.live = LivePrefillScheduler(lambda: LivePrefill(verifier))
         if p["live_prefill"] and not self.live_prefill:
             self.get_logger().info("live_prefill: this verifier prefills after the close "
                                    "(it needs a Video-LLaVA verifier whose num_frames is "
@@ -167,8 +163,8 @@ class VerifierNode(ManagedNode):
                 channel.stop()
         if self.worker is not None:
             self.worker.stop()  # the window in progress ends first
-        self._frame_jobs.clear()
-        self._live.clear()  # their KV caches go with them
+        if self.live is not None:
+            self.live.clear()  # their KV caches go with them
         with self._lock:  # the windows left open will never be verified: say so now
             stopped = self.book.stop(time.monotonic())
             if self.context.ok():  # not when the whole process is going down
@@ -203,10 +199,10 @@ class VerifierNode(ManagedNode):
             return
         frame = StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id)
         closed = self.sync.add_frame(frame)
-        if self.live_prefill:
+        if self.live is not None:
             selected = self.sync.take_frame_selections()
             if selected:  # the worker encodes and prefills them while the window is open
-                self._frame_jobs.extend(selected)
+                self.live.add(selected)
                 self.queue.wake()
         self._enqueue(closed)
 
@@ -262,7 +258,8 @@ class VerifierNode(ManagedNode):
     def _step(self) -> None:
         item = self.queue.get()
         if item is None:
-            self._prefill_selected()
+            if self.live is not None:
+                self.live.prefill_queued()
             return
         with self._lock:
             config, self._next_config = self._next_config, None
@@ -270,23 +267,18 @@ class VerifierNode(ManagedNode):
             self.engine.reconfigure(config)
         window, t_close = item
         key = window.key
-        self._prefill_selected(up_to=key)  # this window's own frames, not the next one's
-        live = self._live.pop(key, None)
+        live = self.live.take(key) if self.live is not None else None
         with self._lock:
             if not self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic()):
                 self.channels.pop(key, None)
                 return  # its caption already finished without RGB: one caption per window
             channel = self.channels.setdefault(key, DraftChannel())
-        def next_window_frame() -> None:  # pipelining: later windows' frames, one per round
-            if len(self._frame_jobs) >= PIPELINE_BACKLOG:  # else they wait for this window
-                self._prefill_selected(at_most=1, counter="live_frames_pipelined")
-
         try:
             result = self.engine.run_window(
                 window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
                 draft=channel, live=live,
                 look=channel.wait_window_state if self.engine.head is not None else None,
-                between_rounds=next_window_frame if self.live_prefill else None)
+                between_rounds=self.live.between_rounds if self.live is not None else None)
         finally:
             with self._lock:
                 self.channels.pop(key, None)
@@ -302,34 +294,6 @@ class VerifierNode(ManagedNode):
                            "acceptance": s.acceptance, "rounds": s.rounds}
         if self.on_result is not None:
             self.on_result(window, result)
-
-    def _prefill_selected(self, up_to: WindowKey | None = None, at_most: int | None = None,
-                          counter: str | None = None) -> None:
-        """Encode and prefill the selected frames (of windows up to ``up_to``; ``at_most``
-        of them) into their window's live prefill; a window whose first slot was missed is
-        prefilled at the close, and at most LIVE_WINDOWS live prefills (their KV caches) are
-        held. ``counter``: also counted there."""
-        from crossspec_ros.models.live_prefill import LivePrefill
-
-        done = 0
-        while self._frame_jobs and (at_most is None or done < at_most):
-            job = self._frame_jobs[0]
-            key = (job.epoch, job.window_id)
-            if up_to is not None and key > up_to:
-                return
-            self._frame_jobs.popleft()
-            done += 1
-            live = self._live.get(key)
-            if live is None and job.slot == 0:
-                live = self._live[key] = LivePrefill(self.engine.verifier)
-                while len(self._live) > LIVE_WINDOWS:
-                    self._live.popitem(last=False)
-                    self.counters["live_dropped"] += 1
-            if live is not None and job.slot == live.frames:
-                live.add_frame(job.frame.image, job.frame.stamp_ns)
-                self.counters["live_frames"] += 1
-                if counter is not None:
-                    self.counters[counter] += 1
 
     def _on_engine(self, window: Any, event: EngineEvent) -> None:
         if event.kind is not EventKind.CONFIRMED:
@@ -371,6 +335,7 @@ class VerifierNode(ManagedNode):
         values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
                   "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
                   "resets": s.resets, **self.counters, **self.book.counters,
+                  **(self.live.counters if self.live is not None else {}),
                   **{k: round(v, 3) for k, v in self.last_stats.items()}}
         finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])
         final_now, unverified_now = (a - b for a, b in zip(finished, self._finished_seen,
