@@ -14,6 +14,7 @@ captions never pass a fragment off as the whole draft.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -39,6 +40,7 @@ from crossspec_ros.params import DRAFT_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
 from crossspec_ros.sync.captions import DraftCursor
 
@@ -50,9 +52,15 @@ class DraftNode(ManagedNode):
     model (composed mode shares one); None loads it from the parameters on configure."""
 
     def __init__(self, drafter: Any = None, *, node_name: str = "crossspec_draft",
-                 parameter_overrides: list | None = None, **kwargs: Any) -> None:
+                 parameter_overrides: list | None = None,
+                 verifier_first: VerifierFirst | None = None, **kwargs: Any) -> None:
+        """``verifier_first``: shared with a verifier node in this process (composed mode):
+        the drafter pauses while the verifier works on a closed window."""
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
         self.params = declare_params(self, DRAFT_NODE_PARAMS)
+        self.verifier_first = verifier_first
+        self._held = False  # paused for the verifier (guarded by _hold_lock)
+        self._hold_lock = threading.Lock()
         self._given_drafter = self.drafter = drafter
         self.cursor = DraftCursor()  # the window being drafted and its confirmed prefix
         self.queue = WindowQueue(self.params["max_queued_windows"])
@@ -89,6 +97,8 @@ class DraftNode(ManagedNode):
                               self._on_confirmed, reliable_qos())
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        if self.verifier_first is not None:
+            self.verifier_first.add_drafter(self._hold, self._release_hold)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
             f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')}, "
@@ -109,6 +119,8 @@ class DraftNode(ManagedNode):
             self.worker.stop()
 
     def release(self) -> None:
+        if self.verifier_first is not None:
+            self.verifier_first.remove_drafters()
         self.drafter = self._given_drafter  # a model this node loaded is let go
         if self.process is not None:
             self.process.close()
@@ -185,12 +197,14 @@ class DraftNode(ManagedNode):
                 self.get_logger().error(f"window {window.id}: drafter failed: {event.text}")
             return event
 
-        if self.process is not None:
-            channel = self.process.start(window, max_new, max_new, on_draft=emit)
-        else:
-            channel = DraftChannel(lookahead=max_new)
-        drafting.append(channel)
-        self.cursor.begin(window.key, channel)
+        with self._hold_lock:  # a window started while the verifier works starts held
+            lookahead = 0 if self._held else max_new
+            if self.process is not None:
+                channel = self.process.start(window, lookahead, max_new, on_draft=emit)
+            else:
+                channel = DraftChannel(lookahead=lookahead)
+            drafting.append(channel)
+            self.cursor.begin(window.key, channel)
         if self.queue.closed:  # stopping after this window was taken (stop() closes the
             channel.stop()     # queue, then stops the current draft: one of them sees it)
         try:
@@ -221,6 +235,21 @@ class DraftNode(ManagedNode):
         self.pub_draft.publish(msg)
         if event.done:
             self.cursor.completed(window.key, time.monotonic())
+
+    def _hold(self) -> None:
+        """The verifier in this process works on a closed window: pause the drafter."""
+        with self._hold_lock:
+            self._held = True
+            channel = self.cursor.current()
+            if channel is not None:
+                channel.set_lookahead(0)
+
+    def _release_hold(self) -> None:
+        with self._hold_lock:
+            self._held = False
+            channel = self.cursor.current()
+            if channel is not None:
+                channel.set_lookahead(self.params["max_new_tokens"])
 
     def _publish_cut_short(self, window: Any, last: EngineEvent | None,
                            stats: WindowStats | None = None) -> None:

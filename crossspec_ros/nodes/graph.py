@@ -20,6 +20,8 @@ from typing import Any
 from crossspec_ros.process_tuning import tune_process_for_models  # noqa: F401 (the graph's)
 
 EXECUTABLE = "crossspec"  # installed in lib/crossspec (ros2 run) and on PATH
+import os
+PAUSE_S = float(os.environ.get("CS_PAUSE_S", "0.1"))  # EXPERIMENT
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
     from crossspec_ros.nodes.draft_node import DraftNode
     from crossspec_ros.nodes.lifecycle import bring_up
     from crossspec_ros.nodes.verifier_node import VerifierNode
+    from crossspec_ros.speculative.verifier_first import VerifierFirst
 
     extra = extra or {}
 
@@ -156,13 +159,18 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
 
     verifier, drafter = models if models is not None else (None, None)
     nodes: list = []
+    # both models in this process: the drafter pauses while the verifier works on a closed
+    # window (speculative/verifier_first.py)
+    verifier_first = VerifierFirst(PAUSE_S) if {"draft", "verifier"} <= set(kinds) else None
     try:
         if "draft" in kinds:
-            drafter = started(DraftNode(drafter, parameter_overrides=overrides("draft"))).drafter
+            drafter = started(DraftNode(drafter, parameter_overrides=overrides("draft"),
+                                        verifier_first=verifier_first)).drafter
         if "verifier" in kinds:
             # the drafter object (if here) lets the verifier bridge vocabularies exactly
             started(VerifierNode(verifier, drafter if "draft" in kinds else None,
-                                 parameter_overrides=overrides("verifier"), on_result=on_result))
+                                 parameter_overrides=overrides("verifier"), on_result=on_result,
+                                 verifier_first=verifier_first))
         if "viz" in kinds:
             from crossspec_ros.nodes.viz_node import VizNode
 

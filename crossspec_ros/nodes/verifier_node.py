@@ -16,6 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
+from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.sync.captions import (
     CaptionBook,
     UnverifiedReason,
@@ -74,8 +76,11 @@ class VerifierNode(ManagedNode):
     def __init__(self, verifier: Any = None, drafter: Any = None, *,
                  node_name: str = "crossspec_verifier", parameter_overrides: list | None = None,
                  on_result: Callable[[Any, WindowResult], None] | None = None,
-                 **kwargs: Any) -> None:
+                 verifier_first: VerifierFirst | None = None, **kwargs: Any) -> None:
+        """``verifier_first``: shared with a draft node in this process (composed mode): its
+        drafter pauses while this node works on a closed window."""
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
+        self.verifier_first = verifier_first
         self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params)
         self._next_config: EngineConfig | None = None  # a live change, for the next window
         self._given = (verifier, drafter)
@@ -273,12 +278,14 @@ class VerifierNode(ManagedNode):
                 self.channels.pop(key, None)
                 return  # its caption already finished without RGB: one caption per window
             channel = self.channels.setdefault(key, DraftChannel())
+        turn = self.verifier_first.turn() if self.verifier_first is not None else nullcontext()
         try:
-            result = self.engine.run_window(
-                window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
-                draft=channel, live=live,
-                look=channel.wait_window_state if self.engine.head is not None else None,
-                between_rounds=self.live.between_rounds if self.live is not None else None)
+            with turn:
+                result = self.engine.run_window(
+                    window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
+                    draft=channel, live=live,
+                    look=channel.wait_window_state if self.engine.head is not None else None,
+                    between_rounds=self.live.between_rounds if self.live is not None else None)
         finally:
             with self._lock:
                 self.channels.pop(key, None)

@@ -62,6 +62,11 @@ class _ForwardingChannel(DraftChannel):
                           "tokens": [int(t) for t in confirmed_draft_ids],
                           "lookahead": lookahead})
 
+    def set_lookahead(self, lookahead: int) -> None:
+        super().set_lookahead(lookahead)
+        self.owner._post({"kind": "lookahead", "window": self.window_id,
+                          "lookahead": lookahead})
+
     def stop(self) -> None:
         super().stop()
         self.owner._post({"kind": "stop", "window": self.window_id})
@@ -250,6 +255,8 @@ def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str) -
         elif window is not None and message.get("window") == window.id:
             if kind == "confirmed":
                 window.channel.push_confirmed(message["tokens"], message["lookahead"])
+            elif kind == "lookahead":
+                window.channel.set_lookahead(message["lookahead"])
             elif kind == "stop":
                 window.finish()
                 window = None

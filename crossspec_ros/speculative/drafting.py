@@ -76,6 +76,13 @@ class DraftChannel:
             self.tokens, self.revision, self.done = list(tokens), revision, done
             self.cond.notify_all()
 
+    def set_lookahead(self, lookahead: int) -> None:
+        """How far past the confirmed caption the drafter may run from now on (0 pauses it,
+        before its prefill too: ``VerifierFirst``)."""
+        with self.cond:
+            self.lookahead = lookahead
+            self.cond.notify_all()
+
     def set_window_state(self, state: torch.Tensor | None) -> None:
         """The drafter's window state (from its prefill here, or from a draft node)."""
         with self.cond:
@@ -119,6 +126,11 @@ def run_drafter(drafter: CaptionModel, window: Any, channel: DraftChannel,
 def _draft(drafter: CaptionModel, window: Any, channel: DraftChannel,
            emit: Callable[..., EngineEvent], stats: WindowStats, max_new_tokens: int) -> None:
     info = drafter.info
+    with channel.cond:  # a paused drafter does not start its prefill either
+        while channel.lookahead <= 0 and not channel.stopped:
+            channel.cond.wait()
+        if channel.stopped:
+            return
     session = drafter.prefill(drafter.prepare(window))
     channel.session = session
     channel.set_window_state(getattr(session, "window_state", None))
