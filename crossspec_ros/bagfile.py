@@ -47,6 +47,19 @@ def _parse_idl_without_includes(idl: str):  # type: ignore[no-untyped-def]
 _anyreader.get_types_from_idl = _parse_idl_without_includes
 
 
+def one_line(err: BaseException | str) -> str:
+    """An error's text on one line: YAML and other parsers put the position on a line of its
+    own, which would break a one-line message."""
+    return " ".join(str(err).split())
+
+
+def cannot_open(path: str | Path, err: BaseException) -> str:
+    """The one-line message for a bag that rosbags cannot open."""
+    return (f"{path}: cannot open as a ROS 2 bag ({type(err).__name__}: {one_line(err)}). "
+            "Pass a rosbag2 directory (metadata.yaml + .mcap/.db3) or an .mcap file; if it "
+            "is one, it may be truncated or corrupt.")
+
+
 def readable_path(path: str | Path) -> Path:
     """``path``, or a stand-in rosbags can read: a directory with the storage filled into its
     metadata.yaml, or the salvaged copy of an MCAP file cut short."""
