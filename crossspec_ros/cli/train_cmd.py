@@ -179,7 +179,7 @@ def run_eval(args: argparse.Namespace) -> int:
         verifier, drafter = load_pair(args.dir)
     except ModelLoadError as err:
         print(f"crossspec eval-tiny: {err}", file=sys.stderr)
-        return 1
+        return 2
     windows = heldout_windows(args.windows, args.workers, SIM_IMAGE_SIZE)
     with _progress(len(windows), "evaluating") as bar:
         report = evaluate_pair(verifier, drafter, windows, parse_caption, progress=bar.update)
