@@ -16,7 +16,7 @@ from typing import Any
 
 from rosbags.highlevel import AnyReader
 
-from crossspec_ros.bagfile import any_reader, one_line
+from crossspec_ros.bagfile import any_reader, cannot_open, one_line
 from crossspec_ros.events.bag import EVENT_PACKET_TYPE, EventBagError
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
@@ -105,13 +105,19 @@ def _deserialize(reader: AnyReader, raw: bytes, conn: Any, stats: InputStats, pa
 
 
 def check_bag(path: str | Path, event_topic: str | None = None,
-              rgb_topic: str | None = None) -> None:
+              rgb_topic: str | None = None, need_rgb: bool = False) -> None:
     """Raise EventBagError (one clear line) unless ``path`` opens as a ROS 2 bag with event
-    packets or images: what commands check before they load any model."""
+    packets or images (with images, for ``need_rgb``: a command that runs the verifier
+    alone): what commands check before they load any model."""
     path = Path(path)
     reader = _open(path)
     try:
-        _input_topics(reader, path, event_topic, rgb_topic)
+        _, im_topic = _input_topics(reader, path, event_topic, rgb_topic)
+        if need_rgb and im_topic is None:
+            present = ", ".join(sorted(f"{c.topic} ({c.msgtype})" for c in reader.connections))
+            raise EventBagError(
+                f"{path}: no RGB images ({' or '.join(IMAGE_TYPES)}) in this bag (topics: "
+                f"{present}); the verifier captions RGB frames: record the camera's images")
     finally:
         reader.close()
 
@@ -123,8 +129,7 @@ def _open(path: Path) -> AnyReader:
         reader = any_reader(path)
         reader.open()
     except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
-        raise EventBagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: "
-                            f"{exc})") from exc
+        raise EventBagError(cannot_open(path, exc)) from exc
     return reader
 
 
