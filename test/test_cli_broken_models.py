@@ -47,3 +47,18 @@ def test_a_broken_model_in_a_pair_directory_is_one_line_and_exit_2_too(tmp_path,
     # (the verifier loaded first; in-process, its progress bar may show above)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"crossspec caption: {broken} must hold a JSON object")
+
+
+@pytest.mark.parametrize("command", ["eval-draft", "bench engine"])
+def test_every_command_that_loads_a_user_model_says_so_in_one_line(command, tmp_path,
+                                                                    capsys):
+    # commands without their own handling: main's, for every ModelLoadError
+    head = tmp_path / "head"
+    shutil.copytree(BUNDLED_PAIR / "distilled_head" / "head", head)
+    (head / "head.json").write_text("[]")
+    argv = {"eval-draft": ["eval-draft", "--head", str(head), "--windows", "1"],
+            "bench engine": ["bench", "engine", "--head", str(head), "--windows", "3",
+                             "--warmup", "1", "--no-prompt-lookup"]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"crossspec {command}: {head / 'head.json'} must hold a JSON object")
