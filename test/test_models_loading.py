@@ -260,3 +260,24 @@ def test_a_config_value_of_the_wrong_kind_or_a_foreign_tokenizer_is_one_line_too
     with pytest.raises(ModelLoadError, match=f"no usable tokenizer in {foreign_tokenizer}"):
         load(str(foreign_tokenizer))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("part", ["verifier", "drafter"])
+def test_a_pytorch_checkpoint_cut_short_is_named_as_such_not_as_refused_pickle(part, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from crossspec_ros.models import pair
+
+    directory = tmp_path / part
+    shutil.copytree(pair.BUNDLED_PAIR / part, directory)
+    state = load_file(str(directory / "model.safetensors"))
+    (directory / "model.safetensors").unlink()
+    torch.save(state, directory / "pytorch_model.bin")
+    _cut_in_half(directory / "pytorch_model.bin")
+    load = pair.load_verifier if part == "verifier" else pair.load_drafter
+    with pytest.raises(ModelLoadError) as info:
+        load(str(directory))
+    assert str(info.value).startswith(f"{directory / 'pytorch_model.bin'} is not a whole "
+                                      "PyTorch checkpoint")

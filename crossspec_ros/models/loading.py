@@ -253,17 +253,37 @@ def check_safetensors(file: str | Path, what_to_do: str = COPY_AGAIN) -> None:
                              f"it is truncated or damaged; {what_to_do}") from err
 
 
+def check_torch_checkpoint(file: str | Path, what_to_do: str = COPY_AGAIN) -> None:
+    """ModelLoadError if ``file`` (a ``.bin``) is a zip-format PyTorch checkpoint whose end
+    is missing (its central directory, read here, is the last thing written). Older pickle
+    files have no such end to check; ``weights_only`` loading judges those."""
+    import zipfile
+
+    try:
+        with open(file, "rb") as stream:
+            if stream.read(4) != b"PK\x03\x04":
+                return
+        with zipfile.ZipFile(file):
+            pass
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ModelLoadError(f"{file} is not a whole PyTorch checkpoint ({_one_line(err)}): "
+                             f"it is truncated or damaged; {what_to_do}") from err
+
+
 def check_model_directory(directory: str | Path, what_to_do: str = COPY_AGAIN) -> None:
     """What every loader checks before it reads a model directory (verifier, drafter, draft
     head, LoRA adapter): each JSON file of ``MODEL_JSON_FILES`` present holds an object and
-    each ``*.safetensors`` file is whole. Raises ModelLoadError (one line naming the file and
-    what to do); missing files are the loaders' to name, as they know which they need."""
+    each weight file (``*.safetensors``, zip-format ``*.bin``) is whole. Raises
+    ModelLoadError (one line naming the file and what to do); missing files are the
+    loaders' to name, as they know which they need."""
     path = Path(directory)
     for name in MODEL_JSON_FILES:
         if (path / name).is_file():
             read_json(path / name, what_to_do)
     for file in sorted(path.glob("*.safetensors")):
         check_safetensors(file, what_to_do)
+    for file in sorted(path.glob("*.bin")):
+        check_torch_checkpoint(file, what_to_do)
 
 
 def config_errors() -> tuple[type[BaseException], ...]:
