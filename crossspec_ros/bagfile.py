@@ -47,12 +47,56 @@ def _parse_idl_without_includes(idl: str):  # type: ignore[no-untyped-def]
 _anyreader.get_types_from_idl = _parse_idl_without_includes
 
 
+def one_line(err: BaseException | str) -> str:
+    """An error's text on one line: YAML and other parsers put the position on a line of its
+    own, which would break a one-line message."""
+    return " ".join(str(err).split())
+
+
+def cannot_open(path: str | Path, err: BaseException) -> str:
+    """The one-line message for a bag that rosbags cannot open."""
+    return (f"{path}: cannot open as a ROS 2 bag ({type(err).__name__}: {one_line(err)}). "
+            "Pass a rosbag2 directory (metadata.yaml + .mcap/.db3) or an .mcap file; if it "
+            "is one, it may be truncated or corrupt.")
+
+
 def readable_path(path: str | Path) -> Path:
     """``path``, or a stand-in rosbags can read: a directory with the storage filled into its
     metadata.yaml, or the salvaged copy of an MCAP file cut short."""
     path = _with_storage_identifier(Path(path))
     damaged = damaged_mcap(path)
-    return path if damaged is None else salvage_mcap(damaged).copy
+    if damaged is None:
+        return path
+    if path.is_dir():  # the salvaged MCAP is read alone: say so if the metadata was unusable
+        _warn_unreadable_metadata(path / "metadata.yaml")
+    return salvage_mcap(damaged).copy
+
+
+_WARNED_METADATA: set[tuple[Path, int, int]] = set()
+
+
+def _warn_unreadable_metadata(metadata: Path) -> None:
+    """One warning (per file version in a process) when a bag directory's metadata.yaml is
+    not a rosbag2 one: the MCAP beside it is read anyway, since it carries its own topics and
+    types, but what the metadata said (its storage, its other files) is not used."""
+    try:
+        stat = metadata.stat()
+    except OSError:
+        return  # none at all: a directory holding only the MCAP needs none
+    key = (metadata.resolve(), stat.st_size, stat.st_mtime_ns)
+    if key in _WARNED_METADATA:
+        return
+    try:
+        doc = yaml.safe_load(metadata.read_text())
+        problem = "" if isinstance(doc, dict) and isinstance(
+            doc.get("rosbag2_bagfile_information"), dict) else \
+            "no rosbag2_bagfile_information section"
+    except (OSError, ValueError, yaml.YAMLError) as err:  # ValueError: bytes not UTF-8
+        problem = f"{type(err).__name__}: {one_line(err)}"
+    if problem:
+        _WARNED_METADATA.add(key)
+        log.warning("%s cannot be used (%s) and is ignored: the bag's MCAP file cut short is "
+                    "read alone. Restore metadata.yaml or remove it", metadata, problem)
 
 
 def _with_storage_identifier(path: Path) -> Path:

@@ -227,3 +227,39 @@ def test_the_command_line_reads_an_mcap_cut_short_and_says_so_in_one_line(
     assert run.stdout.startswith("window") and "Traceback" not in run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "cut short or damaged" in lines[0] and str(cut) in lines[0]
+
+
+def _copy_bag(recorded: Path, out: Path) -> Path:
+    out.mkdir()
+    for item in recorded.iterdir():
+        (out / item.name).write_bytes(item.read_bytes())
+    return out
+
+
+@pytest.mark.parametrize("command", ["windows", "events", "play", "caption", "drive"])
+def test_a_metadata_yaml_with_a_nul_byte_is_a_one_line_error(
+        recorded: Path, tmp_path: Path, command: str, capsys: pytest.CaptureFixture) -> None:
+    from crossspec_ros.cli.main import main
+
+    bag = _copy_bag(recorded, tmp_path / "nul")
+    (bag / "metadata.yaml").write_bytes(b"rosbag2_bagfile_information:\x00\n")
+    argv = [command, "--bag", str(bag)] if command == "drive" else [command, str(bag)]
+    assert main(argv) in (1, 2)
+    err = capsys.readouterr().err.strip()
+    assert str(bag) in err and "metadata.yaml" in err and "\n" not in err, err
+
+
+def test_a_garbage_metadata_yaml_beside_an_mcap_cut_short_is_warned_about_not_ignored(
+        recorded: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    bag = tmp_path / "cut"
+    bag.mkdir()
+    (bag / "metadata.yaml").write_text(": : not [ yaml")
+    _cut_short(recorded, bag / next(recorded.glob("*.mcap")).name, 0.6)
+    with caplog.at_level(logging.WARNING, logger="crossspec.bags"):
+        assert len(list(read_inputs(bag))) > 0  # the MCAP carries what is needed
+        assert len(list(read_inputs(bag))) > 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "crossspec.bags"]
+    about_metadata = [w for w in warnings if "metadata.yaml" in w]
+    assert len(about_metadata) == 1, warnings  # once, however often the bag is opened
+    assert str(bag / "metadata.yaml") in about_metadata[0]
+    assert "ignored" in about_metadata[0] and "\n" not in about_metadata[0]

@@ -98,3 +98,28 @@ def test_ambiguous_image_topics_ask_the_user_to_choose(tmp_path):
     with pytest.raises(EventBagError, match="several rgb topics"):
         list(read_inputs(path))
     assert len(list(read_inputs(path, rgb_topic="/b"))) == 1
+
+
+def test_messages_whose_bytes_do_not_deserialize_are_counted_and_skipped(tmp_path, caplog,
+                                                                          capsys):
+    from crossspec_ros.bags.writer import header
+    from crossspec_ros.images import rgb_to_image_fields
+
+    path = tmp_path / "damaged"
+    batch = EventBatch([1_000, 2_000], [1, 2], [1, 2], [0, 1], 8, 8)
+    with BagWriter(path) as bag:
+        for packet in encode_evt3_packets(batch):
+            bag.write_event_packet("/ev", packet)
+        bag.write_rgb("/rgb", 5_000, np.zeros((4, 4, 3), np.uint8), "camera")
+        image = bag.store.types["sensor_msgs/msg/Image"](
+            header=header(6_000, "camera"), **rgb_to_image_fields(np.zeros((4, 4, 3), np.uint8)))
+        data = bag.store.serialize_cdr(image, "sensor_msgs/msg/Image")
+        bag.write_raw("/rgb", "sensor_msgs/msg/Image", data[:30], 6_000)  # cut mid-message
+        bag.write_rgb("/rgb", 7_000, np.zeros((4, 4, 3), np.uint8), "camera")
+    stats = InputStats()
+    items = list(read_inputs(path, stats=stats))
+    assert stats.frames == 2 and stats.unreadable_messages == 1
+    assert sum(1 for i in items if i.frame is not None) == 2
+    assert "message on /rgb cannot be read and was skipped" in caplog.text
+    assert main(["windows", str(path)]) == 0
+    assert "1 unreadable messages skipped" in capsys.readouterr().out

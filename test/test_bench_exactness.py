@@ -28,3 +28,17 @@ def test_a_verifier_whose_multi_token_pass_rounds_otherwise_is_caught_where_it_f
     flipped = window_exactness(verifier, window, max_new_tokens=6, k=3)
     assert clean["argmax_differs_at"] == [] and flipped["argmax_differs_at"]
     assert flipped["max_logit_difference"] > 0
+
+
+def test_exactness_over_a_bag_without_rgb_windows_is_refused_not_called_exact(
+        tmp_path, write_event_bag, capsys):
+    from crossspec_ros.cli.main import main
+    from crossspec_ros.events.batch import EventBatch
+    from crossspec_ros.events.encode import encode_evt3_packets
+
+    batch = EventBatch([1_000, 2_000], [1, 2], [1, 2], [0, 1], 8, 8)
+    bag = write_event_bag(tmp_path / "events_only",
+                          [("/ev", p) for p in encode_evt3_packets(batch)])
+    assert main(["bench", "exactness", "--models", "tiny-random", "--bag", str(bag)]) == 2
+    captured = capsys.readouterr()
+    assert "no window with RGB frames" in captured.err and "exact" not in captured.out

@@ -181,3 +181,44 @@ def test_record_without_the_viz_node_is_refused_at_once(tmp_path, capsys):
     assert main(["drive", "--no-viz", "--record", str(tmp_path / "out")]) == 2
     assert "drop --no-viz" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_record_refuses_to_replace_an_existing_out_unless_told_to_overwrite(tmp_path, capsys,
+                                                                           kind):
+    from crossspec_ros.cli.main import main
+
+    out = tmp_path / "out"
+    if kind == "directory":
+        out.mkdir()
+        (out / "keep.txt").write_text("an earlier recording")
+    else:
+        out.write_text("an earlier recording")
+    assert main(["drive", "--record", str(out), "--max-windows", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"crossspec drive: {out} exists; pass --overwrite to replace it, or "
+                   "choose another OUT")
+    assert (out / "keep.txt").exists() if kind == "directory" else out.read_text()
+
+
+def test_record_never_overwrites_the_bag_it_replays(tmp_path, capsys):
+    import shutil
+
+    from crossspec_ros.cli.main import main
+    from crossspec_ros.paths import sample_bag
+
+    bag = tmp_path / "sample"
+    shutil.copytree(sample_bag(), bag)
+    assert main(["drive", "--bag", str(bag), "--record", str(bag), "--overwrite"]) == 2
+    assert "holds the bag being replayed" in capsys.readouterr().err
+    assert (bag / "metadata.yaml").exists()
+
+
+def test_record_with_overwrite_replaces_an_existing_out_with_the_new_recording(tmp_path):
+    out = tmp_path / "out"
+    out.write_text("an earlier recording, a file")
+    result = subprocess.run([*DRIVE, "--max-windows", "1", "--record", str(out), "--overwrite"],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert out.is_dir() and (out / "metadata.yaml").is_file()
+    assert any(topic == "/crossspec/caption" for topic, _, _ in read_bag(out))

@@ -161,3 +161,123 @@ def test_a_pickle_that_runs_code_is_refused_alike_for_verifier_and_drafter(kind,
     assert message.startswith(f"cannot read {directory / 'pytorch_model.bin'} as plain tensors")
     assert message.endswith("Convert the checkpoint to safetensors from a trusted copy.")
     assert "this must never run" not in capsys.readouterr().out
+
+
+def _array_config(file):
+    file.write_text("[1, 2]")
+
+
+def _cut_in_half(file):
+    data = file.read_bytes()
+    file.write_bytes(data[:len(data) // 2])
+
+
+def _cut_in_header(file):
+    file.write_bytes(file.read_bytes()[:100])
+
+
+# (bundled directory, its JSON file, its weights file, loader name) per kind of model
+# directory a user passes: every loader goes through the same checks
+MODEL_DIRECTORIES = {
+    "verifier": ("verifier", "config.json", "model.safetensors", "load_verifier"),
+    "drafter": ("drafter", "config.json", "model.safetensors", "load_drafter"),
+    "draft head": ("distilled_head/head", "head.json", "head.safetensors", "load_draft_head"),
+    "lora adapter": ("distilled_lora/adapter", "adapter_config.json",
+                     "adapter_model.safetensors", "load_drafter"),
+}
+DAMAGE = {"json array": (1, _array_config), "weights cut in half": (2, _cut_in_half),
+          "weights cut in the header": (2, _cut_in_header)}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("kind", sorted(MODEL_DIRECTORIES))
+def test_a_broken_model_directory_is_one_line_naming_the_file_and_what_to_do(kind, damage,
+                                                                             tmp_path):
+    import shutil
+
+    from crossspec_ros.models import pair
+
+    bundled, json_file, weights_file, loader = MODEL_DIRECTORIES[kind]
+    directory = tmp_path / "model"
+    shutil.copytree(pair.BUNDLED_PAIR / bundled, directory)
+    which, damage_file = DAMAGE[damage]
+    broken = directory / (json_file if which == 1 else weights_file)
+    damage_file(broken)
+    with pytest.raises(ModelLoadError) as info:
+        getattr(pair, loader)(str(directory))
+    message = str(info.value)
+    assert str(broken) in message and "\n" not in message
+    expected = "must hold a JSON object" if which == 1 else "is not a whole safetensors file"
+    assert expected in message and ("copy" in message or "pass" in message)
+
+
+def test_a_draft_head_with_its_drafter_is_checked_the_same_way(tmp_path):
+    import shutil
+
+    from crossspec_ros.models.pair import BUNDLED_PAIR, load_head
+
+    directory = tmp_path / "head"
+    shutil.copytree(BUNDLED_PAIR / "distilled_head" / "head", directory)
+    _cut_in_half(directory / "head.safetensors")
+    with pytest.raises(ModelLoadError, match=r"head\.safetensors is not a whole safetensors"):
+        load_head(directory)
+
+
+def test_a_drafter_process_reports_a_broken_drafter_as_a_model_load_error(tmp_path):
+    import shutil
+
+    from crossspec_ros.models.pair import BUNDLED_PAIR
+    from crossspec_ros.speculative.drafter_process import DrafterProcess
+
+    directory = tmp_path / "drafter"
+    shutil.copytree(BUNDLED_PAIR / "drafter", directory)
+    _array_config(directory / "config.json")
+    with pytest.raises(ModelLoadError) as info:
+        DrafterProcess(str(directory))
+    assert str(directory / "config.json") in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("part", ["verifier", "drafter"])
+def test_a_config_value_of_the_wrong_kind_or_a_foreign_tokenizer_is_one_line_too(part,
+                                                                                 tmp_path):
+    import shutil
+
+    from crossspec_ros.models import pair
+
+    wrong_value = tmp_path / "wrong_value"
+    shutil.copytree(pair.BUNDLED_PAIR / part, wrong_value)
+    config = json.loads((wrong_value / "config.json").read_text())
+    config["text_config" if part == "verifier" else "hidden_size"] = "big"
+    (wrong_value / "config.json").write_text(json.dumps(config))
+    foreign_tokenizer = tmp_path / "foreign_tokenizer"
+    shutil.copytree(pair.BUNDLED_PAIR / part, foreign_tokenizer)
+    (foreign_tokenizer / "tokenizer.json").write_text('{"version": "1.0"}')
+    load = pair.load_verifier if part == "verifier" else pair.load_drafter
+    with pytest.raises(ModelLoadError) as info:
+        load(str(wrong_value))
+    assert str(info.value).startswith(f"{wrong_value / 'config.json'} does not describe")
+    with pytest.raises(ModelLoadError, match=f"no usable tokenizer in {foreign_tokenizer}"):
+        load(str(foreign_tokenizer))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("part", ["verifier", "drafter"])
+def test_a_pytorch_checkpoint_cut_short_is_named_as_such_not_as_refused_pickle(part, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from crossspec_ros.models import pair
+
+    directory = tmp_path / part
+    shutil.copytree(pair.BUNDLED_PAIR / part, directory)
+    state = load_file(str(directory / "model.safetensors"))
+    (directory / "model.safetensors").unlink()
+    torch.save(state, directory / "pytorch_model.bin")
+    _cut_in_half(directory / "pytorch_model.bin")
+    load = pair.load_verifier if part == "verifier" else pair.load_drafter
+    with pytest.raises(ModelLoadError) as info:
+        load(str(directory))
+    assert str(info.value).startswith(f"{directory / 'pytorch_model.bin'} is not a whole "
+                                      "PyTorch checkpoint")

@@ -13,7 +13,7 @@ from interruption import SimulatedInterruptError, interrupt_at
 from safetensors.torch import load_file
 from synthetic_windows import random_window
 
-from crossspec_ros.models.errors import ModelNotFoundError
+from crossspec_ros.models.errors import ModelLoadError, ModelNotFoundError
 from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
 from crossspec_ros.models.lora import is_lora_adapter, save_adapter
 from crossspec_ros.models.pair import load_drafter
@@ -114,7 +114,7 @@ def test_an_adapter_whose_base_is_missing_or_unreadable_is_refused_with_a_messag
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{not json")
-    with pytest.raises(ModelNotFoundError, match=r"cannot read adapter_config\.json"):
+    with pytest.raises(ModelLoadError, match=r"adapter_config\.json is not valid JSON"):
         load_drafter(str(adapter))
     (adapter / "adapter_config.json").write_text(json.dumps(
         {"base_model_name_or_path": str(tmp_path / "gone")}))

@@ -1,8 +1,9 @@
 """A bag as crossspec's input stream: event batches and RGB frames in recording order.
 
 Event packets are decoded by one streaming decoder per topic (events/decode.py); images
-(sensor_msgs/Image or CompressedImage) become RGB arrays (images.py). Bad images are
-counted and warned about once per kind, never raised: one broken frame must not end a replay.
+(sensor_msgs/Image or CompressedImage) become RGB arrays (images.py). Bad images, and
+messages whose bytes do not deserialize (a damaged recording), are counted and warned about
+once per kind or topic, never raised: one broken message must not end a replay.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from rosbags.highlevel import AnyReader
 
-from crossspec_ros.bagfile import any_reader
+from crossspec_ros.bagfile import any_reader, cannot_open, one_line
 from crossspec_ros.events.bag import EVENT_PACKET_TYPE, EventBagError
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
@@ -43,6 +44,7 @@ class InputStats:
     event_packets: int = 0
     frames: int = 0
     bad_frames: int = 0
+    unreadable_messages: int = 0  # whose CDR bytes did not deserialize; skipped
     warned: set[str] = field(default_factory=set)
 
 
@@ -72,7 +74,9 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
         decoder = EventPacketDecoder(name=ev_topic or "events")
         connections = [c for c in reader.connections if c.topic in (ev_topic, im_topic)]
         for conn, log_time, raw in reader.messages(connections=connections):
-            msg = reader.deserialize(raw, conn.msgtype)
+            msg = _deserialize(reader, raw, conn, stats, path)
+            if msg is None:
+                continue
             if conn.topic == ev_topic:
                 stats.event_packets += 1
                 yield BagInput(conn.topic, log_time, events=decoder.decode(from_msg(msg)))
@@ -85,14 +89,35 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
         reader.close()
 
 
+def _deserialize(reader: AnyReader, raw: bytes, conn: Any, stats: InputStats, path: Path
+                 ) -> Any | None:
+    try:
+        return reader.deserialize(raw, conn.msgtype)
+    except Exception as err:  # rosbags raises several kinds for damaged CDR
+        stats.unreadable_messages += 1
+        key = f"unreadable {conn.topic}"
+        level = logging.DEBUG if key in stats.warned else logging.WARNING
+        stats.warned.add(key)
+        log.log(level, "%s: a %s message on %s cannot be read and was skipped (%s: %s; %d "
+                "unreadable so far)", path, conn.msgtype, conn.topic, type(err).__name__,
+                one_line(err), stats.unreadable_messages)
+        return None
+
+
 def check_bag(path: str | Path, event_topic: str | None = None,
-              rgb_topic: str | None = None) -> None:
+              rgb_topic: str | None = None, need_rgb: bool = False) -> None:
     """Raise EventBagError (one clear line) unless ``path`` opens as a ROS 2 bag with event
-    packets or images: what commands check before they load any model."""
+    packets or images (with images, for ``need_rgb``: a command that runs the verifier
+    alone): what commands check before they load any model."""
     path = Path(path)
     reader = _open(path)
     try:
-        _input_topics(reader, path, event_topic, rgb_topic)
+        _, im_topic = _input_topics(reader, path, event_topic, rgb_topic)
+        if need_rgb and im_topic is None:
+            present = ", ".join(sorted(f"{c.topic} ({c.msgtype})" for c in reader.connections))
+            raise EventBagError(
+                f"{path}: no RGB images ({' or '.join(IMAGE_TYPES)}) in this bag (topics: "
+                f"{present}); the verifier captions RGB frames: record the camera's images")
     finally:
         reader.close()
 
@@ -104,8 +129,7 @@ def _open(path: Path) -> AnyReader:
         reader = any_reader(path)
         reader.open()
     except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
-        raise EventBagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: "
-                            f"{exc})") from exc
+        raise EventBagError(cannot_open(path, exc)) from exc
     return reader
 
 
@@ -155,14 +179,25 @@ GROUND_TRUTH_TYPE = "crossspec/msg/Caption"
 def read_ground_truth(path: str | Path, topic: str = "/crossspec/ground_truth"
                       ) -> dict[int, str]:
     """window id -> ground-truth caption, from a sample bag's caption topic ({} if absent or
-    of another type)."""
+    of another type). Ground truth is optional: a message that cannot be read is skipped,
+    and one warning says how many were."""
     out: dict[int, str] = {}
+    unreadable, total, first_error = 0, 0, ""
     with any_reader(path) as reader:
         connections = [c for c in reader.connections
                        if c.topic == topic and c.msgtype == GROUND_TRUTH_TYPE]
         if not connections:  # (an empty list would mean every connection to rosbags)
             return out
         for conn, _, raw in reader.messages(connections=connections):
-            msg = reader.deserialize(raw, conn.msgtype)
-            out[int(msg.window_id)] = str(msg.confirmed_text)
+            total += 1
+            try:
+                msg = reader.deserialize(raw, conn.msgtype)
+                out[int(msg.window_id)] = str(msg.confirmed_text)
+            except Exception as err:  # rosbags raises several kinds for damaged CDR
+                unreadable += 1
+                first_error = first_error or f"{type(err).__name__}: {one_line(err)}"
+    if unreadable:
+        log.warning("%s: %d of %d ground-truth messages on %s could not be read and were "
+                    "skipped (first: %s); the windows they describe have no ground truth",
+                    path, unreadable, total, topic, first_error)
     return out

@@ -57,8 +57,10 @@ class BagRecorder:
                 return self.path
             self.closed = True
             self._bag.__exit__(None, None, None)
-            if self.path.exists():
+            if self.path.is_dir() and not self.path.is_symlink():
                 shutil.rmtree(self.path)
+            elif self.path.exists() or self.path.is_symlink():  # a file (drive --overwrite)
+                self.path.unlink()
             (self.staging / self.path.name).rename(self.path)
             self.staging.rmdir()
             return self.path

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rosbags.rosbag2 import Reader
 
-from crossspec_ros.bagfile import raw_reader
+from crossspec_ros.bagfile import cannot_open, one_line, raw_reader
 
 NS = 1_000_000_000
 
@@ -122,7 +122,7 @@ class BagReplay:
                         break
                     except Exception as exc:  # rosbags raises several kinds on bad chunks
                         raise BagError(f"{self.path}: bag is corrupt or truncated "
-                                       f"({type(exc).__name__}: {exc})") from exc
+                                       f"({type(exc).__name__}: {one_line(exc)})") from exc
                     yielded = True
                     yield BagMessage(conn.topic, conn.msgtype, bytes(raw), int(log_time),
                                      pass_index)
@@ -138,9 +138,7 @@ def _open(path: Path) -> Reader:
         reader = raw_reader(path)
         reader.open()
     except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml, mcap)
-        raise BagError(f"{path}: cannot open as a ROS 2 bag ({type(exc).__name__}: {exc}). "
-                       "Pass a rosbag2 directory (metadata.yaml + .mcap/.db3) or an .mcap "
-                       "file; if it is one, it may be truncated or corrupt.") from exc
+        raise BagError(cannot_open(path, exc)) from exc
     return reader
 
 

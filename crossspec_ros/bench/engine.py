@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import random
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from crossspec_ros import summaries
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
 from crossspec_ros.process_tuning import settle_heap
@@ -135,11 +135,6 @@ def prompt_lookup_generate(verifier: Any, inputs: Any, max_new_tokens: int, k: i
                              attention_mask=torch.ones(embeds.shape[:2], dtype=torch.long,
                                                        device=embeds.device))
     return out[0].tolist()
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    clean = [v for v in values if v == v]
-    return float(np.percentile(clean, q)) if clean else None
 
 
 @dataclass
@@ -390,12 +385,13 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     return report
 
 
-def paired(baseline: list[float], mode: list[float]) -> dict[str, float]:
-    """Median and interquartile range of the per-window ratios baseline / mode."""
+def paired(baseline: list[float], mode: list[float]) -> dict[str, float | None]:
+    """Median and interquartile range of the per-window ratios baseline / mode (None each
+    when no window has both)."""
     ratios = [b / m for b, m in zip(baseline, mode, strict=True) if m > 0]
-    q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
-    return {"median": round(float(q50), 3), "q25": round(float(q25), 3),
-            "q75": round(float(q75), 3)}
+    q25, q50, q75 = summaries.quartiles(ratios) or (None, None, None)
+    return {"median": summaries.rounded(q50, 3), "q25": summaries.rounded(q25, 3),
+            "q75": summaries.rounded(q75, 3)}
 
 
 def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> dict[str, Any]:
@@ -405,9 +401,10 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
     alone_prefill = [s.verifier_prefill_ms for s in alone.stats]
     for mode, run in runs.items():
         entry: dict[str, Any] = {
-            "latency_ms_median": round(statistics.median(run.latency_ms), 2),
-            "latency_ms_p95": round(_percentile(run.latency_ms, 95), 2),
-            "tokens_per_s": round(sum(run.tokens) / (sum(run.latency_ms) / 1e3), 1),
+            "latency_ms_median": _round(summaries.median(run.latency_ms)),
+            "latency_ms_p95": _round(summaries.percentile(run.latency_ms, 95)),
+            "tokens_per_s": round(sum(run.tokens) / (sum(run.latency_ms) / 1e3), 1)
+            if sum(run.latency_ms) > 0 else None,
             "lossless": all(run.lossless),
             "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
             "latency_ms_per_window": [round(x, 2) for x in run.latency_ms],
@@ -417,8 +414,9 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
                                                             run.latency_ms)
         entry["paired_speedup_median"] = entry["paired_speedup_vs_verifier_alone"]["median"]
         # kept for readers of earlier reports: the ratio of the medians (not paired)
-        entry["speedup_median"] = round(statistics.median(alone.latency_ms)
-                                        / statistics.median(run.latency_ms), 3)
+        alone_ms, mode_ms = summaries.median(alone.latency_ms), summaries.median(run.latency_ms)
+        entry["speedup_median"] = summaries.rounded(alone_ms / mode_ms, 3) \
+            if alone_ms and mode_ms else None
         if run.stats:
             entry.update(_engine_summary(run.stats, alone_prefill))
         report["modes"][mode] = entry
@@ -428,7 +426,7 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
     ceiling = [s.confirmed_done_ms / (s.verifier_prepare_ms + s.verifier_prefill_ms)
                for s in alone.stats]
     report.update({
-        "ceiling_speedup_median": _round(_percentile(ceiling, 50)),
+        "ceiling_speedup_median": _round(summaries.percentile(ceiling, 50)),
         "lossless": all(m["lossless"] for m in report["modes"].values()),
         "speedup_median": main["speedup_median"],
         "paired_speedup_median": main["paired_speedup_median"],
@@ -460,9 +458,9 @@ def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dic
     per_pass = [(s.confirmed_done_ms - s.verifier_prepare_ms - s.verifier_prefill_ms)
                 / s.rounds for s in stats if s.rounds]
     return {
-        "draft_first_token_ms_median": _round(_percentile(
+        "draft_first_token_ms_median": _round(summaries.percentile(
             [s.draft_first_token_ms for s in stats], 50)),
-        "draft_first_token_ms_p95": _round(_percentile(
+        "draft_first_token_ms_p95": _round(summaries.percentile(
             [s.draft_first_token_ms for s in stats], 95)),
         "acceptance": round(accepted / proposed, 3) if proposed else None,
         "accepted_per_pass": round(accepted / passes, 3),
@@ -475,16 +473,16 @@ def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dic
                                       / max(1, passes - len(stats)), 2),
         "tree_rounds": sum(s.tree_rounds for s in stats),
         "per_proposer": per,
-        "verifier_prepare_ms_median": _round(_percentile(
+        "verifier_prepare_ms_median": _round(summaries.percentile(
             [s.verifier_prepare_ms for s in stats], 50)),
-        "verifier_prefill_ms_median": _round(_percentile(prefill, 50)),
-        "decode_ms_per_pass_median": _round(_percentile(per_pass, 50)),
-        "prefill_slowdown_median": _round(_percentile(slowdown, 50)),
+        "verifier_prefill_ms_median": _round(summaries.percentile(prefill, 50)),
+        "decode_ms_per_pass_median": _round(summaries.percentile(per_pass, 50)),
+        "prefill_slowdown_median": _round(summaries.percentile(slowdown, 50)),
     }
 
 
 def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)
+    return summaries.rounded(x, 2)
 
 
 def markdown_table(report: dict[str, Any]) -> str:
@@ -511,9 +509,11 @@ def markdown_table(report: dict[str, Any]) -> str:
         alone = r["paired_speedup_vs_verifier_alone"]
         hf = r["paired_speedup_vs_hf_generate"]
         lines.append(
-            f"| {mode} | {r['latency_ms_median']:.1f} | {r['latency_ms_p95']:.1f} "
-            f"| **{alone['median']:.2f}x** ({alone['q25']:.2f}-{alone['q75']:.2f}) "
-            f"| {hf['median']:.2f}x | {_cell(r.get('passes_per_window'))} "
+            f"| {mode} | {summaries.shown(r['latency_ms_median'])} "
+            f"| {summaries.shown(r['latency_ms_p95'])} "
+            f"| **{_ratio(alone['median'])}** ({_ratio(alone['q25'], '')}-"
+            f"{_ratio(alone['q75'], '')}) "
+            f"| {_ratio(hf['median'])} | {_cell(r.get('passes_per_window'))} "
             f"| {_cell(r.get('accepted_per_pass'))} "
             f"| {_cell(r.get('prefill_slowdown_median'), 'x')} | {r['lossless_windows']} |")
     return "\n".join(lines) + "\n"
@@ -549,13 +549,17 @@ def _against_history(report: dict[str, Any]) -> list[str]:
              "graph)")):
         vs = report["modes"].get(mode, {}).get(f"paired_speedup_vs_{baseline}")
         if vs is not None:
-            lines += [f"{mode} against {baseline}, paired: {vs['median']:.2f}x "
-                      f"(IQR {vs['q25']:.2f}-{vs['q75']:.2f}){why}.", ""]
+            lines += [f"{mode} against {baseline}, paired: {_ratio(vs['median'])} "
+                      f"(IQR {_ratio(vs['q25'], '')}-{_ratio(vs['q75'], '')}){why}.", ""]
     return lines
 
 
 def _cell(value: float | None, unit: str = "") -> str:
     return "" if value is None else f"{value:.2f}{unit}"
+
+
+def _ratio(value: float | None, unit: str = "x") -> str:
+    return summaries.shown(value, ".2f", unit)
 
 
 def plot(report: dict[str, Any], runs_path: Path, title: str) -> None:
@@ -569,15 +573,15 @@ def plot(report: dict[str, Any], runs_path: Path, title: str) -> None:
     r = report["modes"]
     xs = np.arange(len(modes))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(10, 1.9 * len(modes)), 4.2))
-    ax1.bar(xs - 0.2, [r[m]["latency_ms_median"] for m in modes], 0.4, label="median")
-    ax1.bar(xs + 0.2, [r[m]["latency_ms_p95"] for m in modes], 0.4, label="p95")
+    ax1.bar(xs - 0.2, [_bar(r[m]["latency_ms_median"]) for m in modes], 0.4, label="median")
+    ax1.bar(xs + 0.2, [_bar(r[m]["latency_ms_p95"]) for m in modes], 0.4, label="p95")
     ax1.set_xticks(xs, modes, rotation=30, ha="right")
     ax1.set_ylabel("confirmed caption latency [ms]")
     ax1.legend()
-    med = [r[m]["paired_speedup_vs_verifier_alone"]["median"] for m in modes]
-    low = [med[i] - r[m]["paired_speedup_vs_verifier_alone"]["q25"]
+    med = [_bar(r[m]["paired_speedup_vs_verifier_alone"]["median"]) for m in modes]
+    low = [med[i] - _bar(r[m]["paired_speedup_vs_verifier_alone"]["q25"])
            for i, m in enumerate(modes)]
-    high = [r[m]["paired_speedup_vs_verifier_alone"]["q75"] - med[i]
+    high = [_bar(r[m]["paired_speedup_vs_verifier_alone"]["q75"]) - med[i]
             for i, m in enumerate(modes)]
     ax2.bar(xs, med, 0.6, yerr=[low, high], capsize=4, color="tab:green")
     ax2.axhline(1.0, color="grey", lw=0.8)
@@ -589,3 +593,7 @@ def plot(report: dict[str, Any], runs_path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(runs_path, dpi=110)
     plt.close(fig)
+
+
+def _bar(value: float | None) -> float:
+    return float("nan") if value is None else value  # no bar where nothing was measured

@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     from crossspec_ros.models.loading import resolve_device
     from crossspec_ros.process_tuning import tune_process_for_models
+    from crossspec_ros.summaries import shown
 
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
@@ -200,8 +201,9 @@ def run(args: argparse.Namespace) -> int:
     print(table)
     live = report.get("paired_speedup_live")
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs verifier_alone): "
-          f"{report['paired_speedup_median']:.2f}x"
-          + (f"  (crossspec_live vs live_alone): {live:.2f}x" if live is not None else ""))
+          f"{shown(report['paired_speedup_median'], '.2f', 'x')}"
+          + (f"  (crossspec_live vs live_alone): {shown(live, '.2f', 'x')}"
+             if live is not None else ""))
     outputs = {"json": args.json, "plot": args.plot, "md": None}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,17 @@ def run(args: argparse.Namespace) -> int:
         print("crossspec bench exactness: need --windows, --max-new-tokens and -k >= 1",
               file=sys.stderr)
         return 2
+    from crossspec_ros.events.errors import EventSourceError
+
+    try:  # before any model is built; and "exact" over no window would say nothing
+        windows = bench.bag_windows(args.bag, args.windows)
+    except EventSourceError as err:
+        print(f"crossspec bench exactness: {err}", file=sys.stderr)
+        return 2
+    if not windows:
+        print(f"crossspec bench exactness: {args.bag} has no window with RGB frames; the "
+              "verifier needs them", file=sys.stderr)
+        return 2
     device = str(resolve_device(args.device))
     tune_process_for_models(device)
     if args.models == "full-size":
@@ -93,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
         verifier = build[args.models](device)[0]
-    windows = bench.bag_windows(args.bag, args.windows)
     results = []
     for window in windows:
         result = window_exactness(verifier, window, args.max_new_tokens, args.k)

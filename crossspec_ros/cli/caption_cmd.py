@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -49,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:  # before any model loads: a bad bag or option fails at once
         check_bag(args.bag)
+        truth = read_ground_truth(args.bag)  # optional: what cannot be read is skipped
         given = model_overrides(args)
         if args.models is not None:
             for part in ("verifier", "drafter"):
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         corpus = load_corpus(args.caption_corpus, verifier)
     except (ModelLoadError, CorpusError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
-        return 1
+        return 2
     head, proposers = None, EngineConfig().proposers
     if params.get("draft_head"):
         from crossspec_ros.models.pair import load_draft_head
@@ -78,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             head = load_draft_head(params["draft_head"])
         except ModelLoadError as err:
             print(f"crossspec caption: {err}", file=sys.stderr)
-            return 1
+            return 2
         proposers += ("draft_head",)
     engine = SpeculativeEngine(verifier, drafter, EngineConfig(
         max_new_tokens=args.max_new_tokens, proposers=proposers), head=head,
@@ -87,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
     try:
-        truth = read_ground_truth(args.bag)
         for window in iter_bag_windows(args.bag, WindowSynchronizer()):
             if args.max_windows and len(rows) >= args.max_windows:
                 break
@@ -115,10 +113,14 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
         return row
     draft_shown = False
     result_text = ""
+    draft_error = None
     for event in engine.stream(window):
         if event.kind is EventKind.DRAFT and event.done and not draft_shown:
             print(f"[{window.id}] draft     {event.t_ms:6.1f} ms  {event.text}", flush=True)
             draft_shown = True
+        elif event.kind is EventKind.DRAFT_ERROR and draft_error is None:
+            draft_error = event.text  # e.g. a window without events: the verifier goes on
+            print(f"[{window.id}] no draft  {draft_error}", flush=True)
         elif event.kind is EventKind.FINAL:
             result_text = event.text
     result = engine.last_result
@@ -129,7 +131,7 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
     row.update(status="FINAL", draft_text=result.draft_text, confirmed_text=result.text,
                draft_first_token_ms=_num(stats.draft_first_token_ms),
                confirmed_done_ms=_num(stats.confirmed_done_ms), accepted=stats.total_accepted,
-               proposed=stats.total_proposed, ground_truth=truth)
+               proposed=stats.total_proposed, ground_truth=truth, draft_error=draft_error)
     if args.check_lossless:
         alone = engine.verifier_only(window)
         row["verifier_only_text"] = engine.verifier.tokenizer.decode(
@@ -142,21 +144,34 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
 
 
 def _num(x: float) -> float | None:
-    return None if math.isnan(x) else round(x, 2)
+    from crossspec_ros.summaries import rounded
+
+    return rounded(x)
 
 
 def print_summary(rows: list[dict]) -> None:
+    """One line over the captioned windows. A window may have no draft latency (no events,
+    or the verifier confirmed the caption before the drafter's first token, which load
+    makes likelier; the adaptive gate also runs windows without the drafter): the medians
+    are over the windows that have one, "n/a" over none."""
+    from crossspec_ros.summaries import median, shown
+
     final = [r for r in rows if r["status"] == "FINAL"]
     if not final:
         print("no window with RGB was captioned")
         return
-    done = [r["confirmed_done_ms"] for r in final if r["confirmed_done_ms"] is not None]
+    done = [r["confirmed_done_ms"] for r in final]
     first = [r["draft_first_token_ms"] for r in final if r["draft_first_token_ms"] is not None]
     accepted = sum(r["accepted"] for r in final)
     proposed = sum(r["proposed"] for r in final)
-    line = (f"{len(final)} windows captioned: confirmed median {statistics.median(done):.1f} ms, "
-            f"draft first token median {statistics.median(first):.1f} ms, acceptance "
-            f"{accepted}/{proposed}")
+    without = len(final) - len(first)
+    line = (f"{len(final)} windows captioned: confirmed median "
+            f"{shown(median(done), unit=' ms')}, draft first token median "
+            f"{shown(median(first), unit=' ms')}")
+    if without:
+        line += (f" ({without} of {len(final)} windows without a draft token: no events, the "
+                 "drafter off or failing, or the caption confirmed first)")
+    line += f", acceptance {accepted}/{proposed}"
     if any("lossless" in r for r in final):
         line += f", lossless {sum(r['lossless'] for r in final)}/{len(final)}"
     print(line)

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("give bags, --sim-windows N, or both")
     try:
         for bag in args.bags:
-            check_bag(bag)
+            check_bag(bag, need_rgb=True)  # the verifier alone: windows without RGB give nothing
         params = validate(model_overrides(args), MODEL_PARAMS, where="command line")
     except (EventSourceError, ParameterError) as err:
         return _fail(str(err))
@@ -97,11 +97,17 @@ def _window_sources(args: argparse.Namespace):
 
 
 def _expected_windows(bag: Path, window_len_ns: int) -> int:
+    """The window ids the bag's time spans (every topic's: an estimate, since a topic the
+    windows do not come from, e.g. ground truth logged at a window's end, can reach into
+    one more; the progress line ends at the true count)."""
     from crossspec_ros.bagfile import any_reader
 
     try:
         with any_reader(bag) as reader:
-            return reader.duration // window_len_ns + 1
+            if not reader.message_count:
+                return 0
+            last = reader.end_time - 1  # rosbags: the time after the latest message
+            return last // window_len_ns - reader.start_time // window_len_ns + 1
     except Exception:  # only the progress line's total; reading reports real damage
         return 0
 
@@ -122,6 +128,8 @@ def _caption(verifier: Any, windows: Iterable[Any], total: int, source: str,
                 captions.append(text)
             else:
                 skipped["empty captions"] += 1
+        bar.total = bar.n  # the estimate was the bag's time span: end at what was done
+        bar.refresh()
 
 
 def _fail(message: str) -> int:

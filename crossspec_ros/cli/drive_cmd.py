@@ -83,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="record captions, annotated frames, the marker and diagnostics "
                         "as a rosbag2 bag directory OUT (MCAP, on the bag's clock: ros2 bag "
                         "play, crossspec play and Foxglove read it)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let --record replace an existing OUT (when the run ends)")
     parser.add_argument("--json", type=Path, metavar="OUT",
                         help="write one JSON object per window (JSON lines) and a summary")
     parser.add_argument("--check-lossless", action="store_true",
@@ -216,6 +218,16 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         print("crossspec drive: --rounds must be >= 1", file=sys.stderr)
         return 2
+    if args.record and (args.record.exists() or args.record.is_symlink()):
+        if args.record.resolve() == args.bag.resolve() or \
+                args.record.resolve() in args.bag.resolve().parents:
+            print(f"crossspec drive: {args.record} holds the bag being replayed; refusing to "
+                  "record over it: choose another OUT", file=sys.stderr)
+            return 2
+        if not args.overwrite:  # as convert-dsec: a recording is never replaced unasked
+            print(f"crossspec drive: {args.record} exists; pass --overwrite to replace it, "
+                  "or choose another OUT", file=sys.stderr)
+            return 2
     try:  # before any model loads: a bad bag or parameter file fails at once, in one line
         check_bag(args.bag)
         if args.config:

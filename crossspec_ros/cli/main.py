@@ -70,8 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from crossspec_ros.models.errors import ModelLoadError  # no torch: a light module
+
     try:
         return int(args.func(args) or 0)
+    except ModelLoadError as err:  # a model that cannot be used, whichever command loaded it
+        name = " ".join(filter(None, (args.command, getattr(args, "bench", None))))
+        print(f"crossspec {name}: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -4,6 +4,7 @@ the same names as the node parameters (params.MODEL_PARAMS), validated the same 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 # flag -> node parameter
@@ -21,11 +22,36 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=name, default=None, help=docs[name])
 
 
+# the parameters that name a model directory (or a hub id, checked when it loads)
+MODEL_DIRECTORY_PARAMS = ("verifier_model", "drafter_model", "draft_head")
+
+
 def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The model parameters given on the command line, validated (ParameterError if not)."""
+    """The model parameters given on the command line, validated (ParameterError if not),
+    their model directories included: a damaged one fails here in one line, before any model
+    (or the ROS graph) starts loading."""
     from crossspec_ros.params import MODEL_PARAMS, validate
 
     given = {name: getattr(args, name) for name in MODEL_FLAGS.values()
              if getattr(args, name, None) is not None}
     validate(given, MODEL_PARAMS, where="command line")
+    check_model_directories(given)
     return given
+
+
+def check_model_directories(params: dict[str, Any]) -> None:
+    """``models.loading.check_model_directory`` on each local model directory in
+    ``params``; its error (naming the file and what to do) as a ParameterError."""
+    directories = [params[name] for name in MODEL_DIRECTORY_PARAMS
+                   if params.get(name) and Path(params[name]).is_dir()]
+    if not directories:
+        return
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.models.loading import check_model_directory
+    from crossspec_ros.params import ParameterError
+
+    for directory in directories:
+        try:
+            check_model_directory(directory)
+        except ModelLoadError as err:
+            raise ParameterError(str(err)) from err

@@ -65,13 +65,21 @@ class _LogLines:
         self.total, self.desc, self.n = max(total, 1), desc, 0
         self.postfix = ""
         self.started = time.perf_counter()
+        self._shown: tuple[int, int] | None = None  # (n, total) of the last line printed
 
     def update(self, n: int = 1) -> None:
         before, self.n = self.n, self.n + n
         if before * 10 // self.total != self.n * 10 // self.total or self.n == self.total:
-            elapsed = time.perf_counter() - self.started
-            print(f"{self.desc}: {self.n}/{self.total} ({elapsed:.0f} s){self.postfix}",
-                  file=sys.stderr, flush=True)
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Print the line now, unless it would repeat the last one."""
+        if self._shown == (self.n, self.total):
+            return
+        self._shown = (self.n, self.total)
+        elapsed = time.perf_counter() - self.started
+        print(f"{self.desc}: {self.n}/{self.total} ({elapsed:.0f} s){self.postfix}",
+              file=sys.stderr, flush=True)
 
     def set_postfix(self, refresh: bool = False, **values: object) -> None:
         self.postfix = "".join(f" {k} {v}" for k, v in values.items())
@@ -179,7 +187,7 @@ def run_eval(args: argparse.Namespace) -> int:
         verifier, drafter = load_pair(args.dir)
     except ModelLoadError as err:
         print(f"crossspec eval-tiny: {err}", file=sys.stderr)
-        return 1
+        return 2
     windows = heldout_windows(args.windows, args.workers, SIM_IMAGE_SIZE)
     with _progress(len(windows), "evaluating") as bar:
         report = evaluate_pair(verifier, drafter, windows, parse_caption, progress=bar.update)

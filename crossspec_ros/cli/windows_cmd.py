@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossspec windows: {err}", file=sys.stderr)
         return 1
     summary = {"summary": {**vars(sync.stats), "event_packets": stats.event_packets,
-                           "frames": stats.frames, "bad_frames": stats.bad_frames}}
+                           "frames": stats.frames, "bad_frames": stats.bad_frames,
+                           "unreadable_messages": stats.unreadable_messages}}
     if args.json:
         print(json.dumps(summary))
     else:
@@ -78,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
               f"{s['windows_without_events']} without events); {s['event_packets']} event "
               f"packets, {s['frames']} frames ({s['bad_frames']} bad); dropped windows "
               f"{s['dropped_windows']}, late events {s['late_events']}, late frames "
-              f"{s['late_frames']}, resets {s['resets']}")
+              f"{s['late_frames']}, resets {s['resets']}"
+              + (f"; {s['unreadable_messages']} unreadable messages skipped"
+                 if s["unreadable_messages"] else ""))
     return 0
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.bagfile import any_reader
+from crossspec_ros.bagfile import any_reader, cannot_open, one_line
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.errors import EventSourceError
@@ -45,10 +45,7 @@ class EventBagReader:
             self._reader = any_reader(self.path)
             self._reader.open()
         except Exception as exc:  # rosbags raises several kinds (format, sqlite, yaml)
-            raise EventBagError(
-                f"{self.path}: cannot open as a ROS 2 bag ({type(exc).__name__}: {exc}). "
-                "Pass a rosbag2 directory (metadata.yaml + .db3/.mcap) or an .mcap file; "
-                "if it is one, it may be truncated or corrupt.") from exc
+            raise EventBagError(cannot_open(self.path, exc)) from exc
         conns = [c for c in self._reader.connections if c.msgtype == EVENT_PACKET_TYPE]
         available = sorted({c.topic for c in conns})
         if topics:
@@ -99,8 +96,9 @@ class EventBagReader:
             except StopIteration:
                 return
             except Exception as exc:
-                raise EventBagError(f"{self.path}: bag is corrupt or truncated ({exc}); events "
-                                    "read so far are kept, the rest cannot be read") from exc
+                raise EventBagError(f"{self.path}: bag is corrupt or truncated "
+                                    f"({one_line(exc)}); events read so far are kept, the "
+                                    "rest cannot be read") from exc
             packet = self._deserialize(conn, raw)
             if packet is not None:
                 yield conn.topic, stamp, packet

@@ -26,7 +26,10 @@ from crossspec_ros.models.eventgpt import (
     clip_l14_336_config,
 )
 from crossspec_ros.models.loading import (
+    COPY_AGAIN,
     check_layout,
+    check_model_directory,
+    config_errors,
     quantization_config,
     read_json,
     read_state_dict,
@@ -166,7 +169,13 @@ def load_eventgpt(directory: str | Path, *, dtype: str | torch.dtype = "bf16",
     quant = quantization_config(quantization, torch_dtype)
     path = Path(directory)
     weight_files(path)  # clear error for a missing directory or no weights
-    config = config_from_json(read_json(path / "config.json"), vision_tower_dir)
+    check_model_directory(path)  # config.json an object, every safetensors file whole
+    try:
+        config = config_from_json(read_json(path / "config.json"), vision_tower_dir)
+    except config_errors() as err:  # values of the wrong kind for a LlamaConfig
+        raise ModelLoadError(f"{path / 'config.json'} does not describe an EventGPT model "
+                             f"({type(err).__name__}: {' '.join(str(err).split())}): "
+                             f"{COPY_AGAIN}") from err
     state = read_state_dict(path)
     expected = expected_layout(config)
     tower_keys = [k for k in expected if k.startswith(_PREFIXES[0][0])]

@@ -195,6 +195,7 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
         if file.suffix == ".safetensors":
             from safetensors.torch import load_file
 
+            check_safetensors(file)
             state.update(load_file(str(file), device="cpu"))
         else:
             try:
@@ -207,18 +208,99 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
-    """A JSON object from a file, with a clear error when missing or malformed."""
+# The JSON files a loader here (or transformers, peft, tokenizers under it) reads from a model
+# directory; each must hold an object. Other JSON files a user keeps there are not ours to judge.
+MODEL_JSON_FILES = ("config.json", "generation_config.json", "preprocessor_config.json",
+                    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "added_tokens.json", "model.safetensors.index.json", "head.json",
+                    "adapter_config.json")
+COPY_AGAIN = "copy it again from where the model came from"
+
+
+def read_json(path: str | Path, what_to_do: str = COPY_AGAIN) -> dict[str, Any]:
+    """A JSON object from a file, with a one-line error naming the file when it is missing,
+    malformed or not an object (``what_to_do`` ends the message)."""
     file = Path(path)
     if not file.is_file():
-        raise ModelNotFoundError(f"{file} is missing; the model directory needs it")
+        raise ModelNotFoundError(f"{file} is missing; the model directory needs it: "
+                                 f"{what_to_do}")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise ModelLoadError(f"{file} is not valid JSON: {err}") from err
+        raw = file.read_bytes()
+    except OSError as err:
+        raise ModelLoadError(f"{file} cannot be read ({_one_line(err)}): {what_to_do}") from err
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as err:  # UnicodeDecodeError is a ValueError too
+        raise ModelLoadError(f"{file} is not valid JSON ({_one_line(err)}): "
+                             f"{what_to_do}") from err
     if not isinstance(data, dict):
-        raise ModelLoadError(f"{file} must hold a JSON object")
+        raise ModelLoadError(f"{file} must hold a JSON object, not a JSON "
+                             f"{_json_kind(data)}: {what_to_do}")
     return data
+
+
+def check_safetensors(file: str | Path, what_to_do: str = COPY_AGAIN) -> None:
+    """ModelLoadError unless ``file`` is a whole safetensors file: its header parses and its
+    tensors' bytes are all there (a copy cut short fails here, before any model is built).
+    Reads the header only."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            handle.keys()
+    except Exception as err:  # SafetensorError, OSError: one message for the user
+        raise ModelLoadError(f"{file} is not a whole safetensors file ({_one_line(err)}): "
+                             f"it is truncated or damaged; {what_to_do}") from err
+
+
+def check_torch_checkpoint(file: str | Path, what_to_do: str = COPY_AGAIN) -> None:
+    """ModelLoadError if ``file`` (a ``.bin``) is a zip-format PyTorch checkpoint whose end
+    is missing (its central directory, read here, is the last thing written). Older pickle
+    files have no such end to check; ``weights_only`` loading judges those."""
+    import zipfile
+
+    try:
+        with open(file, "rb") as stream:
+            if stream.read(4) != b"PK\x03\x04":
+                return
+        with zipfile.ZipFile(file):
+            pass
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ModelLoadError(f"{file} is not a whole PyTorch checkpoint ({_one_line(err)}): "
+                             f"it is truncated or damaged; {what_to_do}") from err
+
+
+def check_model_directory(directory: str | Path, what_to_do: str = COPY_AGAIN) -> None:
+    """What every loader checks before it reads a model directory (verifier, drafter, draft
+    head, LoRA adapter): each JSON file of ``MODEL_JSON_FILES`` present holds an object and
+    each weight file (``*.safetensors``, zip-format ``*.bin``) is whole. Raises
+    ModelLoadError (one line naming the file and what to do); missing files are the
+    loaders' to name, as they know which they need."""
+    path = Path(directory)
+    for name in MODEL_JSON_FILES:
+        if (path / name).is_file():
+            read_json(path / name, what_to_do)
+    for file in sorted(path.glob("*.safetensors")):
+        check_safetensors(file, what_to_do)
+    for file in sorted(path.glob("*.bin")):
+        check_torch_checkpoint(file, what_to_do)
+
+
+def config_errors() -> tuple[type[BaseException], ...]:
+    """What building a model config from a config.json with values of the wrong kind raises
+    (transformers' configs are strict dataclasses)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return (TypeError, ValueError, KeyError, StrictDataclassError)
+
+
+def _json_kind(data: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(data), "number")
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 def check_layout(expected: Mapping[str, tuple[int, ...]], found: Mapping[str, torch.Tensor],
@@ -266,6 +348,8 @@ def load_hf_model(model_cls: Any, source: str | Path, *, dtype: str | torch.dtyp
     torch_dtype = resolve_dtype(dtype)
     quant = quantization_config(quantization, torch_dtype)
     where = resolve_source(source, allow_download)
+    if Path(where).is_dir():
+        check_model_directory(where)
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "weights_only": True,
                               "local_files_only": not allow_download,
                               # report layout problems ourselves instead of a random init
@@ -280,6 +364,10 @@ def load_hf_model(model_cls: Any, source: str | Path, *, dtype: str | torch.dtyp
         files = [f.name for f in Path(str(where)).glob("*.bin")] if Path(str(where)).is_dir() \
             else []
         raise refused_pickle(Path(str(where)) / (files[0] if files else "*.bin"), err) from err
+    except config_errors() as err:  # config.json's values are not this model's
+        raise ModelLoadError(
+            f"{Path(where) / 'config.json'} does not describe a {model_cls.__name__} "
+            f"({type(err).__name__}: {_one_line(err)}): {COPY_AGAIN}") from err
     if info["missing_keys"] or info["mismatched_keys"]:
         raise_layout_error(where, info["missing_keys"], info["unexpected_keys"],
                            info["mismatched_keys"])
@@ -295,8 +383,9 @@ def load_tokenizer(source: str | Path, allow_download: bool = False) -> Any:
     where = resolve_source(source, allow_download)
     try:
         return AutoTokenizer.from_pretrained(where, local_files_only=not allow_download)
-    except (OSError, ValueError) as err:
+    except Exception as err:  # missing files, or files the tokenizer's parsers refuse
         raise ModelNotFoundError(
-            f"no usable tokenizer in {where}: {err}; copy the model's tokenizer files "
-            "(tokenizer.json or tokenizer.model with tokenizer_config.json) there"
+            f"no usable tokenizer in {where} ({type(err).__name__}: {_one_line(err)}); copy "
+            "the model's tokenizer files (tokenizer.json or tokenizer.model with "
+            "tokenizer_config.json) there"
         ) from err

@@ -12,12 +12,12 @@ costs per token.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from crossspec_ros.models.errors import ModelNotFoundError
+from crossspec_ros.models.loading import check_model_directory, read_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 # the language model's attention and MLP projections; the vision tower's q/k/v stay frozen
@@ -56,18 +56,18 @@ def save_adapter(peft_model: Any, directory: Path, base: str) -> None:
     (directory / "README.md").unlink(missing_ok=True)  # peft's model-card template
 
 
+ADAPTER_HINT = "pass the adapter directory crossspec distill --method lora wrote (OUT/adapter)"
+
+
 def adapter_base(directory: str | Path) -> str:
     """The drafter an adapter adapts, as recorded ("" = the bundled one; a relative path is
-    resolved inside the bundled data)."""
+    resolved inside the bundled data). Checks the adapter's files first (ModelLoadError
+    naming a damaged one), so no base drafter is loaded for an adapter that cannot be."""
     from crossspec_ros.paths import BUNDLED_PAIR
 
-    file = Path(directory) / ADAPTER_CONFIG
-    try:
-        base = json.loads(file.read_text()).get("base_model_name_or_path") or ""
-    except (OSError, ValueError) as err:
-        raise ModelNotFoundError(f"{directory}: cannot read {file.name} ({err}); pass the "
-                                 "adapter directory crossspec distill --method lora wrote "
-                                 "(OUT/adapter)") from err
+    check_model_directory(directory, ADAPTER_HINT)
+    base = read_json(Path(directory) / ADAPTER_CONFIG, ADAPTER_HINT).get(
+        "base_model_name_or_path") or ""
     if base and not Path(base).is_absolute():
         base = str(BUNDLED_PAIR / base)
     return base
@@ -78,6 +78,7 @@ def merge_adapter(model: Any, directory: str | Path) -> Any:
     its weights; returns the plain model."""
     from peft import PeftModel
 
+    check_model_directory(directory, ADAPTER_HINT)
     try:
         peft_model = PeftModel.from_pretrained(model, str(directory))
     except (OSError, ValueError, RuntimeError, KeyError) as err:

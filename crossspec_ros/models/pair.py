@@ -3,12 +3,12 @@ or a Video-LLaVA and an EventGPT given by path (or hub id in the local cache).""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from crossspec_ros.models.errors import ModelNotFoundError
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+from crossspec_ros.models.loading import check_model_directory, read_json
 from crossspec_ros.models.lora import adapter_base, is_lora_adapter, merge_adapter
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
 from crossspec_ros.paths import BUNDLED_PAIR
@@ -20,7 +20,8 @@ def _trained_question(directory: Path) -> dict[str, str]:
     for name in ("training.json", "distill.json"):
         meta = directory.parent / name
         if meta.is_file():
-            question = json.loads(meta.read_text()).get("question")
+            question = read_json(meta, f"it is the card crossspec wrote next to {directory}; "
+                                 "restore it or remove it").get("question")
             if question:
                 return {"question": str(question)}
     return {}
@@ -103,7 +104,9 @@ def _adapted_drafter(directory: Path, question: str | None, **load: Any) -> Even
 
 
 def _model_type(source: str) -> str | None:
-    """config.json's model_type of a local directory or cached hub id (None if unknown)."""
+    """config.json's model_type of a local directory or cached hub id (None if there is no
+    config.json: the EventGPT loader names what is missing). A config.json that is not a
+    JSON object raises ModelLoadError."""
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.loading import resolve_source
 
@@ -113,10 +116,7 @@ def _model_type(source: str) -> str | None:
         return None
     if not config.is_file():
         return None
-    try:
-        return json.loads(config.read_text()).get("model_type")
-    except (OSError, ValueError):
-        return None
+    return read_json(config).get("model_type")
 
 
 def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: bool = True
@@ -136,37 +136,33 @@ def drafter_source(params: dict[str, Any]) -> str:
     return source
 
 
+HEAD_HINT = "pass the head directory crossspec distill --method head wrote (OUT/head)"
+
+
 def load_head(directory: str | Path, device: str = "cpu") -> tuple[Any, EventGPTDrafter]:
     """A draft head (``crossspec distill --method head``) and the drafter whose window state
     it reads, as its head.json records it (a relative path: inside the bundled data)."""
-    from crossspec_ros.models.draft_head import DraftHead
-
-    return DraftHead.load(directory), load_drafter(head_drafter_source(directory),
-                                                   device=device)
+    return load_draft_head(directory), load_drafter(head_drafter_source(directory),
+                                                    device=device)
 
 
 def load_draft_head(directory: str | Path) -> Any:
     """A draft head alone (the verifier's side; its drafter runs elsewhere), or a
-    ModelNotFoundError saying what is missing."""
+    ModelLoadError naming the file that is missing or damaged."""
     from crossspec_ros.models.draft_head import DraftHead
 
+    check_model_directory(directory, HEAD_HINT)
     _head_meta(directory)
     try:
         return DraftHead.load(directory)
-    except (OSError, ValueError, RuntimeError, TypeError) as err:
+    except (OSError, ValueError, RuntimeError, TypeError, KeyError) as err:
         raise ModelNotFoundError(
-            f"{directory}: not a draft head ({type(err).__name__}: {err}); pass the head "
-            "directory crossspec distill --method head wrote (OUT/head)") from err
+            f"{directory}: not a draft head ({type(err).__name__}: {' '.join(str(err).split())}"
+            f"); {HEAD_HINT}") from err
 
 
 def _head_meta(directory: str | Path) -> dict[str, Any]:
-    file = Path(directory) / "head.json"
-    try:
-        return json.loads(file.read_text())
-    except (OSError, ValueError) as err:
-        raise ModelNotFoundError(
-            f"{directory}: no draft head here (cannot read {file.name}: {err}); pass the head "
-            "directory crossspec distill --method head wrote (OUT/head)") from err
+    return read_json(Path(directory) / "head.json", HEAD_HINT)
 
 
 def head_drafter_source(directory: str | Path) -> str:

@@ -100,6 +100,10 @@ class DrafterProcess:
         hello = _recv(self._conn)
         if hello["kind"] != "ready":
             self.close()
+            if hello.get("model_load_error"):  # said for the user: what, where, what to do
+                from crossspec_ros.models.errors import ModelLoadError
+
+                raise ModelLoadError(hello["text"])
             raise RuntimeError(f"the drafter process failed to load {source}: "
                                f"{hello.get('text')}")
         self._reader = threading.Thread(target=self._read, name="crossspec-drafter-reader",
@@ -231,7 +235,12 @@ def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str) -
         drafter = load_drafter(source, device=device, dtype=dtype, quantization=quantization)
         settle_heap()
     except Exception as err:  # reported to the parent, which raises it
-        _send(conn, {"kind": "error", "text": f"{type(err).__name__}: {err}"})
+        from crossspec_ros.models.errors import ModelLoadError
+
+        if isinstance(err, ModelLoadError):  # raised there as it is (a missing file, ...)
+            _send(conn, {"kind": "error", "text": str(err), "model_load_error": True})
+        else:
+            _send(conn, {"kind": "error", "text": f"{type(err).__name__}: {err}"})
         return
     _send(conn, {"kind": "ready"})
     send_lock = threading.Lock()

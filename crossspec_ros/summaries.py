@@ -1,0 +1,57 @@
+"""Medians and percentiles of run measurements that may be empty, and how to print them.
+
+A run can end with nothing to summarize: a bag with images but no events gives no draft
+latency, a drafter slowed by load can lose every window's race against the verifier, a mode
+can have no window to pair. That is a fact to report, not an error: every summary here
+returns None for an empty list (JSON null; NaN and None values are left out first) and
+``shown`` prints None as "n/a". The CLI and the benchmarks summarize through these only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+NOT_AVAILABLE = "n/a"
+
+
+def finite(values: Iterable[float | None]) -> list[float]:
+    """``values`` without None and NaN (a window that never measured it)."""
+    return [float(v) for v in values if v is not None and not math.isnan(v)]
+
+
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """The q-th percentile (0-100) with linear interpolation, numpy's default; None when
+    there is no finite value."""
+    data = sorted(finite(values))
+    if not data:
+        return None
+    position = (len(data) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (position - low)
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """The median (the mean of the middle two for an even count), or None."""
+    return percentile(values, 50.0)
+
+
+def quartiles(values: Iterable[float | None]) -> tuple[float, float, float] | None:
+    """(q25, median, q75), or None."""
+    data = finite(values)
+    if not data:
+        return None
+    return percentile(data, 25.0), percentile(data, 50.0), percentile(data, 75.0)
+
+
+def rounded(value: float | None, digits: int = 2) -> float | None:
+    """``value`` rounded, None for None or NaN (for JSON rows and reports)."""
+    return None if value is None or math.isnan(value) else round(float(value), digits)
+
+
+def shown(value: float | None, spec: str = ".1f", unit: str = "") -> str:
+    """``value`` formatted with ``spec`` and ``unit``, or "n/a"."""
+    if value is None or math.isnan(value):
+        return NOT_AVAILABLE
+    return f"{value:{spec}}{unit}"
