@@ -10,7 +10,7 @@ returns None for an empty list (JSON null; NaN and None values are left out firs
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Mapping
 
 NOT_AVAILABLE = "n/a"
 
@@ -55,3 +55,17 @@ def shown(value: float | None, spec: str = ".1f", unit: str = "") -> str:
     if value is None or math.isnan(value):
         return NOT_AVAILABLE
     return f"{value:{spec}}{unit}"
+
+
+def paired_ratios(baseline: Mapping[Hashable, float | None],
+                  mode: Mapping[Hashable, float | None]) -> dict[Hashable, float]:
+    """baseline / mode for every key (a window) both measured with a positive value: a
+    paired comparison, where a ratio of medians would hide which windows got faster."""
+    return {key: baseline[key] / mode[key] for key in baseline
+            if key in mode and baseline[key] and mode[key]}
+
+
+def spread(ratios: Iterable[float | None]) -> dict[str, float | None]:
+    """{"median", "q25", "q75"} of ``ratios``, rounded to 3 places (None each when empty)."""
+    q25, q50, q75 = quartiles(ratios) or (None, None, None)
+    return {"median": rounded(q50, 3), "q25": rounded(q25, 3), "q75": rounded(q75, 3)}

@@ -388,10 +388,7 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
 def paired(baseline: list[float], mode: list[float]) -> dict[str, float | None]:
     """Median and interquartile range of the per-window ratios baseline / mode (None each
     when no window has both)."""
-    ratios = [b / m for b, m in zip(baseline, mode, strict=True) if m > 0]
-    q25, q50, q75 = summaries.quartiles(ratios) or (None, None, None)
-    return {"median": summaries.rounded(q50, 3), "q25": summaries.rounded(q25, 3),
-            "q75": summaries.rounded(q75, 3)}
+    return summaries.spread(b / m for b, m in zip(baseline, mode, strict=True) if m > 0)
 
 
 def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import threading
 import time
@@ -25,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.bench.paired import median_or_none, paired_ratios, ratio_summary
+from crossspec_ros import summaries
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.cli.streaming import JsonLinesFile, exit_code_for, sigterm_as_interrupt
 from crossspec_ros.paths import sample_bag
+from crossspec_ros.summaries import paired_ratios
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
 # crossspec/Caption's REASON_* and DRAFT_* codes, as the terminal and the JSON name them
@@ -393,8 +393,8 @@ def compare_graphs(results: dict[tuple[str, int], list[dict]], rounds: range
     def paired(base: str, mode: str) -> dict[str, Any]:
         per_round = [paired_ratios(latencies(base, k), latencies(mode, k)) for k in rounds]
         pooled = [x for ratios in per_round for x in ratios.values()]
-        medians = [ratio_summary(ratios.values())["median"] for ratios in per_round]
-        return {**{f"paired_speedup_{k}": v for k, v in ratio_summary(pooled).items()},
+        medians = [summaries.spread(ratios.values())["median"] for ratios in per_round]
+        return {**{f"paired_speedup_{k}": v for k, v in summaries.spread(pooled).items()},
                 "pairs": len(pooled), "rounds": medians}
 
     passes = {}
@@ -402,8 +402,8 @@ def compare_graphs(results: dict[tuple[str, int], list[dict]], rounds: range
         values = [latencies(graph.name, k) for k in rounds]
         passes[graph.name] = {
             "graph": list(graph.kinds), "about": graph.about,
-            "confirmed_ms_median": median_or_none(v for d in values for v in d.values()),
-            "confirmed_ms_median_rounds": [median_or_none(d.values()) for d in values]}
+            "confirmed_ms_median": _median(v for d in values for v in d.values()),
+            "confirmed_ms_median_rounds": [_median(d.values()) for d in values]}
     same = [r["confirmed_text"] == other.get(r["window"]) for k in rounds
             for name in (ALONE.name, LIVE_ALONE.name)
             for other in [{o["window"]: o["confirmed_text"] for o in results[(name, k)]
@@ -456,8 +456,8 @@ def print_comparison(results: dict[tuple[str, int], list[dict]], compare: dict[s
           f"{compare['rounds']} round(s)):", file=out)
     print(f"{'window':>12} " + " ".join(f"{n:>10}" for n in names) + f" {'ratio':>7}", file=out)
     for wid in sorted(per_window):
-        cells = [median_or_none(per_window[wid].get(n, [])) for n in names]
-        ratio = median_or_none(ratios.get(wid, []), 2)
+        cells = [_median(per_window[wid].get(n, [])) for n in names]
+        ratio = summaries.rounded(summaries.median(ratios.get(wid, [])), 2)
         shown = [f"{'--':>10}" if c is None else f"{c:>10.1f}" for c in cells]
         shown.append(f"{'--':>7}" if ratio is None else f"{ratio:>6.2f}x")
         print(f"{wid:>12} " + " ".join(shown), file=out)
@@ -518,9 +518,9 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
         "windows": len(rows), "final": len(final),
         "unverified": sum(r["status"] == "UNVERIFIED" for r in rows),
         "dropped_windows": dropped,
-        "draft_first_token_ms_p50": _pct_of(first, 50), "draft_first_token_ms_p95":
-            _pct_of(first, 95),
-        "confirmed_done_ms_median": _pct_of(done, 50),
+        "draft_first_token_ms_p50": _median(first), "draft_first_token_ms_p95":
+            summaries.rounded(summaries.percentile(first, 95), 1),
+        "confirmed_done_ms_median": _median(done),
         "acceptance": round(accepted / proposed, 3) if proposed else None,
         "accepted": accepted, "proposed": proposed}
     checked = [r for r in final if "lossless" in r]
@@ -529,8 +529,8 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
         summary["lossless_checked"] = len(checked)
         # the reference run's own time, alone on the machine after the drive: not a latency
         # after the close, so it never stands beside confirmed_done_ms in the line
-        summary["lossless_check_verifier_ms_median"] = _pct_of(
-            [r["verifier_only_ms"] for r in checked], 50)
+        summary["lossless_check_verifier_ms_median"] = _median(
+            r["verifier_only_ms"] for r in checked)
     line = (f"{summary['windows']} windows ({summary['final']} FINAL, {summary['unverified']} "
             f"UNVERIFIED, {dropped} dropped): draft first token after the close p50 "
             f"{summary['draft_first_token_ms_p50']} ms, p95 "
@@ -543,13 +543,9 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
     return summary
 
 
-def _pct_of(values: list[float], q: int) -> float | None:
-    if not values:
-        return None
-    if q == 50:
-        return round(statistics.median(values), 1)
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1)], 1)
+def _median(values: Any) -> float | None:
+    """A latency median as the JSON and the terminal show it (0.1 ms; None when none)."""
+    return summaries.rounded(summaries.median(values), 1)
 
 
 def _sec(t: Any) -> float:

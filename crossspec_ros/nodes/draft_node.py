@@ -98,6 +98,7 @@ class DraftNode(ManagedNode):
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         if self.verifier_first is not None:
+            self.verifier_first.max_pause_s = p["drafter_yields_ms"] / 1e3
             self.verifier_first.add_drafter(self._hold, self._release_hold)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "

@@ -20,8 +20,6 @@ from typing import Any
 from crossspec_ros.process_tuning import tune_process_for_models  # noqa: F401 (the graph's)
 
 EXECUTABLE = "crossspec"  # installed in lib/crossspec (ros2 run) and on PATH
-import os
-PAUSE_S = float(os.environ.get("CS_PAUSE_S", "0.1"))  # EXPERIMENT
 
 
 @dataclass(frozen=True)
@@ -160,8 +158,8 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
     verifier, drafter = models if models is not None else (None, None)
     nodes: list = []
     # both models in this process: the drafter pauses while the verifier works on a closed
-    # window (speculative/verifier_first.py)
-    verifier_first = VerifierFirst(PAUSE_S) if {"draft", "verifier"} <= set(kinds) else None
+    # window (speculative/verifier_first.py; the draft node sets the bound, drafter_yields_ms)
+    verifier_first = VerifierFirst(0.0) if {"draft", "verifier"} <= set(kinds) else None
     try:
         if "draft" in kinds:
             drafter = started(DraftNode(drafter, parameter_overrides=overrides("draft"),
