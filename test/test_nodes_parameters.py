@@ -4,6 +4,8 @@ others are read-only; descriptors carry their ranges."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -79,5 +81,36 @@ def test_an_out_of_range_value_at_startup_gets_crossspecs_message():
             VizNode(parameter_overrides=[Parameter("annotate_every_n_frames", value=0)])
         with pytest.raises(ParameterError, match="'foxglove_port' = 70000 is invalid"):
             VizNode(parameter_overrides=[Parameter("foxglove_port", value=70000)])
+    finally:
+        rclpy.shutdown()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("fast", "'event_image_hz' must be a float, got 'fast' (a string)"),
+    (float("inf"), "'event_image_hz' = inf is not a finite number"),
+    ([1.0, 2.0], "'event_image_hz' must be a float, got [1.0, 2.0] (a list)"),
+])
+def test_a_wrong_type_at_startup_is_crossspecs_message_not_an_rclpy_exception(value, message):
+    # issue 36, fault 4: rclpy raised InvalidParameterTypeException (a 30-line traceback)
+    rclpy.init()
+    try:
+        with pytest.raises(ParameterError, match=re.escape(message)):
+            VizNode(parameter_overrides=[Parameter("event_image_hz", value=value)])
+    finally:
+        rclpy.shutdown()
+
+
+def test_an_int_for_a_float_parameter_is_taken_as_that_float_at_startup():
+    rclpy.init()
+    try:
+        node = VizNode(parameter_overrides=[Parameter("event_image_hz", value=5)])
+        try:
+            assert node.get_parameter("event_image_hz").value == 5.0
+            assert node.get_parameter("event_image_hz").type_ == Parameter.Type.DOUBLE
+            [described] = node.describe_parameters(["event_image_hz"])
+            assert described.type == Parameter.Type.DOUBLE.value and not described.dynamic_typing
+            assert described.floating_point_range[0].to_value == 100.0
+        finally:
+            node.destroy_node()
     finally:
         rclpy.shutdown()

@@ -15,6 +15,7 @@ from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from crossspec_ros.params import Param, ParameterError, validate
@@ -30,23 +31,26 @@ def declare_params(node: Node, spec: list[Param],
     values it was started with (ParameterError naming the node and the parameter), and keep
     validating at runtime: ``ros2 param set`` of a read-only parameter is refused by rclpy, a
     live one is checked like at startup and refused with the same message when invalid.
+    Integers given to float parameters at startup are taken as floats (a file's
+    ``window_length_s: 2``).
     Returns the values; live changes update that dict in place, then call ``on_change`` with
     the changed names and values (executor thread)."""
     from rcl_interfaces.msg import SetParametersResult
 
     where = f"node '{node.get_name()}' parameters"
+    by_name = {param.name: param for param in spec}
     values = {}
-    for param in spec:
+    for param in spec:  # untyped first: rclpy would raise at `2` for a float, or at "fast"
         declared = node.declare_parameter(param.name, param.default,
                                           descriptor(param, final=False))
         values[param.name] = declared.value
     params = validate(values, spec, where=where)
-    for param in spec:  # range and read-only after our own check: rclpy's refusal says less
-        node.set_descriptor(param.name, descriptor(param))
-    ours = {param.name for param in spec}
+    for param in spec:  # then typed, ranged, read-only: the int given for a float is a float
+        value = Parameter(param.name, value=params[param.name]).get_parameter_value()
+        node.set_descriptor(param.name, descriptor(param), alternative_value=value)
 
     def on_set(changes: list) -> Any:
-        changed = {p.name: p.value for p in changes if p.name in ours}
+        changed = {p.name: p.value for p in changes if p.name in by_name}
         try:
             checked = validate({**params, **changed}, spec, where=where)
         except ParameterError as err:
@@ -62,14 +66,17 @@ def declare_params(node: Node, spec: list[Param],
 
 def descriptor(param: Param, final: bool = True) -> Any:
     """The ROS ParameterDescriptor of ``param``: its doc and requirement, then (``final``)
-    whether it is read-only and its range."""
+    its type, whether it is read-only and its range. Not final: dynamically typed, so that
+    rclpy takes whatever value the node was started with and crossspec's check judges it."""
     from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-    from rclpy.parameter import Parameter
 
     out = ParameterDescriptor(description=param.doc, read_only=final and not param.live,
-                              additional_constraints=param.requirement,
-                              type=Parameter.Type.from_parameter_value(param.default).value)
-    bounds = param.range if final else None
+                              additional_constraints=param.requirement)
+    if not final:
+        out.dynamic_typing = True
+        return out
+    out.type = Parameter.Type.from_parameter_value(param.default).value
+    bounds = param.range
     if bounds is not None and param.type is int:
         out.integer_range = [IntegerRange(from_value=int(bounds[0]), to_value=int(bounds[1]),
                                           step=1)]
