@@ -18,7 +18,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from crossspec_ros.params import Param, ParameterError, validate
+from crossspec_ros.params import Param, ParameterError, check_value, validate
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
@@ -31,8 +31,8 @@ def declare_params(node: Node, spec: list[Param],
     values it was started with (ParameterError naming the node and the parameter), and keep
     validating at runtime: ``ros2 param set`` of a read-only parameter is refused by rclpy, a
     live one is checked like at startup and refused with the same message when invalid.
-    Integers given to float parameters at startup are taken as floats (a file's
-    ``window_length_s: 2``).
+    Integers given to float parameters are taken as floats, at startup (a file's
+    ``window_length_s: 2``) and at runtime (``ros2 param set ... temperature 2``).
     Returns the values; live changes update that dict in place, then call ``on_change`` with
     the changed names and values (executor thread)."""
     from rcl_interfaces.msg import SetParametersResult
@@ -49,7 +49,30 @@ def declare_params(node: Node, spec: list[Param],
         value = Parameter(param.name, value=params[param.name]).get_parameter_value()
         node.set_descriptor(param.name, descriptor(param), alternative_value=value)
 
+    def before_set(changes: list) -> list:
+        # rclpy checks the descriptors (type, range) before any on-set callback and says only
+        # "out of range". This runs first: an int for a float becomes the float, and a value
+        # crossspec refuses stands in the list as the current value (which passes rclpy's
+        # checks) until on_set refuses the change with crossspec's reason.
+        out = []
+        for change in changes:
+            param = by_name.get(change.name)
+            if param is None or change.type_ == Parameter.Type.NOT_SET or \
+                    node.describe_parameter(change.name).read_only:
+                out.append(change)  # rclpy's own answer (read-only) is the right one
+                continue
+            try:
+                value = check_value(param, change.value, where)
+            except ParameterError as err:
+                out.append(_RefusedChange(node.get_parameter(change.name), str(err)))
+                continue
+            out.append(Parameter(change.name, value=value))
+        return out
+
     def on_set(changes: list) -> Any:
+        refused = [c.reason for c in changes if isinstance(c, _RefusedChange)]
+        if refused:
+            return SetParametersResult(successful=False, reason=refused[0])
         changed = {p.name: p.value for p in changes if p.name in by_name}
         try:
             checked = validate({**params, **changed}, spec, where=where)
@@ -60,8 +83,18 @@ def declare_params(node: Node, spec: list[Param],
             on_change(changed)
         return SetParametersResult(successful=True)
 
+    node.add_pre_set_parameters_callback(before_set)
     node.add_on_set_parameters_callback(on_set)
     return params
+
+
+class _RefusedChange(Parameter):
+    """A change crossspec refused, standing in a set_parameters list as the parameter's
+    current value; ``reason`` is what on_set answers."""
+
+    def __init__(self, current: Parameter, reason: str) -> None:
+        super().__init__(current.name, current.type_, current.value)
+        self.reason = reason
 
 
 def descriptor(param: Param, final: bool = True) -> Any:
