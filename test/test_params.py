@@ -287,3 +287,23 @@ def test_a_node_started_on_such_a_file_by_rclpy_takes_an_int_for_a_float(tmp_pat
             node.destroy_node()
     finally:
         rclpy.shutdown()
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("ros_args, message", [
+    (["-p", "event_image_hz:=fast"], "crossspec node viz: node 'crossspec_viz' parameters: "
+     "'event_image_hz' must be a float, got 'fast' (a string)"),
+    (["-p", "event_image_hz"], "crossspec node viz: ROS arguments refused: failed to "
+     "initialize rcl: Couldn't parse parameter override rule: '-p event_image_hz'"),
+])
+def test_a_node_refuses_a_bad_value_rclpy_hands_it_in_one_line(ros_args, message):
+    # past the file check: a -p value, or arguments rcl itself cannot parse
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "node", "viz",
+                           "--ros-args", *ros_args], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("[ERROR] [")]
+    assert len(ours) == 1 and ours[0].startswith(message), done.stderr

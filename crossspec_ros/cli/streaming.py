@@ -44,23 +44,29 @@ class JsonLinesFile:
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[dict[str, int]]:
     """Within the block SIGINT and SIGTERM raise KeyboardInterrupt once, so one clean
-    shutdown path serves both; after that both are ignored until the block ends, so the
-    cleanup is not cut short (launch forwards a terminal's Ctrl-C a second time). Yields
-    {"signal": number of the stop signal (0: none)} for the exit code."""
+    shutdown path serves both; after that both are ignored, to the end of the process: the
+    command is ending, and neither its cleanup nor its exit may be cut short by a repeated
+    signal (under ros2 launch a terminal's Ctrl-C comes twice, the terminal's and launch's: a
+    second one after the block killed `crossspec play` on its way out). Without a signal the
+    handlers before the block come back. Yields {"signal": number of the stop signal (0:
+    none)} for the exit code."""
     caught = {"signal": 0}
 
     def stop(signum: int, _frame: Any) -> None:
+        if caught["signal"]:  # the same stop asked again: already on its way
+            return
+        caught["signal"] = signum
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        caught["signal"] = signum
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield caught
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if not caught["signal"]:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def exit_code_for(caught: dict[str, int]) -> int:
