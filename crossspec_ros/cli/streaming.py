@@ -42,14 +42,16 @@ class JsonLinesFile:
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[dict[str, int]]:
+def sigterm_as_interrupt(ends_process: bool = False) -> Iterator[dict[str, int]]:
     """Within the block SIGINT and SIGTERM raise KeyboardInterrupt once, so one clean
-    shutdown path serves both; after that both are ignored, to the end of the process: the
-    command is ending, and neither its cleanup nor its exit may be cut short by a repeated
-    signal (under ros2 launch a terminal's Ctrl-C comes twice, the terminal's and launch's: a
-    second one after the block killed `crossspec play` on its way out). Without a signal the
-    handlers before the block come back. Yields {"signal": number of the stop signal (0:
-    none)} for the exit code."""
+    shutdown path serves both; after that both are ignored until the block ends, so the
+    cleanup is not cut short (launch forwards a terminal's Ctrl-C a second time), and a
+    repeated signal does nothing. Then the handlers before the block come back, unless
+    ``ends_process`` and a signal stopped the block: the command is ending, and a repeated
+    signal after the block must not kill it on its way out (under ros2 launch a terminal's
+    Ctrl-C comes twice, the terminal's and launch's: a second one 10-150 ms after the first
+    killed `crossspec play` after its summary, exit -2). Yields {"signal": number of the
+    stop signal (0: none)} for the exit code."""
     caught = {"signal": 0}
 
     def stop(signum: int, _frame: Any) -> None:
@@ -64,7 +66,7 @@ def sigterm_as_interrupt() -> Iterator[dict[str, int]]:
     try:
         yield caught
     finally:
-        if not caught["signal"]:
+        if not (ends_process and caught["signal"]):
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
