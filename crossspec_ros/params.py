@@ -1,21 +1,28 @@
 """crossspec's parameters: one declaration per parameter (name, type, default, doc, check),
-read from ROS-style YAML (``/node: ros__parameters:``, ``/**`` for all nodes) and validated
-with a clear error. Nodes declare the same parameters to rclpy; the CLI reads the YAML here.
+and the one validation of values, whoever gives them: a parameter file read for the CLI
+(``load_yaml_params``), checked before a node starts (``check_param_file``), the values rclpy
+hands a node at startup and ``ros2 param set`` at runtime (nodes/common.py
+``declare_params``). Parameter files are read as rcl reads them (param_files.py). ROS 2's
+rules: an integer where a float is declared is taken as that float; a wrong type, a number
+that is not finite, a value out of range is refused with a message naming where it came
+from, the parameter, what is expected and what was found.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-
-class ParameterError(ValueError):
-    """A parameter file or value that cannot be used (message says which and why)."""
+from crossspec_ros.param_files import (
+    ParameterError,
+    Section,
+    fully_qualified_name,
+    read_sections,
+)
 
 
 @dataclass(frozen=True)
@@ -76,41 +83,25 @@ SYNC_PARAMS = [
 ]
 
 
-def load_yaml_params(path: str | Path, node_name: str) -> dict[str, Any]:
-    """``/**`` parameters overlaid by the node's own (``/name`` or ``name``) from a YAML file."""
-    path = Path(path)
-    doc = _read_yaml(path)
+def load_yaml_params(path: str | Path, node_name: str, namespace: str = "/"
+                     ) -> dict[str, Any]:
+    """The parameters the node ``node_name`` in ``namespace`` gets from a parameter file, as
+    rclpy merges them: every section whose name matches the node (``/**``, ``/name``,
+    ``name``, ``/**/name``, ``/ns/name``, ...), a later section overriding an earlier one.
+    Values as rcl types them (not yet checked: ``validate``)."""
+    fqn = fully_qualified_name(node_name, namespace)
     merged: dict[str, Any] = {}
-    for key in ("/**", node_name, f"/{node_name}"):
-        section = doc.get(key)
-        if section is not None:
-            merged.update(_section_params(path, key, section))
+    for section in read_sections(path):
+        if section.applies_to(fqn):
+            merged.update(section.params)
     return merged
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError as err:
-        raise ParameterError(f"parameter file {path} does not exist") from err
-    except yaml.YAMLError as err:
-        raise ParameterError(f"parameter file {path} is not valid YAML: {err}") from err
-    if not isinstance(doc, dict):
-        raise ParameterError(f"{path}: expected a mapping of node names to ros__parameters")
-    return doc
-
-
-def _section_params(path: Path, key: Any, section: Any) -> dict[str, Any]:
-    if not isinstance(section, dict) or not isinstance(
-            section.get("ros__parameters", {}), dict):
-        raise ParameterError(f"{path}: section '{key}' needs a 'ros__parameters' mapping")
-    return dict(section.get("ros__parameters", {}))
 
 
 def validate(values: dict[str, Any], spec: list[Param], where: str = "parameters",
              allow_unknown: bool = False) -> dict[str, Any]:
     """Defaults overlaid by ``values``, each checked; raises ParameterError on the first
-    problem with what is wrong, where, and what is expected."""
+    problem with what is wrong, where, and what is expected. An integer for a float
+    parameter comes back as that float (as ROS 2 users expect of `2` for 2.0)."""
     by_name = {p.name: p for p in spec}
     out = {p.name: p.default for p in spec}
     for name, value in values.items():
@@ -122,19 +113,53 @@ def validate(values: dict[str, Any], spec: list[Param], where: str = "parameters
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ParameterError(f"{where}: unknown parameter '{name}'{hint}; known: "
                                  f"{', '.join(sorted(by_name))}")
-        if param.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
-            raise ParameterError(f"{where}: '{name}' must be {param.type.__name__}, got "
-                                 f"{value!r} ({type(value).__name__})")
-        if param.check is not None and not param.check(value):
-            raise ParameterError(f"{where}: '{name}' = {value!r} is invalid: must be "
-                                 f"{param.requirement} ({param.doc})")
-        if param.bounds is not None and not param.bounds[0] <= value <= param.bounds[1]:
-            raise ParameterError(f"{where}: '{name}' = {value!r} is out of range: must be "
-                                 f"{param.bounds[0]}..{param.bounds[1]} ({param.doc})")
-        out[name] = value
+        out[name] = check_value(param, value, where)
     return out
+
+
+def check_value(param: Param, value: Any, where: str = "parameters") -> Any:
+    """``value`` for ``param`` after ROS 2's typing (int -> float) and crossspec's checks
+    (type, finite, check, range); raises ParameterError naming ``where`` and the parameter."""
+    name = param.name
+    if param.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
+        raise ParameterError(f"{where}: '{name}' must be {_TYPE_NAMES[param.type]}, got "
+                             f"{value!r} ({_kind(value)}){_number_note(param, value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ParameterError(f"{where}: '{name}' = {value!r} is not a finite number "
+                             f"({param.doc})")
+    if param.check is not None and not param.check(value):
+        raise ParameterError(f"{where}: '{name}' = {value!r} is invalid: must be "
+                             f"{param.requirement} ({param.doc})")
+    bounds = param.range  # what the ROS descriptor shows: refused here in the same words
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise ParameterError(f"{where}: '{name}' = {value!r} is out of range: must be "
+                             f"{bounds[0]}..{bounds[1]} ({param.doc})")
+    return value
+
+
+_TYPE_NAMES = {float: "a float", int: "an integer", str: "a string",
+               bool: "true or false"}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _number_note(param: Param, value: Any) -> str:
+    """Why a number-looking string is a string: a double's range ends near 1.8e308."""
+    if param.type not in (int, float) or not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if math.isfinite(number):
+        return ""
+    return ": a number beyond a double's range, which ROS 2 reads as text"
 
 
 def one_of(*choices: str) -> Callable[[Any], bool]:
@@ -250,36 +275,54 @@ VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS]  # + FOXGLO
 
 
 # What rclpy itself declares on every node (a launch file passes use_sim_time to all).
-RCLPY_PARAMS = ("use_sim_time", "start_type_description_service")
+RCLPY_PARAMS = [
+    Param("use_sim_time", False, "follow /clock (a bag player's time) instead of the system "
+          "clock"),
+    Param("start_type_description_service", True, "serve the node's message type "
+          "descriptions"),
+]
 
 
 def _declared_by_rclpy(name: str) -> bool:
-    return name in RCLPY_PARAMS or name.startswith("qos_overrides.")
+    return name.startswith("qos_overrides.")  # rclpy checks these itself
 
 
 def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:
-    """Raise ParameterError for a name no node would read: rclpy drops undeclared overrides
-    silently, so a misspelt name would otherwise just keep its default. ``nodes``: node name
-    -> the parameters it declares. ``/**`` may hold any node's parameters; a node's own
-    section only that node's; a section must name a node. The message names the section, the
-    parameter and the closest valid name."""
+    """Raise ParameterError for a file rcl would refuse, a part rclpy would skip silently
+    (a section without ros__parameters; a name no node declares: rclpy drops undeclared
+    overrides, so a misspelt name would just keep its default) and a value the node would
+    refuse (wrong type, not finite, invalid, out of range). ``nodes``: node name -> the
+    parameters it declares. A section for any node (``/**``, ``/robot1/*``) may hold any
+    node's parameters; a node's own section (``/crossspec_verifier``, ``/**/crossspec_viz``,
+    ``/robot1/crossspec_draft``) only that node's. The message names the file, the section,
+    the parameter and what is expected (or the closest valid name)."""
     path = Path(path)
-    doc = _read_yaml(path)
-    every = sorted({p.name for spec in nodes.values() for p in spec})
-    for key, section in doc.items():
-        names = _section_params(path, key, section)
-        if key == "/**":
-            allowed, who = every, "no crossspec node declares it"
-        else:
-            node = str(key).lstrip("/")
-            if node not in nodes:
-                raise ParameterError(f"{path}: unknown node section '{key}'{_hint(node, nodes)}"
-                                     f"; crossspec nodes: {', '.join(sorted(nodes))}")
-            allowed, who = [p.name for p in nodes[node]], f"node '{node}' declares no such name"
-        for name in names:
-            if name not in allowed and not _declared_by_rclpy(name):
-                raise ParameterError(f"{path}: section '{key}': unknown parameter '{name}'"
-                                     f"{_hint(name, allowed)} ({who})")
+    every: dict[str, Param] = {p.name: p for p in RCLPY_PARAMS}
+    for spec in nodes.values():
+        every.update({p.name: p for p in spec if p.name not in every})
+    for section in read_sections(path):
+        spec, who = _section_spec(path, section, nodes, every)
+        where = f"{path}: section '{section.name}'"
+        for name, value in section.params.items():
+            if name in spec:
+                check_value(spec[name], value, where)
+            elif not _declared_by_rclpy(name):
+                raise ParameterError(f"{where}: unknown parameter '{name}'"
+                                     f"{_hint(name, spec)} ({who})")
+
+
+def _section_spec(path: Path, section: Section, nodes: dict[str, list[Param]],
+                  every: dict[str, Param]) -> tuple[dict[str, Param], str]:
+    """The parameters a section may hold, and what to say about a name outside them."""
+    if section.for_any_node:
+        return every, "no crossspec node declares it"
+    if section.node not in nodes:
+        raise ParameterError(f"{path}: unknown node section '{section.name}'"
+                             f"{_hint(section.node, nodes)}; crossspec nodes: "
+                             f"{', '.join(sorted(nodes))}")
+    own = {p.name: p for p in RCLPY_PARAMS}
+    own.update({p.name: p for p in nodes[section.node]})
+    return own, f"node '{section.node}' declares no such name"
 
 
 def _hint(name: str, choices: Any) -> str:

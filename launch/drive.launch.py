@@ -1,6 +1,6 @@
 """ros2 launch crossspec drive.launch.py [bag:=PATH|live] [config:=YAML] [composed:=true|false]
     [drafter_model:=DIR] [draft_head:=DIR] [verifier_model:=DIR|HUB_ID] [device:=cpu|cuda]
-    [foxglove:=true] [rviz:=true] [rate:=1.0] [namespace:=NS]
+    [foxglove:=true] [rviz:=true] [rate:=1.0] [namespace:=NS] [exit_when_bag_ends:=true]
 
 The graph (which nodes, what runs them) is defined once in crossspec_ros/nodes/graph.py and
 shared with `crossspec drive`; this file only turns it into launch actions. composed:=true
@@ -8,11 +8,18 @@ shared with `crossspec drive`; this file only turns it into launch actions. comp
 thread and CUDA stream); composed:=false runs one process per node, talking only over topics
 (the distributed layout: the draft node could as well run on the robot).
 
-The nodes are lifecycle nodes. With composed:=false launch manages each one (configure, then
-activate once it is inactive); the composed process holds three nodes under one process and
-brings them up itself. Either way the bag player waits until all of them report active
-before its first message. `ros2 lifecycle set /crossspec_verifier deactivate` (and activate,
-cleanup...) works on them.
+The nodes are lifecycle nodes. With composed:=false launch manages each one: it configures
+it and activates it once that configure has finished (configuring -> inactive, once: a
+deactivate also ends in inactive and stays there; nodes/graph.py BRING_UP); the composed
+process holds three nodes under one process and brings them up itself. Either way the bag
+player waits until all of them report active before its first message. `ros2 lifecycle set
+/crossspec_verifier deactivate` (and activate, cleanup...) works on them.
+
+The parameter file is checked before any process starts (crossspec_ros/params.py), so a bad
+one ends the launch with one line instead of three nodes failing while the player waits.
+exit_when_bag_ends:=true shuts the launch down once the bag has been replayed and its last
+window captioned (nodes/graph.py bag_end_grace_s); by default the graph keeps running after
+the bag, as with `ros2 bag play`.
 """
 
 import shutil
@@ -25,7 +32,10 @@ from launch.actions import (
     LogInfo,
     OpaqueFunction,
     RegisterEventHandler,
+    Shutdown,
+    TimerAction,
 )
+from launch.event_handlers import OnProcessExit
 from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
@@ -34,12 +44,15 @@ from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
 
 from crossspec_ros.nodes.graph import (
+    BRING_UP,
     COMPOSED,
     EXECUTABLE,
     GRAPH,
+    bag_end_grace_s,
     default_config,
     node_parameters,
 )
+from crossspec_ros.params import check_param_file
 from crossspec_ros.paths import sample_bag
 
 ARGUMENTS = {
@@ -54,8 +67,12 @@ ARGUMENTS = {
     "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:8765"),
     "rviz": ("false", "start RViz with config/crossspec.rviz"),
     "namespace": ("", "namespace of every node and topic (two robots on one DDS domain)"),
+    "exit_when_bag_ends": ("false", "shut the launch down once the bag has been replayed and "
+                           "its last window captioned (false: the graph keeps running, as "
+                           "with ros2 bag play)"),
 }
 LIVE = ("live", "")  # bag values meaning: no replay, the cameras publish
+TRANSITION_IDS = {"activate": Transition.TRANSITION_ACTIVATE}
 
 
 def _namespace(context) -> str:
@@ -65,6 +82,7 @@ def _namespace(context) -> str:
 
 def _nodes(context, *_args, **_kwargs) -> list:
     get = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
+    check_param_file(get("config"), node_parameters())  # ParameterError: one line, no start
     use_sim_time = get("bag") not in LIVE
     overrides = {"use_sim_time": use_sim_time, "device": get("device"),
                  "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
@@ -90,15 +108,16 @@ def _nodes(context, *_args, **_kwargs) -> list:
                              arguments=[*spec.arguments, "--no-autostart"],
                              parameters=[get("config"), own(spec.name)], output="screen",
                              emulate_tty=True)
-        activate = EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
-                                               transition_id=Transition.TRANSITION_ACTIVATE))
-        actions += [
-            node,
-            RegisterEventHandler(OnStateTransition(target_lifecycle_node=node,
-                                                   goal_state="inactive",
-                                                   entities=[activate])),
-            EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
-                                        transition_id=Transition.TRANSITION_CONFIGURE))]
+        actions.append(node)
+        for rule in BRING_UP:  # once: the node's later transitions are the user's
+            follow_up = EmitEvent(event=ChangeState(
+                lifecycle_node_matcher=matches_action(node),
+                transition_id=TRANSITION_IDS[rule.transition]))
+            actions.append(RegisterEventHandler(OnStateTransition(
+                target_lifecycle_node=node, start_state=rule.start_state,
+                goal_state=rule.goal_state, entities=[follow_up], handle_once=True)))
+        actions.append(EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
+                                                   transition_id=Transition.TRANSITION_CONFIGURE)))
     return actions
 
 
@@ -113,7 +132,15 @@ def _replay(context, *_args, **_kwargs) -> list:
     namespace = _namespace(context)
     if namespace:  # the player's topics are relative: they move with the graph
         cmd += ["--namespace", namespace]
-    return [ExecuteProcess(cmd=cmd, output="screen")]
+    player = ExecuteProcess(cmd=cmd, output="screen")
+    if LaunchConfiguration("exit_when_bag_ends").perform(context).lower() != "true":
+        return [player]
+    grace_s = bag_end_grace_s(LaunchConfiguration("config").perform(context))
+    reason = "the bag has ended (exit_when_bag_ends:=true)"
+    return [player, RegisterEventHandler(OnProcessExit(target_action=player, on_exit=[
+        LogInfo(msg=f"crossspec: {reason}; shutting down in {grace_s:g} s, once its last "
+                "window is captioned"),
+        TimerAction(period=grace_s, actions=[Shutdown(reason=reason)])]))]
 
 
 def _rviz(context, *_args, **_kwargs) -> list:

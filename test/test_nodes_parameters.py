@@ -4,6 +4,8 @@ others are read-only; descriptors carry their ranges."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -42,10 +44,47 @@ def test_an_invalid_live_value_is_refused_with_the_startup_message(node):
     assert node.params["proposers"] == "draft_stream,draft_ngram,history_ngram,corpus_ngram"
 
 
-def test_a_value_outside_the_descriptor_range_is_refused(node):
+def test_a_value_outside_the_descriptor_range_gets_the_startup_message(node):
+    # issue 36, fault 11: rclpy checks a descriptor's range before any on-set callback and
+    # answered with its own "out of range" line, not the message the README promises
     [result] = node.set_parameters([Parameter("max_proposal", value=-1)])
-    assert not result.successful and "out of range" in result.reason
+    assert not result.successful
+    assert "'max_proposal' = -1 is invalid: must be >= 0" in result.reason
+    [result] = node.set_parameters([Parameter("temperature", value=1000.0)])
+    assert not result.successful
+    assert "'temperature' = 1000.0 is out of range: must be 0.0..100.0" in result.reason
+    assert result.reason.startswith("node 'crossspec_verifier' parameters: ")
     assert node.get_parameter("max_proposal").value == 24 and node.params["max_proposal"] == 24
+    [proposal] = node.describe_parameters(["max_proposal"])  # the range is still described
+    assert (proposal.integer_range[0].from_value, proposal.integer_range[0].to_value) == (0, 512)
+
+
+def test_ros2_param_set_over_the_service_gets_crossspecs_message_and_an_int_for_a_float(node):
+    # what `ros2 param set /crossspec_verifier temperature 2` sends: an INTEGER value
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter_client import AsyncParameterClient
+
+    caller = rclpy.create_node("crossspec_test_param_caller")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    executor.add_node(caller)
+    try:
+        client = AsyncParameterClient(caller, node.get_fully_qualified_name())
+        assert client.wait_for_services(timeout_sec=10.0)
+        future = client.set_parameters([Parameter("max_tree_nodes", value=5000),
+                                        Parameter("temperature", value=2),
+                                        Parameter("rgb_topic", value="other/image")])
+        executor.spin_until_future_complete(future, timeout_sec=10.0)
+        out_of_range, integer, read_only = future.result().results
+    finally:
+        executor.shutdown(timeout_sec=1.0)
+        caller.destroy_node()
+    assert not out_of_range.successful
+    assert "'max_tree_nodes' = 5000 is out of range: must be 0..4096" in out_of_range.reason
+    assert integer.successful, integer.reason
+    assert node.get_parameter("temperature").value == 2.0 and node.params["temperature"] == 2.0
+    assert isinstance(node.params["temperature"], float)
+    assert not read_only.successful and "read-only" in read_only.reason
 
 
 def test_a_live_engine_parameter_is_used_from_the_next_window(node):
@@ -79,5 +118,36 @@ def test_an_out_of_range_value_at_startup_gets_crossspecs_message():
             VizNode(parameter_overrides=[Parameter("annotate_every_n_frames", value=0)])
         with pytest.raises(ParameterError, match="'foxglove_port' = 70000 is invalid"):
             VizNode(parameter_overrides=[Parameter("foxglove_port", value=70000)])
+    finally:
+        rclpy.shutdown()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("fast", "'event_image_hz' must be a float, got 'fast' (a string)"),
+    (float("inf"), "'event_image_hz' = inf is not a finite number"),
+    ([1.0, 2.0], "'event_image_hz' must be a float, got [1.0, 2.0] (a list)"),
+])
+def test_a_wrong_type_at_startup_is_crossspecs_message_not_an_rclpy_exception(value, message):
+    # issue 36, fault 4: rclpy raised InvalidParameterTypeException (a 30-line traceback)
+    rclpy.init()
+    try:
+        with pytest.raises(ParameterError, match=re.escape(message)):
+            VizNode(parameter_overrides=[Parameter("event_image_hz", value=value)])
+    finally:
+        rclpy.shutdown()
+
+
+def test_an_int_for_a_float_parameter_is_taken_as_that_float_at_startup():
+    rclpy.init()
+    try:
+        node = VizNode(parameter_overrides=[Parameter("event_image_hz", value=5)])
+        try:
+            assert node.get_parameter("event_image_hz").value == 5.0
+            assert node.get_parameter("event_image_hz").type_ == Parameter.Type.DOUBLE
+            [described] = node.describe_parameters(["event_image_hz"])
+            assert described.type == Parameter.Type.DOUBLE.value and not described.dynamic_typing
+            assert described.floating_point_range[0].to_value == 100.0
+        finally:
+            node.destroy_node()
     finally:
         rclpy.shutdown()

@@ -41,7 +41,8 @@ def test_shipped_config_validates_and_documents_every_node_parameter():
 def test_validation_names_the_parameter_the_problem_and_the_fix():
     with pytest.raises(ParameterError, match=r"did you mean 'window_length_s'"):
         validate({"window_lenght_s": 1.0}, SYNC_PARAMS)
-    with pytest.raises(ParameterError, match=r"'frames_per_window' must be int, got 'x'"):
+    with pytest.raises(ParameterError,
+                       match=r"'frames_per_window' must be an integer, got 'x' \(a string\)"):
         validate({"frames_per_window": "x"}, SYNC_PARAMS)
     with pytest.raises(ParameterError, match=r"'frames_per_window' = 0 is invalid: must be >= 1"):
         validate({"frames_per_window": 0}, SYNC_PARAMS)
@@ -62,7 +63,7 @@ def test_broken_yaml_files_are_reported_with_their_path(tmp_path):
 
 # ---- parameter files: a name no node reads is an error, not a silent default -------------
 from crossspec_ros.nodes.graph import default_config, node_parameters  # noqa: E402
-from crossspec_ros.params import check_param_file  # noqa: E402
+from crossspec_ros.params import RCLPY_PARAMS, check_param_file  # noqa: E402
 
 
 def _file(tmp_path, text: str):
@@ -110,3 +111,199 @@ def test_every_command_refuses_a_misspelt_parameter_in_one_line(argv, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert "unknown parameter 'max_new_tokns' (did you mean 'max_new_tokens'?)" in err
     assert "\n" not in err
+
+
+# ---- issue 36, fault 4: one typed reading of parameter files, ROS 2's rules ---------------
+@pytest.mark.parametrize("line, message", [
+    ('window_length_s: "fast"', r"'window_length_s' must be a float, got 'fast' \(a string\)"),
+    ("max_new_tokens: 4.5", r"'max_new_tokens' must be an integer, got 4.5 \(a float\)"),
+    ("window_length_s: 1e999", r"'window_length_s' must be a float, got '1e999' \(a string\): "
+     r"a number beyond a double's range, which ROS 2 reads as text"),
+    ("window_length_s: .inf", r"'window_length_s' = inf is not a finite number"),
+    ("reorder_slack_s: nan", r"'reorder_slack_s' = nan is not a finite number"),
+    ("use_sim_time: 1", r"'use_sim_time' must be true or false, got 1 \(an integer\)"),
+    ("frames_per_window: 0x10000000000", r"'frames_per_window' = 1099511627776 is out of range"),
+])
+def test_a_wrong_value_in_a_file_names_file_section_parameter_expected_and_found(
+        tmp_path, line, message):
+    path = _file(tmp_path, f"/**:\n  ros__parameters:\n    {line}\n")
+    with pytest.raises(ParameterError, match=message) as refused:
+        check_param_file(path, node_parameters())
+    assert str(refused.value).startswith(f"{path}: section '/**': ")
+
+
+def test_an_int_for_a_float_is_that_float_and_numbers_are_typed_as_rcl_types_them(tmp_path):
+    path = _file(tmp_path, "/**:\n  ros__parameters:\n    window_length_s: 2\n"
+                           "    max_lateness_s: 1e0\n    frames_per_window: 010\n"
+                           "    adaptive: on\n    event_topic: '5'\n")
+    check_param_file(path, node_parameters())
+    values = load_yaml_params(path, "crossspec_verifier")
+    assert values == {"window_length_s": 2, "max_lateness_s": 1.0, "frames_per_window": 8,
+                      "adaptive": True, "event_topic": "5"}
+    params = validate(values, VERIFIER_NODE_PARAMS)
+    assert params["window_length_s"] == 2.0 and isinstance(params["window_length_s"], float)
+
+
+@pytest.mark.parametrize("argv", [["windows", "BAG", "--config", "FILE"],
+                                  ["drive", "--config", "FILE"],
+                                  ["node", "viz", "--ros-args", "--params-file", "FILE"]])
+def test_every_command_refuses_a_wrong_type_in_one_line(argv, tmp_path, capsys):
+    from crossspec_ros.cli.main import main
+    from crossspec_ros.paths import sample_bag
+
+    path = _file(tmp_path, "/**:\n  ros__parameters:\n    window_length_s: fast\n")
+    argv = [str(path) if a == "FILE" else str(sample_bag()) if a == "BAG" else a
+            for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{path}: section '/**': 'window_length_s' must be a float, got 'fast'" in err
+    assert "\n" not in err
+
+
+# ---- issue 36, fault 5: every section form rclpy accepts; nothing it would skip ----------
+@pytest.mark.parametrize("section", [
+    "/**", "/crossspec_verifier", "crossspec_verifier", "/**/crossspec_verifier",
+    "/*/crossspec_verifier", "/robot1/crossspec_verifier", "/robot1/*", "/*",
+    "/fleet/**/crossspec_verifier", "robot1:\n  crossspec_verifier",
+])
+def test_every_section_form_rclpy_accepts_is_accepted(tmp_path, section):
+    indent = "    " if "\n" in section else "  "
+    text = f"{section}:\n{indent}ros__parameters:\n{indent}  max_new_tokens: 8\n"
+    check_param_file(_file(tmp_path, text), node_parameters())
+
+
+@pytest.mark.parametrize("text, message", [
+    ("/crossspec_verifier:\n  max_new_tokens: 8\n",
+     r"section '/crossspec_verifier' has 'max_new_tokens' outside 'ros__parameters'"),
+    ("/crossspec_verifier: {}\n", r"section '/crossspec_verifier' has no 'ros__parameters'"),
+    ("/crossspec_verifier:\n", r"section '/crossspec_verifier' has no 'ros__parameters'"),
+    ("/robot1:\n  crossspec_verifier:\n    max_new_tokens: 8\n",
+     r"section '/robot1/crossspec_verifier' has 'max_new_tokens' outside"),
+    ("/crossspec-verifier:\n  ros__parameters:\n    max_new_tokens: 8\n",
+     r"section '/crossspec-verifier' is not a node name ROS 2 accepts"),
+    ("/robot1:\n  /crossspec_verifier:\n    ros__parameters:\n      max_new_tokens: 8\n",
+     r"section '/robot1//crossspec_verifier' is not a node name ROS 2 accepts: it repeats '/'"),
+    ("/**:\n  ros__parameters:\n    max_new_tokens:\n", r"'max_new_tokens' has no value"),
+    ("/robot1/crossspec_verfier:\n  ros__parameters:\n    max_new_tokens: 8\n",
+     r"unknown node section '/robot1/crossspec_verfier' \(did you mean 'crossspec_verifier'"),
+])
+def test_a_section_rclpy_would_skip_or_refuse_is_refused_saying_how_to_write_it(
+        tmp_path, text, message):
+    with pytest.raises(ParameterError, match=message):
+        check_param_file(_file(tmp_path, text), node_parameters())
+
+
+def test_sections_apply_by_namespace_and_a_later_section_wins_as_in_rclpy(tmp_path):
+    path = _file(tmp_path, "/crossspec_verifier:\n  ros__parameters:\n    max_new_tokens: 1\n"
+                           "/**:\n  ros__parameters:\n    max_new_tokens: 2\n"
+                           "/robot1/crossspec_verifier:\n  ros__parameters:\n"
+                           "    max_new_tokens: 3\n")
+    assert load_yaml_params(path, "crossspec_verifier") == {"max_new_tokens": 2}
+    assert load_yaml_params(path, "crossspec_verifier", "/robot1") == {"max_new_tokens": 3}
+    assert load_yaml_params(path, "crossspec_verifier", "robot2") == {"max_new_tokens": 2}
+
+
+RCLPY_PROBE = """/**:
+  ros__parameters:
+    a: 1e3
+    b: 0x10
+    c: "017"
+    d: 017
+    e: yes
+    f: 2.
+    g: 1e999
+    h: -.inf
+    i: 1_000
+    j: y
+    k: 99999999999999999999
+    m: 08
+    n: 0x1p3
+    o: 1e-999
+    p: ~
+    q: null
+    r: [1, 2]
+    s: !!str 12
+    nested:
+      x: 1
+/**/probe:
+  ros__parameters:
+    t: any_namespace
+/robot1/probe:
+  ros__parameters:
+    u: robot1
+robot2:
+  probe:
+    ros__parameters:
+      u: robot2
+/*/probe:
+  ros__parameters:
+    v: one_token
+/robot1/*:
+  ros__parameters:
+    w: any_node_in_robot1
+/robot1/**/probe:
+  ros__parameters:
+    x: robot1_or_below
+"""
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("namespace", ["/", "/robot1", "/robot2", "/robot1/arm", "/a/b"])
+def test_files_are_read_and_matched_exactly_as_rclpy_reads_and_matches_them(tmp_path,
+                                                                             namespace):
+    rclpy = pytest.importorskip("rclpy")
+    path = _file(tmp_path, RCLPY_PROBE)
+    rclpy.init(args=["--ros-args", "--params-file", str(path)])
+    try:
+        node = rclpy.create_node("probe", namespace=namespace,
+                                 automatically_declare_parameters_from_overrides=True)
+        own = {p.name for p in RCLPY_PARAMS}
+        by_rclpy = {name: param.value for name, param in node._parameters.items()
+                    if name not in own}
+        node.destroy_node()
+    finally:
+        rclpy.shutdown()
+    assert load_yaml_params(path, "probe", namespace) == by_rclpy
+
+
+@pytest.mark.ros
+def test_a_node_started_on_such_a_file_by_rclpy_takes_an_int_for_a_float(tmp_path):
+    # issue 36, fault 4 through rclpy itself (`crossspec node ... --params-file`, launch)
+    rclpy = pytest.importorskip("rclpy")
+    from crossspec_ros.nodes.viz_node import VizNode
+
+    path = _file(tmp_path, "/**/crossspec_viz:\n  ros__parameters:\n    event_image_hz: 5\n"
+                           "/robot1/crossspec_viz:\n  ros__parameters:\n"
+                           "    annotate_every_n_frames: 3\n")
+    check_param_file(path, node_parameters())
+    rclpy.init(args=["--ros-args", "--params-file", str(path)])
+    try:
+        node = VizNode(namespace="/robot1")
+        try:
+            assert node.params["event_image_hz"] == 5.0
+            assert node.get_parameter("event_image_hz").type_.name == "DOUBLE"
+            assert node.params["annotate_every_n_frames"] == 3
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("ros_args, message", [
+    (["-p", "event_image_hz:=fast"], "crossspec node viz: node 'crossspec_viz' parameters: "
+     "'event_image_hz' must be a float, got 'fast' (a string)"),
+    (["-p", "event_image_hz"], "crossspec node viz: ROS arguments refused: failed to "
+     "initialize rcl: Couldn't parse parameter override rule: '-p event_image_hz'"),
+])
+def test_a_node_refuses_a_bad_value_rclpy_hands_it_in_one_line(ros_args, message):
+    # past the file check: a -p value, or arguments rcl itself cannot parse
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "node", "viz",
+                           "--ros-args", *ros_args], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("[ERROR] [")]
+    assert len(ours) == 1 and ours[0].startswith(message), done.stderr

@@ -59,27 +59,33 @@ def run(args: argparse.Namespace) -> int:
 
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.nodes.graph import create_nodes, make_executor, tune_process_for_models
-    from crossspec_ros.params import ParameterError
 
     # Ctrl-C and SIGTERM (what launch sends) only set a flag: the spin loop ends within 0.1 s,
     # then the nodes stop their model workers while the ROS context is still valid. (Raising
     # from the handler landed inside the executor's dispatch; rclpy's own handler would
-    # invalidate the context under workers still publishing.)
+    # invalidate the context under workers still publishing.) Only the first signal counts:
+    # under launch a terminal's Ctrl-C comes twice (the terminal's and launch's).
     stopping, spinning = threading.Event(), threading.Event()
 
     def on_signal(*_: object) -> None:
+        first = not stopping.is_set()
         stopping.set()
-        if not spinning.is_set():  # still loading models: stop that at once
+        if first and not spinning.is_set():  # still loading models: stop that at once
             raise KeyboardInterrupt
 
-    rclpy.init(args=["crossspec", *args.ros_args],
-               signal_handler_options=SignalHandlerOptions.NO)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    tune_process_for_models()
     kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
     nodes: list = []
     try:
+        try:
+            rclpy.init(args=["crossspec", *args.ros_args],
+                       signal_handler_options=SignalHandlerOptions.NO)
+        except RuntimeError as err:  # rcl refused the ROS arguments (e.g. a -p it cannot parse)
+            print(f"crossspec node {args.kind}: ROS arguments refused: "
+                  f"{str(err).splitlines()[0]}", file=sys.stderr)
+            return 2
+        tune_process_for_models()
         nodes = create_nodes(kinds, use_overrides=False,
                              state="unconfigured" if "--no-autostart" in ours else "active")
         executor = make_executor()
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # while starting
         pass
     finally:
-        # launch forwards a terminal's Ctrl-C again: a second one must not abort the cleanup
+        # a later signal must not abort the cleanup, nor the exit after it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for node in nodes:

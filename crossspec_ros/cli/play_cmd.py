@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     player = None
     executor = SingleThreadedExecutor(context=context)
     interrupted = False
-    with sigterm_as_interrupt():  # around the cleanup too: a second signal cannot cut it
+    # around the cleanup too, and to the exit: a second signal can cut neither
+    with sigterm_as_interrupt(ends_process=True):
         try:
             player = _make_player(args, context)
             executor.add_node(player)

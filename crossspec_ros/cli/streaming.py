@@ -42,25 +42,33 @@ class JsonLinesFile:
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[dict[str, int]]:
+def sigterm_as_interrupt(ends_process: bool = False) -> Iterator[dict[str, int]]:
     """Within the block SIGINT and SIGTERM raise KeyboardInterrupt once, so one clean
     shutdown path serves both; after that both are ignored until the block ends, so the
-    cleanup is not cut short (launch forwards a terminal's Ctrl-C a second time). Yields
-    {"signal": number of the stop signal (0: none)} for the exit code."""
+    cleanup is not cut short (launch forwards a terminal's Ctrl-C a second time), and a
+    repeated signal does nothing. Then the handlers before the block come back, unless
+    ``ends_process`` and a signal stopped the block: the command is ending, and a repeated
+    signal after the block must not kill it on its way out (under ros2 launch a terminal's
+    Ctrl-C comes twice, the terminal's and launch's: a second one 10-150 ms after the first
+    killed `crossspec play` after its summary, exit -2). Yields {"signal": number of the
+    stop signal (0: none)} for the exit code."""
     caught = {"signal": 0}
 
     def stop(signum: int, _frame: Any) -> None:
+        if caught["signal"]:  # the same stop asked again: already on its way
+            return
+        caught["signal"] = signum
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        caught["signal"] = signum
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield caught
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if not (ends_process and caught["signal"]):
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def exit_code_for(caught: dict[str, int]) -> int:

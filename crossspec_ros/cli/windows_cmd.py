@@ -19,8 +19,6 @@ from crossspec_ros.params import (
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 from crossspec_ros.sync.window import Window
 
-NODE_NAME = "crossspec_windows"
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -29,8 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "window synchronizer and prints each window as it closes: id, time span, events by "
         "polarity, frames sampled (distinct), and flags (no_rgb, no_events, ...).")
     parser.add_argument("bag", help="ROS 2 bag directory or .mcap file")
-    parser.add_argument("--config", help="ROS parameter YAML (default: built-in defaults; see "
-                        "config/drive.yaml)")
+    parser.add_argument("--config", help="ROS parameter YAML, read as the verifier node reads "
+                        "it (default: built-in defaults; see config/drive.yaml)")
     parser.add_argument("--event-topic", help="event topic (default: the only EventPacket topic)")
     parser.add_argument("--rgb-topic", help="image topic (default: the only image topic)")
     parser.add_argument("--window-length", type=float, help="window length [s]")
@@ -40,12 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="[%(levelname)s] %(name)s: %(message)s")
-    from crossspec_ros.nodes.graph import node_parameters
+    from crossspec_ros.nodes.graph import node_parameters, spec
 
-    try:
+    try:  # the windows the verifier node would make: its sections of the file
         if args.config:
             check_param_file(args.config, node_parameters())
-        values = load_yaml_params(args.config, NODE_NAME) if args.config else {}
+        values = load_yaml_params(args.config, spec("verifier").name) if args.config else {}
         if args.window_length is not None:
             values["window_length_s"] = args.window_length
         params = validate(values, SYNC_PARAMS, where=args.config or "command line",

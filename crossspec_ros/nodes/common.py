@@ -15,9 +15,10 @@ from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from crossspec_ros.params import Param, ParameterError, validate
+from crossspec_ros.params import Param, ParameterError, check_value, validate
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
@@ -30,23 +31,49 @@ def declare_params(node: Node, spec: list[Param],
     values it was started with (ParameterError naming the node and the parameter), and keep
     validating at runtime: ``ros2 param set`` of a read-only parameter is refused by rclpy, a
     live one is checked like at startup and refused with the same message when invalid.
+    Integers given to float parameters are taken as floats, at startup (a file's
+    ``window_length_s: 2``) and at runtime (``ros2 param set ... temperature 2``).
     Returns the values; live changes update that dict in place, then call ``on_change`` with
     the changed names and values (executor thread)."""
     from rcl_interfaces.msg import SetParametersResult
 
     where = f"node '{node.get_name()}' parameters"
+    by_name = {param.name: param for param in spec}
     values = {}
-    for param in spec:
+    for param in spec:  # untyped first: rclpy would raise at `2` for a float, or at "fast"
         declared = node.declare_parameter(param.name, param.default,
                                           descriptor(param, final=False))
         values[param.name] = declared.value
     params = validate(values, spec, where=where)
-    for param in spec:  # range and read-only after our own check: rclpy's refusal says less
-        node.set_descriptor(param.name, descriptor(param))
-    ours = {param.name for param in spec}
+    for param in spec:  # then typed, ranged, read-only: the int given for a float is a float
+        value = Parameter(param.name, value=params[param.name]).get_parameter_value()
+        node.set_descriptor(param.name, descriptor(param), alternative_value=value)
+
+    def before_set(changes: list) -> list:
+        # rclpy checks the descriptors (type, range) before any on-set callback and says only
+        # "out of range". This runs first: an int for a float becomes the float, and a value
+        # crossspec refuses stands in the list as the current value (which passes rclpy's
+        # checks) until on_set refuses the change with crossspec's reason.
+        out = []
+        for change in changes:
+            param = by_name.get(change.name)
+            if param is None or change.type_ == Parameter.Type.NOT_SET or \
+                    node.describe_parameter(change.name).read_only:
+                out.append(change)  # rclpy's own answer (read-only) is the right one
+                continue
+            try:
+                value = check_value(param, change.value, where)
+            except ParameterError as err:
+                out.append(_RefusedChange(node.get_parameter(change.name), str(err)))
+                continue
+            out.append(Parameter(change.name, value=value))
+        return out
 
     def on_set(changes: list) -> Any:
-        changed = {p.name: p.value for p in changes if p.name in ours}
+        refused = [c.reason for c in changes if isinstance(c, _RefusedChange)]
+        if refused:
+            return SetParametersResult(successful=False, reason=refused[0])
+        changed = {p.name: p.value for p in changes if p.name in by_name}
         try:
             checked = validate({**params, **changed}, spec, where=where)
         except ParameterError as err:
@@ -56,20 +83,33 @@ def declare_params(node: Node, spec: list[Param],
             on_change(changed)
         return SetParametersResult(successful=True)
 
+    node.add_pre_set_parameters_callback(before_set)
     node.add_on_set_parameters_callback(on_set)
     return params
 
 
+class _RefusedChange(Parameter):
+    """A change crossspec refused, standing in a set_parameters list as the parameter's
+    current value; ``reason`` is what on_set answers."""
+
+    def __init__(self, current: Parameter, reason: str) -> None:
+        super().__init__(current.name, current.type_, current.value)
+        self.reason = reason
+
+
 def descriptor(param: Param, final: bool = True) -> Any:
     """The ROS ParameterDescriptor of ``param``: its doc and requirement, then (``final``)
-    whether it is read-only and its range."""
+    its type, whether it is read-only and its range. Not final: dynamically typed, so that
+    rclpy takes whatever value the node was started with and crossspec's check judges it."""
     from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-    from rclpy.parameter import Parameter
 
     out = ParameterDescriptor(description=param.doc, read_only=final and not param.live,
-                              additional_constraints=param.requirement,
-                              type=Parameter.Type.from_parameter_value(param.default).value)
-    bounds = param.range if final else None
+                              additional_constraints=param.requirement)
+    if not final:
+        out.dynamic_typing = True
+        return out
+    out.type = Parameter.Type.from_parameter_value(param.default).value
+    bounds = param.range
     if bounds is not None and param.type is int:
         out.integer_range = [IntegerRange(from_value=int(bounds[0]), to_value=int(bounds[1]),
                                           step=1)]

@@ -178,3 +178,49 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
             node.destroy_node()
         raise
     return nodes
+
+
+# -- what launch/drive.launch.py does around the graph: decided here, where it is tested
+#    without ROS 2 launch (not on PyPI), and used by the launch file as it stands
+
+@dataclass(frozen=True)
+class LifecycleFollowUp:
+    """A transition launch triggers when a node it manages reports ``start_state`` ->
+    ``goal_state`` on its transition_event topic (lifecycle_msgs State labels)."""
+
+    start_state: str
+    goal_state: str
+    transition: str  # a lifecycle_msgs Transition label
+
+
+# Launch configures each managed node and activates it once that configure has finished:
+# on configuring -> inactive, and only that once (launch_ros handle_once), so afterwards the
+# transitions are the user's (`ros2 lifecycle set`). A deactivate ends in "inactive" too
+# (deactivating -> inactive): matched on the goal state alone, launch re-activated a node the
+# user had just deactivated (issue 36, fault 9).
+BRING_UP = (LifecycleFollowUp("configuring", "inactive", "activate"),)
+
+
+def bring_up_follow_up(start_state: str, goal_state: str) -> str | None:
+    """The transition launch triggers when a node it is bringing up reports ``start_state``
+    -> ``goal_state``, or None (leave the node where it is)."""
+    for rule in BRING_UP:
+        if (rule.start_state, rule.goal_state) == (start_state, goal_state):
+            return rule.transition
+    return None
+
+
+# After the bag's last message the last window still closes (on the steady clock, at most
+# window_length_s + max_lateness_s later) and the verifier finishes its caption.
+CAPTION_FINISH_S = 5.0
+
+
+def bag_end_grace_s(config: str | Path | None) -> float:
+    """Seconds from the end of a bag replay until its last window has its final caption, for
+    the verifier node's parameters in ``config`` (None: the defaults): how long launch waits
+    before shutting down with ``exit_when_bag_ends:=true``."""
+    from crossspec_ros.params import VERIFIER_NODE_PARAMS, load_yaml_params, validate
+
+    values = load_yaml_params(config, spec("verifier").name) if config else {}
+    params = validate(values, VERIFIER_NODE_PARAMS, allow_unknown=True)
+    return params["window_length_s"] + params["max_lateness_s"] + CAPTION_FINISH_S
