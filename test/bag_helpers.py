@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from crossspec_ros.bags.sample import CAPTION_TYPE, GROUND_TRUTH_TOPIC, ground_truth_caption
 from crossspec_ros.bags.test_pattern import TestPattern
-from crossspec_ros.bags.writer import BagWriter, header, ns_to_time
+from crossspec_ros.bags.writer import BagWriter
 from crossspec_ros.events.encode import Evt3PacketEncoder
-
-CAPTION_TYPE = "crossspec/msg/Caption"
-GROUND_TRUTH_TOPIC = "/crossspec/ground_truth"
 
 
 def write_rgb_only_bag(path: Path, seconds: int = 2) -> Path:
@@ -37,12 +34,7 @@ def write_bag_with_ground_truth(path: Path, unreadable: set[int]) -> Path:
             for f in range(20):
                 stamp = t0 + f * 50_000_000
                 bag.write_rgb("/camera/image_raw", stamp, pattern.rgb(stamp), "camera")
-            msg = bag.store.types[CAPTION_TYPE](
-                header=header(t0 + 1_000_000_000, "truth"), window_id=t0 // 1_000_000_000,
-                epoch=0, window_start=ns_to_time(t0), window_end=ns_to_time(t0 + 1_000_000_000),
-                status=2, confirmed_text=f"pattern {k}", unconfirmed_text="", draft_text="",
-                draft_first_token_ms=math.nan, draft_done_ms=math.nan,
-                confirmed_first_ms=math.nan, confirmed_done_ms=math.nan, acceptance=math.nan)
+            msg = ground_truth_caption(bag.store, t0, t0 + 1_000_000_000, f"pattern {k}")
             data = bag.store.serialize_cdr(msg, CAPTION_TYPE)
             bag.write_raw(GROUND_TRUTH_TOPIC, CAPTION_TYPE, data[:20] if k in unreadable
                           else data, t0 + 1_000_000_000)

@@ -24,12 +24,13 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from crossspec_ros.bags.writer import BagWriter, header, ns_to_time
 from crossspec_ros.events.encode import Evt3PacketEncoder
-from crossspec_ros.sim.stream import DRIVE_START_NS, WINDOW_NS, Chunk, record
+from crossspec_ros.sim.stream import DRIVE_START_NS, WINDOW_NS, record
 
 EVENT_TOPIC = "/event_camera/events"
 RGB_TOPIC = "/camera/image_raw"
@@ -38,13 +39,14 @@ CAPTION_TYPE = "crossspec/msg/Caption"
 STATUS_FINAL = 2
 
 
-def _caption_msg(bag: BagWriter, chunk: Chunk):
+def ground_truth_caption(store: Any, t0: int, t1: int, text: str) -> Any:
+    """A FINAL crossspec/Caption of window [t0, t1) saying ``text`` (rosbags type ``store``),
+    as sample bags file their ground truth: no draft, no latencies."""
     nan = math.nan
-    return bag.store.types[CAPTION_TYPE](
-        header=header(chunk.t1, "crossspec_sim"), window_id=chunk.t0 // WINDOW_NS, epoch=0,
-        window_start=ns_to_time(chunk.t0), window_end=ns_to_time(chunk.t1),
-        status=STATUS_FINAL, confirmed_text=chunk.caption_verifier, unconfirmed_text="",
-        draft_text="",
+    return store.types[CAPTION_TYPE](
+        header=header(t1, "crossspec_sim"), window_id=t0 // WINDOW_NS, epoch=0,
+        window_start=ns_to_time(t0), window_end=ns_to_time(t1),
+        status=STATUS_FINAL, confirmed_text=text, unconfirmed_text="", draft_text="",
         draft_first_token_ms=nan, draft_done_ms=nan, confirmed_first_ms=nan,
         confirmed_done_ms=nan, acceptance=nan, unverified_reason=0, draft_state=0)
 
@@ -95,7 +97,9 @@ def _write(path: Path, seed: int, duration_s: float, storage: str, compress: boo
                     bag.write_event_packet(EVENT_TOPIC, item)
                 else:
                     bag.write_rgb(RGB_TOPIC, stamp, item, frame_id="camera")
-            bag.write(GROUND_TRUTH_TOPIC, CAPTION_TYPE, _caption_msg(bag, chunk), chunk.t1)
+            bag.write(GROUND_TRUTH_TOPIC, CAPTION_TYPE,
+                      ground_truth_caption(bag.store, chunk.t0, chunk.t1, chunk.caption_verifier),
+                      chunk.t1)
             counts["events"] += len(chunk.events)
             counts["event_packets"] += len(packets)
             counts["frames"] += len(chunk.frames)

@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     results: dict[tuple[str, int], list[dict]] = {}
     models: dict[str, Any] = {}
     stream = JsonLinesFile(args.json) if args.json else None
-    with sigterm_as_interrupt() as caught:
+    with sigterm_as_interrupt(ends_process=True) as caught:  # a repeated Ctrl-C too
         for number, (round_index, graph) in enumerate(order, 1):
             if args.compare:
                 print(f"crossspec drive: pass {number}/{len(order)} (round {round_index + 1}): "
