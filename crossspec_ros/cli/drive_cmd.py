@@ -41,7 +41,7 @@ class GraphPass:
     """One replay of the bag through one graph (``--compare`` runs three)."""
 
     name: str                      # in the terminal, the JSON rows ("pass") and the summary
-    kinds: tuple[str, ...]         # the graph's nodes (the viz node is added to every pass)
+    kinds: tuple[str, ...]         # the graph's nodes (crossspec's also runs the viz node)
     verifier_params: dict[str, Any] = field(default_factory=dict)
     about: str = ""
 
@@ -321,7 +321,9 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     config = args.config or default_config()
     viz = {"foxglove": args.foxglove, "foxglove_port": args.foxglove_port,
            "record_bag": str(args.record or "")}
-    kinds = graph.kinds + (() if args.no_viz else ("viz",))
+    # the viz node is crossspec's: it runs beside crossspec's graph only, never slowing a
+    # baseline (and --record / --foxglove show the crossspec pass)
+    kinds = graph.kinds + (() if args.no_viz or graph is not CROSSSPEC else ("viz",))
     monitor = DriveMonitor(on_row=on_row, label=label)
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
