@@ -13,3 +13,6 @@ os.environ["ROS_DOMAIN_ID"] = os.environ.get(
     "CROSSSPEC_TEST_DOMAIN_ID", str(random.SystemRandom().randint(1, 101))
 )
 os.environ.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "1")
+# Nodes and commands step their models eager (the static runtime uncompiled): compiling costs
+# seconds per shape; the tests of compiled steps lift this themselves.
+os.environ.setdefault("CROSSSPEC_NO_COMPILE", "1")

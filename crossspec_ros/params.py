@@ -183,6 +183,24 @@ MODEL_PARAMS = [
           "none, 4bit or 8bit"),
 ]
 
+RUNTIME_PARAMS = [
+    Param("runtime", "static", "how the language models step: static (KV caches allocated "
+          "once, fixed-shape steps, compiled with the parameter compile; rollback is a "
+          "position counter) or transformers (the model's own forward with a DynamicCache "
+          "per window; checks proposal trees in one pass, exact only where the kernels do "
+          "not change with the pass's size)", one_of("static", "transformers"),
+          "static or transformers"),
+    Param("compile", True, "static runtime: compile the steps at configure (torch.compile: "
+          "inductor on CPU, CUDA graphs on a GPU; kernels cached on disk, "
+          "TORCHINDUCTOR_CACHE_DIR, default ~/.cache/crossspec/inductor)"),
+    Param("step_rows", 32, "static runtime, verifier: rows of every pass after the prompt: "
+          "one-token decoding and verification run this one shape, so the confirmed caption "
+          "is bit for bit the same runtime's own greedy output in any dtype; the first "
+          "proposal rides in the question's pass, so it holds the question's tail and most "
+          "of a caption (1: the fastest plain decoder, nothing to verify)", positive, ">= 1",
+          bounds=(1, 512)),
+]
+
 # the engine's proposers (speculative/adaptive.py says what each proposes)
 PROPOSERS = ("draft_stream", "draft_ngram", "history_ngram", "corpus_ngram", "draft_head")
 
@@ -269,7 +287,8 @@ FOXGLOVE_PARAMS = [
           "this rosbag2 directory (MCAP, on the graph's clock; empty: no)"),
 ]
 
-DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *ENGINE_PARAMS, *TOPIC_PARAMS]
+DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *RUNTIME_PARAMS, *ENGINE_PARAMS,
+                     *TOPIC_PARAMS]
 VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
 VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS]  # + FOXGLOVE_PARAMS
 

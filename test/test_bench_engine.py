@@ -106,3 +106,22 @@ def test_a_4bit_pair_runs_every_mode_losslessly_and_reports_the_verifier_costs()
     assert (f"prefill {alone['verifier_prefill_ms_median']:.2f} ms, then "
             f"{alone['decode_ms_per_pass_median']:.2f} ms per decoded token") in \
         markdown_table(report)
+
+
+def test_on_the_static_runtime_the_modes_equal_its_plain_decoding_beside_todays_runtime():
+    from crossspec_ros.models.static_runtime import RuntimeOptions
+
+    verifier, drafter, _ = tiny_random_pair("cpu")
+    report = run_engine_bench(verifier, drafter, pattern_windows(3), max_new_tokens=6,
+                              warmup=1, prompt_lookup=False, live=True, oracle_acceptances=(),
+                              runtime=RuntimeOptions(compile=False, step_rows=(8,)),
+                              log=lambda _: None)
+    modes = report["modes"]
+    assert {"verifier_alone", "verifier_alone_exact", "crossspec", "crossspec_live",
+            "crossspec_live_transformers"} <= set(modes)
+    assert "verifier_alone_compiled" not in modes  # nothing compiled: the eager baseline
+    assert report["baseline"] == "verifier_alone" and report["lossless"] is True
+    assert "steps of 8 rows" in report["runtime"]
+    assert modes["verifier_alone_exact"]["decode_ms_per_pass_median"] > 0
+    assert "Runtime of the speculative modes: video-llava: static runtime" in \
+        markdown_table(report)

@@ -23,9 +23,58 @@ from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
 
 HEAD_PROPOSERS = ("history_ngram", "corpus_ngram", "draft_head")  # the crossspec_head modes
-# paired baselines of every mode (history_only and live_alone when they ran): live_alone is
-# the live graph without speculation, so crossspec_live over it is what speculation adds there
-BASELINES = ("verifier_alone", "hf_generate", "history_only", "live_alone")
+# paired baselines of every mode (those that ran): verifier_alone_compiled is the fastest plain
+# decoder (what a user would run instead), verifier_alone today's eager one; live_alone is the
+# live graph without speculation, so crossspec_live over it is what speculation adds there
+BASELINES = ("verifier_alone_compiled", "verifier_alone", "hf_generate", "history_only",
+             "live_alone")
+
+
+@dataclass
+class BenchRuntimes:
+    """The models a run steps, per runtime: ``verifier``/``drafter`` are what the speculative
+    modes run on (the static runtime, unless ``--runtime transformers``); ``eager_*`` the
+    transformers runtime (hf_generate, verifier_alone and crossspec_live_transformers: today's
+    path); ``plain`` the fastest plain decoder, a compiled static runtime of one-row steps
+    (None without compiling)."""
+
+    verifier: CaptionModel
+    drafter: CaptionModel | None
+    eager_verifier: CaptionModel
+    eager_drafter: CaptionModel | None
+    plain: CaptionModel | None = None
+
+    @property
+    def static(self) -> bool:
+        return self.verifier.runtime is not None
+
+
+def bench_runtimes(verifier: CaptionModel, drafter: CaptionModel | None,
+                   options: Any, max_new_tokens: int, log: Any = print) -> BenchRuntimes:
+    """The runtimes of a run (``options``: static_runtime.RuntimeOptions of the verifier, or
+    None: everything on the transformers runtime), built and warmed up (compiled) here, before
+    any window is timed."""
+    from crossspec_ros.models.static_runtime import DRAFTER_STEP_ROWS, RuntimeOptions
+
+    eager_verifier = verifier.with_runtime(None)
+    eager_drafter = drafter.with_runtime(None) if drafter is not None else None
+    if options is None:
+        return BenchRuntimes(eager_verifier, eager_drafter, eager_verifier, eager_drafter)
+    t0 = time.perf_counter()
+    static = verifier.with_runtime(None)
+    static.use_static_runtime(options, max_new_tokens)
+    static_drafter = None
+    if drafter is not None:
+        static_drafter = drafter.with_runtime(None)
+        static_drafter.use_static_runtime(
+            RuntimeOptions(compile=options.compile, step_rows=DRAFTER_STEP_ROWS), max_new_tokens)
+    plain = None
+    if options.compile:
+        plain = verifier.with_runtime(None)
+        plain.use_static_runtime(RuntimeOptions(compile=True, step_rows=(1,)), max_new_tokens)
+    log(f"runtimes ready in {time.perf_counter() - t0:.1f} s: {static.runtime.describe()}"
+        + (f"; {plain.runtime.describe()}" if plain is not None else ""))
+    return BenchRuntimes(static, static_drafter, eager_verifier, eager_drafter, plain)
 
 
 @dataclass
@@ -144,13 +193,15 @@ class ModeRun:
     latency_ms: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)         # caption length per window
     stats: list[WindowStats] = field(default_factory=list)
-    lossless: list[bool] = field(default_factory=list)
+    lossless: list[bool] = field(default_factory=list)   # equal to its runtime's plain decoding
+    same_as_hf: list[bool] = field(default_factory=list)  # equal to transformers' generate
 
     def add(self, tokens: list[int], latency_ms: float, stats: WindowStats | None,
-            reference: list[int]) -> None:
+            reference: list[int], hf_reference: list[int] | None = None) -> None:
         self.latency_ms.append(latency_ms)
         self.tokens.append(len(tokens))
         self.lossless.append(tokens == reference)
+        self.same_as_hf.append(tokens == (reference if hf_reference is None else hf_reference))
         if stats is not None:
             self.stats.append(stats)
 
@@ -232,7 +283,7 @@ def live_runner(verifier: Any, engine: SpeculativeEngine) -> Runner:
     return run
 
 
-def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: EngineConfig,
+def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
                  oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
                  distilled: CaptionModel | None = None,
                  processes: dict[str, DrafterProcess] | None = None,
@@ -242,9 +293,11 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
     """name -> runner(window) -> (tokens, latency ms, engine stats or None). The crossspec
     modes read ``corpus`` (the verifier's captions of other drives, proposer corpus_ngram);
     history_only, draft_only and the oracles do not. ``free_oracles`` adds oracles that run
-    no drafter at all (their drafts are there at once): the acceptance alone, no pace."""
+    no drafter at all (their drafts are there at once): the acceptance alone, no pace.
+    The speculative modes run on ``runtimes.verifier`` (see ``RUNTIME_REFERENCE``)."""
+    verifier, drafter = runtimes.verifier, runtimes.drafter
     max_new = config.max_new_tokens
-    plain = SpeculativeEngine(verifier, None, config)
+    plain = SpeculativeEngine(runtimes.eager_verifier, None, config)
 
     def crossspec(drafter: CaptionModel | None, cfg: EngineConfig = config,
                   head: Any = None) -> SpeculativeEngine:
@@ -280,14 +333,21 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
     def variant(**changes: Any) -> EngineConfig:
         return EngineConfig(**{**config.__dict__, **changes})
 
+    eager = runtimes.eager_verifier
     runners: dict[str, Runner] = {
         "hf_generate": lambda w: timed(
-            lambda: verifier.reference_generate(verifier.prepare(w), max_new)),
+            lambda: eager.reference_generate(eager.prepare(w), max_new)),
         "verifier_alone": alone,
     }
+    if runtimes.plain is not None:
+        runners["verifier_alone_compiled"] = engine_runner_alone(
+            SpeculativeEngine(runtimes.plain, None, config), max_new)
+    if runtimes.static:  # the plain greedy decoding the speculative modes equal bit for bit
+        runners["verifier_alone_exact"] = engine_runner_alone(
+            SpeculativeEngine(verifier, None, config), max_new)
     if prompt_lookup:
         runners["prompt_lookup"] = lambda w: timed(
-            lambda: prompt_lookup_generate(verifier, verifier.prepare(w), max_new, lookup_k))
+            lambda: prompt_lookup_generate(eager, eager.prepare(w), max_new, lookup_k))
     runners["history_only"] = engine_runner(SpeculativeEngine(
         verifier, None, variant(proposers=("history_ngram",))))
     oracles: dict[str, OracleDrafter] = {}
@@ -334,11 +394,32 @@ def make_runners(verifier: CaptionModel, drafter: CaptionModel | None, config: E
         runners["live_alone"] = live_runner(verifier, SpeculativeEngine(
             verifier, None, variant(max_proposal=0)))
         runners["crossspec_live"] = live_runner(verifier, crossspec(drafter))
+        if runtimes.static:  # today's runtime, for the static runtime's gain in the graph
+            runners["crossspec_live_transformers"] = live_runner(eager, SpeculativeEngine(
+                eager, runtimes.eager_drafter, config, corpus=corpus))
     return runners, oracles
+
+
+# which plain decoding a mode's caption must equal, token for token: the modes on the static
+# runtime equal its own plain decoding (verifier_alone_exact) bit for bit; the others,
+# transformers' generate
+RUNTIME_REFERENCE = "verifier_alone_exact"
+EAGER_MODES = ("hf_generate", "verifier_alone", "verifier_alone_compiled", "prompt_lookup",
+               "crossspec_live_transformers")
+
+
+def engine_runner_alone(engine: SpeculativeEngine, max_new: int) -> Runner:
+    """The engine's verifier decoding plainly, one token per pass, on its runtime."""
+    def run(window: Any) -> tuple[list[int], float, WindowStats]:
+        stats = WindowStats()
+        tokens = engine.verifier_only(window, max_new, stats)
+        return tokens, stats.confirmed_done_ms, stats
+    return run
 
 
 def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      windows: list[Any], *, max_new_tokens: int, max_proposal: int = 24,
+                     runtime: Any = None,
                      oracle_acceptances: tuple[float, ...] = (), lookup_k: int = 4,
                      prompt_lookup: bool = True, warmup: int = 2,
                      log: Any = print, distilled: CaptionModel | None = None,
@@ -347,6 +428,8 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      live: bool = False, corpus: Sequence[Sequence[int]] = (),
                      free_oracles: bool = False, settle: bool = False) -> dict[str, Any]:
     """Run every mode on every window, in a fresh order per window; returns the report dict.
+    ``runtime``: the static_runtime.RuntimeOptions the speculative modes' verifier runs on
+    (None: the transformers runtime; ``bench_runtimes``).
     ``settle``: once every mode's engine is built, take the heap out of the collector's full
     walks (``process_tuning.settle_heap``), as the graph's nodes do after configuring: the
     engines' caption-corpus tries alone once cost a full collection of 120-150 ms in a
@@ -354,7 +437,8 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
-    runners, oracles = make_runners(verifier, drafter, config, oracle_acceptances, lookup_k,
+    runtimes = bench_runtimes(verifier, drafter, runtime, max_new_tokens, log)
+    runners, oracles = make_runners(runtimes, config, oracle_acceptances, lookup_k,
                                     prompt_lookup, distilled, processes, head, live, corpus,
                                     free_oracles)
     if settle:
@@ -365,9 +449,12 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     t_start = time.perf_counter()
     with CollectorPauses() as collector:
         for index, window in enumerate(windows):
-            reference = verifier.reference_generate(verifier.prepare(window), max_new_tokens)
+            eager = runtimes.eager_verifier
+            reference = eager.reference_generate(eager.prepare(window), max_new_tokens)
+            exact = runtimes.verifier.generate_greedy(runtimes.verifier.prepare(window),
+                                                      max_new_tokens)
             for oracle in oracles.values():
-                oracle.set_reference(int(window.id), reference)
+                oracle.set_reference(int(window.id), exact)
             # Shuffled, not rotated: in a rotation a mode always follows the same one, and
             # the mode after a drafter's found the caches cold on every window (2-3 ms).
             results = {mode: runners[mode](window)
@@ -377,11 +464,14 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                 log(f"window {index + 1}/{len(windows)}: warm-up, not counted ({elapsed:.0f} s)")
                 continue
             for mode, (tokens, latency, stats) in results.items():
-                runs[mode].add(tokens, latency, stats, reference)
+                runs[mode].add(tokens, latency, stats,
+                               reference if mode in EAGER_MODES else exact, reference)
             log(f"window {index + 1}/{len(windows)}: " + ", ".join(
                 f"{m} {results[m][1]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
     report = summarize(runs, max_new_tokens, len(windows) - warmup)
     report["collector_pauses"] = collector.summary()
+    report["runtime"] = runtimes.verifier.runtime.describe() if runtimes.static else \
+        "transformers (eager, a DynamicCache per window)"
     return report
 
 
@@ -392,9 +482,13 @@ def paired(baseline: list[float], mode: list[float]) -> dict[str, float | None]:
 
 
 def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> dict[str, Any]:
+    # the paired speedups are against the fastest plain decoder that ran: the compiled one
+    # when the run compiled (what a user would run instead), else today's eager one
+    main = "verifier_alone_compiled" if "verifier_alone_compiled" in runs \
+        else "verifier_alone"
     report: dict[str, Any] = {"windows": windows, "max_new_tokens": max_new_tokens,
-                              "modes": {}}
-    alone = runs["verifier_alone"]
+                              "baseline": main, "modes": {}}
+    alone = runs[main]  # prefill slowdowns and the ceiling: against the baseline
     alone_prefill = [s.verifier_prefill_ms for s in alone.stats]
     for mode, run in runs.items():
         entry: dict[str, Any] = {
@@ -404,20 +498,22 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
             if sum(run.latency_ms) > 0 else None,
             "lossless": all(run.lossless),
             "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
+            "same_as_hf_generate": f"{sum(run.same_as_hf)}/{len(run.same_as_hf)}",
             "latency_ms_per_window": [round(x, 2) for x in run.latency_ms],
         }
         for baseline in (b for b in BASELINES if b in runs):
             entry[f"paired_speedup_vs_{baseline}"] = paired(runs[baseline].latency_ms,
                                                             run.latency_ms)
-        entry["paired_speedup_median"] = entry["paired_speedup_vs_verifier_alone"]["median"]
+        entry["paired_speedup_median"] = entry[f"paired_speedup_vs_{main}"]["median"]
         # kept for readers of earlier reports: the ratio of the medians (not paired)
-        alone_ms, mode_ms = summaries.median(alone.latency_ms), summaries.median(run.latency_ms)
+        alone_ms = summaries.median(runs[main].latency_ms)
+        mode_ms = summaries.median(run.latency_ms)
         entry["speedup_median"] = summaries.rounded(alone_ms / mode_ms, 3) \
             if alone_ms and mode_ms else None
         if run.stats:
             entry.update(_engine_summary(run.stats, alone_prefill))
         report["modes"][mode] = entry
-    main = report["modes"]["crossspec"]
+    crossspec = report["modes"]["crossspec"]
     # Speculation only removes decoding: with every token confirmed for free a window would
     # still take the verifier's preparation and prefill. The most any mode could reach:
     ceiling = [s.confirmed_done_ms / (s.verifier_prepare_ms + s.verifier_prefill_ms)
@@ -425,10 +521,10 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
     report.update({
         "ceiling_speedup_median": _round(summaries.percentile(ceiling, 50)),
         "lossless": all(m["lossless"] for m in report["modes"].values()),
-        "speedup_median": main["speedup_median"],
-        "paired_speedup_median": main["paired_speedup_median"],
-        "draft_first_token_ms_p95": main.get("draft_first_token_ms_p95"),
-        "acceptance": main.get("acceptance"),
+        "speedup_median": crossspec["speedup_median"],
+        "paired_speedup_median": crossspec["paired_speedup_median"],
+        "draft_first_token_ms_p95": crossspec.get("draft_first_token_ms_p95"),
+        "acceptance": crossspec.get("acceptance"),
     })
     live = report["modes"].get("crossspec_live", {}).get("paired_speedup_vs_live_alone")
     if live is not None:  # speculation's own share in the live graph (both prefill live)
@@ -484,11 +580,16 @@ def _round(x: float | None) -> float | None:
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The report as the Markdown table the README quotes."""
+    base = report.get("baseline", "verifier_alone")
     lines = [
         f"{report.get('models', '')}, {report.get('device', '')}, "
         f"{report['windows']} windows of {report.get('bag', '')}, max {report['max_new_tokens']}"
         f" new tokens, {report.get('torch_threads', '?')} torch thread(s), "
         f"{report.get('date', '')}, {report.get('machine', '')}",
+        "",
+        f"Runtime of the speculative modes: {report.get('runtime', '')}. lossless: the caption "
+        "equals the plain greedy decoding on the mode's own runtime (verifier_alone_exact for "
+        "the static runtime's modes, transformers' generate for the others).",
         "",
         f"Ceiling (verifier alone over its preparation + prefill, the speedup if every "
         f"caption token came free): median {_cell(report.get('ceiling_speedup_median'), 'x')}"
@@ -497,33 +598,41 @@ def markdown_table(report: dict[str, Any]) -> str:
         *_verifier_costs(report),
         *_collector_line(report),
         *_against_history(report),
-        "| mode | median ms | p95 ms | paired speedup vs verifier_alone (IQR) "
-        "| vs hf_generate | passes/window | accepted/pass | prefill slowdown "
-        "| lossless |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+        f"| mode | median ms | p95 ms | paired speedup vs {base} (IQR) | vs verifier_alone "
+        "| vs hf_generate | ms per pass | passes/window | accepted/pass | prefill slowdown "
+        "| lossless | same as hf_generate |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for mode, r in report["modes"].items():
-        alone = r["paired_speedup_vs_verifier_alone"]
-        hf = r["paired_speedup_vs_hf_generate"]
+        main = r[f"paired_speedup_vs_{base}"]
         lines.append(
             f"| {mode} | {summaries.shown(r['latency_ms_median'])} "
             f"| {summaries.shown(r['latency_ms_p95'])} "
-            f"| **{_ratio(alone['median'])}** ({_ratio(alone['q25'], '')}-"
-            f"{_ratio(alone['q75'], '')}) "
-            f"| {_ratio(hf['median'])} | {_cell(r.get('passes_per_window'))} "
+            f"| **{_ratio(main['median'])}** ({_ratio(main['q25'], '')}-"
+            f"{_ratio(main['q75'], '')}) "
+            f"| {_ratio(r['paired_speedup_vs_verifier_alone']['median'])} "
+            f"| {_ratio(r['paired_speedup_vs_hf_generate']['median'])} "
+            f"| {_cell(r.get('decode_ms_per_pass_median'))} "
+            f"| {_cell(r.get('passes_per_window'))} "
             f"| {_cell(r.get('accepted_per_pass'))} "
-            f"| {_cell(r.get('prefill_slowdown_median'), 'x')} | {r['lossless_windows']} |")
+            f"| {_cell(r.get('prefill_slowdown_median'), 'x')} | {r['lossless_windows']} "
+            f"| {r.get('same_as_hf_generate', '')} |")
     return "\n".join(lines) + "\n"
 
 
 def _verifier_costs(report: dict[str, Any]) -> list[str]:
-    alone = report["modes"]["verifier_alone"]
-    if alone.get("verifier_prefill_ms_median") is None:
-        return []
-    return [f"Verifier alone, medians per window: preparation "
-            f"{_cell(alone['verifier_prepare_ms_median'], ' ms')}, prefill "
-            f"{_cell(alone['verifier_prefill_ms_median'], ' ms')}, then "
-            f"{_cell(alone['decode_ms_per_pass_median'], ' ms')} per decoded token.", ""]
+    lines = []
+    for mode, what in (("verifier_alone", "eager (transformers, DynamicCache)"),
+                       ("verifier_alone_compiled", "compiled (static runtime, one-row steps)"),
+                       ("verifier_alone_exact", "on the speculative modes' runtime")):
+        alone = report["modes"].get(mode)
+        if alone is None or alone.get("verifier_prefill_ms_median") is None:
+            continue
+        lines.append(f"Verifier alone, {what}, medians per window: preparation "
+                     f"{_cell(alone['verifier_prepare_ms_median'], ' ms')}, prefill "
+                     f"{_cell(alone['verifier_prefill_ms_median'], ' ms')}, then "
+                     f"{_cell(alone['decode_ms_per_pass_median'], ' ms')} per decoded token.")
+    return [*lines, ""] if lines else []
 
 
 def _collector_line(report: dict[str, Any]) -> list[str]:
@@ -575,17 +684,16 @@ def plot(report: dict[str, Any], runs_path: Path, title: str) -> None:
     ax1.set_xticks(xs, modes, rotation=30, ha="right")
     ax1.set_ylabel("confirmed caption latency [ms]")
     ax1.legend()
-    med = [_bar(r[m]["paired_speedup_vs_verifier_alone"]["median"]) for m in modes]
-    low = [med[i] - _bar(r[m]["paired_speedup_vs_verifier_alone"]["q25"])
-           for i, m in enumerate(modes)]
-    high = [_bar(r[m]["paired_speedup_vs_verifier_alone"]["q75"]) - med[i]
-            for i, m in enumerate(modes)]
+    key = f"paired_speedup_vs_{report.get('baseline', 'verifier_alone')}"
+    med = [_bar(r[m][key]["median"]) for m in modes]
+    low = [med[i] - _bar(r[m][key]["q25"]) for i, m in enumerate(modes)]
+    high = [_bar(r[m][key]["q75"]) - med[i] for i, m in enumerate(modes)]
     ax2.bar(xs, med, 0.6, yerr=[low, high], capsize=4, color="tab:green")
     ax2.axhline(1.0, color="grey", lw=0.8)
     for x, v in zip(xs, med, strict=True):
         ax2.annotate(f"{v:.2f}x", (x, v), ha="center", va="bottom", fontsize=8)
     ax2.set_xticks(xs, modes, rotation=30, ha="right")
-    ax2.set_ylabel("paired speedup vs verifier_alone (IQR)")
+    ax2.set_ylabel(f"paired speedup vs {report.get('baseline', 'verifier_alone')} (IQR)")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(runs_path, dpi=110)

@@ -5,7 +5,14 @@ Modes (every one on every window; the order is shuffled per window (seeded) so d
 and cache warmth hit all alike; the first ``--warmup`` windows run but are not counted; the
 process has the thread settings of the live graph, ``process_tuning``):
   hf_generate      transformers ``generate`` on the verifier: what a user would write instead
-  verifier_alone   crossspec's plain greedy loop (one forward per token)
+  verifier_alone   crossspec's plain greedy loop (one forward per token) on the transformers
+                   runtime (eager, a DynamicCache per window): today's path
+  verifier_alone_compiled
+                   the same loop on a compiled static runtime of one-row steps: the fastest
+                   plain decoder, the baseline of the paired speedups (with compiling)
+  verifier_alone_exact
+                   the same loop on the speculative modes' runtime (static, every pass
+                   ``--step-rows`` rows): the captions those modes equal bit for bit
   prompt_lookup    transformers prompt-lookup decoding (``prompt_lookup_num_tokens``). Video-
                    LLaVA's generate re-sends the video pixels on assisted steps and fails
                    (transformers 5.23), so the merged prompt embeddings are passed instead
@@ -25,6 +32,8 @@ process has the thread settings of the live graph, ``process_tuning``):
                    the close, as the graph measures it
   crossspec_live   the same with crossspec's default policy: what the live graph runs;
                    paired against live_alone too (speculation's share there)
+  crossspec_live_transformers
+                   crossspec_live on the transformers runtime: the static runtime's gain
   crossspec_process
                    the default policy with the drafter in a process of its own, as the
                    graph's draft node runs it (CPU, bundled pair; full-size with
@@ -87,6 +96,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="4bit: both models' layers in NF4 (bitsandbytes; the output head "
                         "kept), as crossspec loads 4-bit checkpoints (default none; a "
                         "--distilled drafter stays unquantized)")
+    parser.add_argument("--runtime", choices=("static", "transformers"), default="static",
+                        help="the speculative modes' runtime (node parameter runtime; default "
+                        "static)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="static runtime: eager steps (no verifier_alone_compiled)")
+    parser.add_argument("--step-rows", type=int, default=32,
+                        help="static runtime: rows of every verifier pass (node parameter "
+                        "step_rows; default 32)")
     parser.add_argument("--bag", type=Path, default=sample_bag(),
                         help="bag whose windows are decoded (default: the sample bag; "
                         "'pattern' for moving test patterns)")
@@ -122,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
     if args.windows < args.warmup + 1 or args.warmup < 0 or args.max_new_tokens < 1:
         print("crossspec bench engine: need --windows > --warmup >= 0 and --max-new-tokens "
               ">= 1", file=sys.stderr)
+        return 2
+    if args.step_rows < 1:
+        print("crossspec bench engine: --step-rows must be >= 1", file=sys.stderr)
         return 2
     if args.drafter_process and args.models != "full-size":
         print("crossspec bench engine: --drafter-process is for --models full-size (the "
@@ -164,24 +184,27 @@ def run(args: argparse.Namespace) -> int:
 
         head = load_head(args.head, device=device)
     processes: dict[str, DrafterProcess] = {}
+    # a drafter process steps its drafter on the drafter's runtime of the run
+    child = {"runtime": _runtime_options(args, "drafter"), "max_new_tokens": args.max_new_tokens}
     if args.drafter_process and args.models == "full-size":
         from crossspec_ros.models.pair import FULL_SIZE_RANDOM
 
         processes[""] = DrafterProcess(FULL_SIZE_RANDOM, device=device, dtype=args.dtype,
-                                       quantization=args.quantization)
+                                       quantization=args.quantization, **child)
     if args.models == "bundled" and device == "cpu":
         from crossspec_ros.models.pair import BUNDLED_PAIR
 
-        processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"))
+        processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"), **child)
         if args.distilled is not None:
-            processes["_distilled"] = DrafterProcess(str(args.distilled))
+            processes["_distilled"] = DrafterProcess(str(args.distilled), **child)
         if args.head is not None:  # the drafter whose window state the head reads
-            processes["_head"] = DrafterProcess(head_drafter_source(args.head))
+            processes["_head"] = DrafterProcess(head_drafter_source(args.head), **child)
     corpus = _corpus(args.caption_corpus, verifier)
     try:
         report = bench.run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
-            distilled=distilled, processes=processes, head=head, live=args.live,
+            runtime=_runtime_options(args), distilled=distilled, processes=processes,
+            head=head, live=args.live,
             corpus=corpus.captions if corpus else (),
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
             free_oracles=args.free_oracles,
@@ -200,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     table = bench.markdown_table(report)
     print(table)
     live = report.get("paired_speedup_live")
-    print(f"lossless: {report['lossless']}  paired speedup (crossspec vs verifier_alone): "
+    print(f"lossless: {report['lossless']}  paired speedup (crossspec vs {report['baseline']}): "
           f"{shown(report['paired_speedup_median'], '.2f', 'x')}"
           + (f"  (crossspec_live vs live_alone): {shown(live, '.2f', 'x')}"
              if live is not None else ""))
@@ -221,6 +244,14 @@ def run(args: argparse.Namespace) -> int:
             bench.plot(report, path, f"{label}, {device}, {report['windows']} windows")
         print(f"wrote {path}")
     return 0 if report["lossless"] else 1
+
+
+def _runtime_options(args: argparse.Namespace, role: str = "verifier") -> Any:
+    """The speculative modes' runtime of ``role`` from the options (None: transformers)."""
+    from crossspec_ros.models.static_runtime import runtime_options
+
+    return runtime_options({"runtime": args.runtime, "compile": not args.no_compile,
+                            "step_rows": args.step_rows}, role)
 
 
 def _corpus(setting: str, verifier: Any) -> Any:

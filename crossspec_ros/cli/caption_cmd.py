@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.inputs import check_bag, iter_bag_windows, read_ground_truth
     from crossspec_ros.events.errors import EventSourceError
-    from crossspec_ros.params import MODEL_PARAMS, ParameterError, validate
+    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS, ParameterError, validate
 
     try:  # before any model loads: a bad bag or option fails at once
         check_bag(args.bag)
@@ -52,12 +52,13 @@ def run(args: argparse.Namespace) -> int:
         if args.models is not None:
             for part in ("verifier", "drafter"):
                 given.setdefault(f"{part}_model", str(args.models / part))
-        params = validate(given, MODEL_PARAMS, where="command line")
+        params = validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS], where="command line")
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 2
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_corpus, load_from_params
+    from crossspec_ros.models.static_runtime import prepare_runtime
     from crossspec_ros.process_tuning import settle_heap
     from crossspec_ros.speculative.corpus import CorpusError
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
@@ -69,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     except (ModelLoadError, CorpusError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 2
+    for model, role in ((verifier, "verifier"), (drafter, "drafter")):
+        print(f"crossspec caption: {prepare_runtime(model, params, role, args.max_new_tokens)}",
+              file=sys.stderr)
     head, proposers = None, EngineConfig().proposers
     if params.get("draft_head"):
         from crossspec_ros.models.pair import load_draft_head

@@ -39,14 +39,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.inputs import check_bag
     from crossspec_ros.events.errors import EventSourceError
-    from crossspec_ros.params import MODEL_PARAMS, ParameterError, validate
+    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS, ParameterError, validate
 
     if not args.bags and args.sim_windows <= 0:
         return _fail("give bags, --sim-windows N, or both")
     try:
         for bag in args.bags:
             check_bag(bag, need_rgb=True)  # the verifier alone: windows without RGB give nothing
-        params = validate(model_overrides(args), MODEL_PARAMS, where="command line")
+        params = validate(model_overrides(args), [*MODEL_PARAMS, *RUNTIME_PARAMS],
+                          where="command line")
     except (EventSourceError, ParameterError) as err:
         return _fail(str(err))
     if not args.out.parent.is_dir():

@@ -46,10 +46,13 @@ class GraphPass:
     about: str = ""
 
 
-ALONE = GraphPass("alone", ("verifier",), {"max_proposal": 0, "live_prefill": False},
+# the baselines decode in one-row steps: on the static runtime the fastest plain decoder
+# (crossspec's passes hold step_rows rows, for exactness; one row costs less)
+ALONE = GraphPass("alone", ("verifier",), {"max_proposal": 0, "live_prefill": False,
+                                           "step_rows": 1},
                   "the verifier node alone, prefill after the close, no speculation (what a "
                   "user without crossspec runs)")
-LIVE_ALONE = GraphPass("live_alone", ("verifier",), {"max_proposal": 0},
+LIVE_ALONE = GraphPass("live_alone", ("verifier",), {"max_proposal": 0, "step_rows": 1},
                        "the verifier node alone with live prefill, no speculation")
 CROSSSPEC = GraphPass("crossspec", ("draft", "verifier"), {},
                       "draft and verifier nodes, live prefill and speculation")

@@ -14,12 +14,22 @@ MODEL_FLAGS = {"--verifier-model": "verifier_model", "--drafter-model": "drafter
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    from crossspec_ros.params import MODEL_PARAMS
+    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS
 
-    docs = {p.name: p.doc for p in MODEL_PARAMS}
+    docs = {p.name: p.doc for p in [*MODEL_PARAMS, *RUNTIME_PARAMS]}
     group = parser.add_argument_group("models (as the node parameters of the same names)")
     for flag, name in MODEL_FLAGS.items():
         group.add_argument(flag, dest=name, default=None, help=docs[name])
+    group.add_argument("--runtime", dest="runtime", default=None,
+                       choices=("static", "transformers"), help=docs["runtime"])
+    group.add_argument("--no-compile", dest="compile", action="store_const", const=False,
+                       default=None, help="static runtime: eager steps, nothing compiled "
+                       "(node parameter compile: false)")
+    group.add_argument("--step-rows", dest="step_rows", type=int, default=None,
+                       help=docs["step_rows"])
+
+
+RUNTIME_FLAG_PARAMS = ("runtime", "compile", "step_rows")
 
 
 # the parameters that name a model directory (or a hub id, checked when it loads)
@@ -30,11 +40,11 @@ def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The model parameters given on the command line, validated (ParameterError if not),
     their model directories included: a damaged one fails here in one line, before any model
     (or the ROS graph) starts loading."""
-    from crossspec_ros.params import MODEL_PARAMS, validate
+    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS, validate
 
-    given = {name: getattr(args, name) for name in MODEL_FLAGS.values()
+    given = {name: getattr(args, name) for name in [*MODEL_FLAGS.values(), *RUNTIME_FLAG_PARAMS]
              if getattr(args, name, None) is not None}
-    validate(given, MODEL_PARAMS, where="command line")
+    validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS], where="command line")
     check_model_directories(given)
     return given
 

@@ -14,6 +14,7 @@ forward pass where the backend can (the engine's first verification rides on the
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,11 +36,21 @@ class PrefillTiming:
 
 
 class ModelSession(ABC):
-    """One window's decoding state on one model (its KV cache and generated tokens)."""
+    """One window's decoding state on one model (its KV cache and generated tokens).
+
+    What a session can do, declared here (the engine reads these, never guesses):
+    ``supports_tree``: ``feed_tree``/``keep_path`` check a draft tree in one pass;
+    ``max_rows``: the most tokens one pass may feed (None: any; the engine never proposes
+    more than ``max_rows - 1`` after the pending token); ``exact``: every row is computed in
+    the same shape whatever the pass holds, so verification is bit-exact against this
+    runtime's own one-token decoding (models/static_runtime.py)."""
 
     last_logits: torch.Tensor  # [vocab] float32, distribution of the next token
     generated: list[int]
     timing: PrefillTiming
+    supports_tree: bool = False
+    max_rows: int | None = None
+    exact: bool = False
 
     @abstractmethod
     def feed(self, token_ids: list[int]) -> torch.Tensor:
@@ -48,6 +59,16 @@ class ModelSession(ABC):
     @abstractmethod
     def rollback(self, n_generated: int) -> None:
         """Keep the first ``n_generated`` generated tokens; drop the rest from the cache."""
+
+    def feed_tree(self, token_ids: list[int], parents: list[int]) -> torch.Tensor:
+        """Feed a tree of tokens in one pass (``parents[i]``: -1 or an earlier index); float32
+        logits [len(token_ids), vocab], row i after token i and its ancestors. Only where
+        ``supports_tree``."""
+        raise NotImplementedError(f"{type(self).__name__} has no tree step")
+
+    def keep_path(self, path: list[int]) -> None:
+        """After ``feed_tree``: keep the fed tokens ``path`` (a chain from a root down)."""
+        raise NotImplementedError(f"{type(self).__name__} has no tree step")
 
     @property
     def n_generated(self) -> int:
@@ -74,6 +95,69 @@ class CaptionModel(ABC):
     device: torch.device
     # CUDA stream for this model's kernels (None: the current stream; ignored on CPU)
     stream: Any = None
+    # its language model's static runtime once ``use_static_runtime`` ran (None: the eager
+    # transformers path with a DynamicCache per window)
+    runtime: Any = None
+
+    @property
+    def supports_tree_prefill(self) -> bool:
+        """``prefill_with_proposal`` takes ``parents`` (a draft tree after the prompt)."""
+        return False
+
+    def first_proposal_room(self) -> int | None:
+        """How many proposal tokens ``prefill_with_proposal`` checks in the prefill's own
+        last pass (None: any number); more are fed in further passes."""
+        return None
+
+    def language_model_parts(self) -> tuple[Any, Any, Any]:
+        """(base language model, output head, its config): what a static runtime steps."""
+        raise NotImplementedError(f"{type(self).__name__} has no static runtime")
+
+    def prompt_layout(self) -> tuple[int, list[int]]:
+        """(prompt length, the sizes of the chunks its prompt is prefilled in before the
+        question's tail): fixed per model, so every prefill computes the same cache."""
+        raise NotImplementedError(f"{type(self).__name__} has no static runtime")
+
+    def use_static_runtime(self, options: Any, max_new_tokens: int | None = None
+                           ) -> dict[str, float]:
+        """Step this model's language model through a static runtime from now on
+        (``options``: static_runtime.RuntimeOptions; None: back to the eager transformers
+        path): caches allocated, shapes compiled and run once. A runtime built before with
+        the same options (and room) is taken again, nothing compiled twice. Returns seconds
+        per shape ({} when reused)."""
+        from crossspec_ros.models.static_runtime import StaticLM
+
+        if options is None:
+            self.runtime = None
+            return {}
+        lm, head, config = self.language_model_parts()
+        prompt_len, chunks = self.prompt_layout()
+        limit = max(self.info.max_new_tokens, max_new_tokens or 0)
+        built = _runtimes(self).get(options)
+        if built is not None and built.max_len >= prompt_len + limit + 1 + built.max_rows:
+            self.runtime = built
+            return {}
+        self.runtime = StaticLM(lm, head, config, options, max_len=prompt_len + limit + 1,
+                                name=self.info.name, stream=self.stream)
+        _runtimes(self)[options] = self.runtime
+        tail = prompt_len - sum(chunks)
+        if tail >= self.runtime.max_rows:  # a tail longer than a step is a chunk of its own
+            chunks = [*chunks, tail]
+        return self.runtime.warm_up(chunks)
+
+    def generated_room(self) -> int | None:
+        """Most tokens a session of this model can hold after the prompt (None: any)."""
+        if self.runtime is None:
+            return None
+        prompt_len, _ = self.prompt_layout()
+        return self.runtime.max_len - self.runtime.max_rows - prompt_len
+
+    def with_runtime(self, runtime: Any) -> CaptionModel:
+        """The same model (weights, tokenizer) stepping through ``runtime`` (a StaticLM, or
+        None: eager): a benchmark compares runtimes on one set of weights."""
+        twin = copy.copy(self)
+        twin.runtime = runtime
+        return twin
 
     @abstractmethod
     def prepare(self, window: Any) -> Any:
@@ -110,3 +194,11 @@ class CaptionModel(ABC):
                 break
             logits = session.feed([token])[-1]
         return out
+
+
+def _runtimes(model: CaptionModel) -> dict[Any, Any]:
+    """The static runtimes built for ``model``'s weights, by options (shared by its twins)."""
+    registry = model.__dict__.get("_static_runtimes")
+    if registry is None:
+        registry = model._static_runtimes = {}
+    return registry

@@ -31,6 +31,7 @@ from crossspec_ros.models.eventgpt_checkpoint import load_eventgpt
 from crossspec_ros.models.hf_session import HFSession
 from crossspec_ros.models.loading import load_tokenizer, resolve_device
 from crossspec_ros.models.preprocess import ClipPreprocess
+from crossspec_ros.models.static_runtime import StaticSession
 from crossspec_ros.models.streams import Stopwatch, inference, synchronize
 
 SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
@@ -133,9 +134,21 @@ class EventGPTDrafter(CaptionModel):
         events = self.model.encode_events(pixels)
         return self.model.embed_prompt(inputs.input_ids.to(self.device), events)
 
-    def prefill(self, inputs: EventInputs) -> HFSession:
-        """Event encoding + pooling, then the prompt prefill into a fresh DynamicCache."""
+    # -- the static runtime ---------------------------------------------------------------
+    def language_model_parts(self) -> tuple[Any, Any, Any]:
+        lm = self.model.language_model
+        return lm.model, lm.lm_head, self.model.config.text
+
+    def prompt_layout(self) -> tuple[int, list[int]]:
+        """The whole prompt (its event tokens in place of the one -200) in one chunk."""
+        length = len(self.prompt_ids()) - 1 + self.model.config.event_tokens
+        return length, [length]
+
+    def prefill(self, inputs: EventInputs) -> HFSession | StaticSession:
+        """Event encoding + pooling, then the prompt prefill into a fresh cache."""
         watch = Stopwatch(self.device, self.stream)
+        if self.runtime is not None:
+            return self._static_prefill(inputs, watch)
         with inference(self.device, self.stream):
             embeds = self._embeds(inputs)
             vision_ms = watch.lap_ms()
@@ -150,6 +163,24 @@ class EventGPTDrafter(CaptionModel):
         session = HFSession(self._step, cache, first, PrefillTiming(vision_ms, prefill_ms),
                             self.device, self.stream)
         session.window_state = hidden[0, -1].float()
+        return session
+
+    def _static_prefill(self, inputs: EventInputs, watch: Stopwatch) -> StaticSession:
+        rt = self.runtime
+        slot = rt.acquire()
+        lease = slot.lease
+        try:
+            with inference(self.device, self.stream):
+                embeds = self._embeds(inputs)
+                vision_ms = watch.lap_ms()
+                hidden, logits = rt.chain(slot, 0, embeds, last_only=True)
+                prefill_ms = watch.lap_ms()
+        except BaseException:
+            rt.release(slot, lease)
+            raise
+        session = StaticSession(rt, slot, embeds.shape[1], logits[-1],
+                                PrefillTiming(vision_ms, prefill_ms))
+        session.window_state = hidden[-1]
         return session
 
     def window_state(self, inputs: EventInputs) -> torch.Tensor:

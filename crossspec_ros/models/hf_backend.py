@@ -2,8 +2,12 @@
 
 The prompt's placeholder token (``<video>``/``<image>``) is expanded to as many copies as the
 vision tower yields features, exactly as the models' own processors do. Prefill runs the
-vision tower first (timed separately) and hands its output to the model through
-``mm_encoder_outputs``; every later step feeds token ids only.
+vision tower first (timed separately). Two runtimes: eager (the model's own forward with a
+``DynamicCache``, the vision output handed over through ``mm_encoder_outputs``; trees of
+proposals verified in one pass) and static (``use_static_runtime``: the features merged into
+the prompt's embeddings here, the prompt prefilled in the model's fixed chunks, then the
+question's tail with the first proposal in one step of the runtime's shape:
+``models/static_runtime.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from transformers import DynamicCache, GenerationConfig
 from crossspec_ros.models.base import CaptionModel, ModelInfo, PrefillTiming
 from crossspec_ros.models.hf_session import HFSession, session_after_prefill, tree_attention
 from crossspec_ros.models.loading import resolve_device
+from crossspec_ros.models.static_runtime import StaticSession
 from crossspec_ros.models.streams import Stopwatch, inference, synchronize
 
 
@@ -135,16 +140,22 @@ class HFLlavaFamilyModel(CaptionModel):
         """Vision encoding, then the prompt prefill into a fresh DynamicCache."""
         return self.prefill_with_proposal(inputs, ())[0]
 
-    supports_tree_prefill = True  # prefill_with_proposal takes ``parents``
+    @property
+    def supports_tree_prefill(self) -> bool:
+        return self.runtime is None  # the eager runtime masks a tree into the prefill
 
     def prefill_with_proposal(self, inputs: VisionTextInputs, proposal: Sequence[int],
                               parents: Sequence[int] | None = None
-                              ) -> tuple[HFSession, torch.Tensor]:
+                              ) -> tuple[HFSession | StaticSession, torch.Tensor]:
         """The prefill with ``proposal`` appended to the prompt in the same forward pass: the
         causal mask makes row i exactly what feeding the proposal afterwards would give,
         and a few more tokens on a prompt of hundreds cost next to nothing. With
         ``parents`` the proposal is a draft tree (``speculative/tree.py``), checked in the
-        same pass; the session then holds it for ``keep_path``."""
+        same pass; the session then holds it for ``keep_path`` (eager runtime only)."""
+        if self.runtime is not None:
+            if parents is not None:
+                raise ValueError("the static runtime checks chains, not trees")
+            return self._static_prefill(inputs, proposal)
         watch = Stopwatch(self.device, self.stream)
         with inference(self.device, self.stream):
             pixels = inputs.pixel_values.to(self.device, self.vision_dtype, non_blocking=True)
@@ -164,6 +175,90 @@ class HFLlavaFamilyModel(CaptionModel):
             prefill_ms = watch.lap_ms()
         return session_after_prefill(self, cache, rows, PrefillTiming(vision_ms, prefill_ms),
                                      proposal, parents), rows
+
+    # -- the static runtime -------------------------------------------------------------------
+    def language_model_parts(self) -> tuple[Any, Any, Any]:
+        return self.model.model.language_model, self.model.lm_head, self.model.config
+
+    def prompt_layout(self) -> tuple[int, list[int]]:
+        ids = self.prompt_ids(self.placeholder_tokens())[0].tolist()
+        return len(ids), self.prompt_chunks(ids)
+
+    def placeholder_tokens(self) -> int:
+        """Feature tokens per placeholder in this model's prompt."""
+        raise NotImplementedError
+
+    def prompt_chunks(self, ids: list[int]) -> list[int]:
+        """Sizes of the chunks the prompt is prefilled in, up to the question's tail (the ids
+        after the last placeholder): here one chunk; Video-LLaVA one per frame."""
+        last = len(ids) - 1 - ids[::-1].index(self.placeholder_id)
+        return [last + 1]
+
+    def first_proposal_room(self) -> int | None:
+        if self.runtime is None:
+            return None
+        prompt_len, chunks = self.prompt_layout()
+        return max(0, self.runtime.max_rows - (prompt_len - sum(chunks)))  # beside the tail
+
+    def merged_embeds(self, ids: torch.Tensor, encoded: Any) -> torch.Tensor:
+        """[1, L, d] prompt embeddings with the vision features in the placeholders' places,
+        as the model's own forward merges them (masked_scatter)."""
+        embeds = self.model.get_input_embeddings()(ids)
+        features = encoded.pooler_output.to(embeds.device, embeds.dtype)
+        where = (ids == self.placeholder_id).unsqueeze(-1).expand_as(embeds)
+        return embeds.masked_scatter(where, features)
+
+    def static_finish(self, slot: Any, pos: int, tail: torch.Tensor, proposal: Sequence[int],
+                      timing: PrefillTiming) -> tuple[StaticSession, torch.Tensor]:
+        """After ``pos`` prompt positions in ``slot``: the question's ``tail`` embeddings
+        [1, T, d] and as much of ``proposal`` as fits in one step of the runtime's shape, the
+        rest fed after (a runtime whose steps are shorter than the tail runs it as a prompt
+        chunk of its own). Returns the session and its rows (as ``prefill_with_proposal``)."""
+        rt, size = self.runtime, tail.shape[1]
+        if size < rt.max_rows:
+            room = rt.max_rows - size
+            first = [int(t) for t in proposal[:room]]
+            embeds = torch.cat([tail, rt.embed_ids(first)], 1) if first else tail
+            _, logits = rt.chain(slot, pos, embeds, rows=rt.bucket(embeds.shape[1]))
+            rows = logits[size - 1:]
+        else:
+            first = []
+            _, rows = rt.chain(slot, pos, tail, last_only=True)
+        session = StaticSession(rt, slot, pos + size, rows, timing, first)
+        rest = [int(t) for t in proposal[len(first):]]
+        if rest:
+            try:
+                rows = torch.cat([rows, session.feed(rest)])
+            except BaseException:
+                session.close()
+                raise
+        return session, rows
+
+    def _static_prefill(self, inputs: VisionTextInputs, proposal: Sequence[int]
+                        ) -> tuple[StaticSession, torch.Tensor]:
+        rt = self.runtime
+        watch = Stopwatch(self.device, self.stream)
+        slot = rt.acquire()
+        lease = slot.lease
+        try:
+            with inference(self.device, self.stream):
+                pixels = inputs.pixel_values.to(self.device, self.vision_dtype,
+                                                non_blocking=True)
+                ids = inputs.input_ids.to(self.device)
+                embeds = self.merged_embeds(ids, self._encode(pixels))
+                vision_ms = watch.lap_ms()
+                pos = 0
+                for size in self.prompt_chunks(inputs.input_ids[0].tolist()):
+                    rt.chain(slot, pos, embeds[:, pos:pos + size], last_only=True)
+                    pos += size
+                session, rows = self.static_finish(slot, pos, embeds[:, pos:], proposal,
+                                                   PrefillTiming(vision_ms, 0.0))
+            session.timing.prefill_ms = watch.lap_ms()
+        except BaseException:
+            rt.release(slot, lease)
+            raise
+        synchronize(self.device, self.stream)
+        return session, rows
 
     def reference_generate(self, inputs: VisionTextInputs, max_new_tokens: int | None = None,
                            **generate_options: Any) -> list[int]:

@@ -5,13 +5,16 @@ video tower encodes each frame on its own, so frame k's visual tokens and their 
 into the KV cache depend only on the prompt's head and the frames before k. ``add_frame``
 encodes one frame and prefills its tokens (the first call also the prompt's head);
 ``finish`` prefills the question (and a proposal, as ``prefill_with_proposal``) and returns
-the session that ``prefill`` would have returned. Chunked and one-shot prefill are the same
-computation in exact arithmetic, not in floating point: greedy captions can differ where two
-logits are within rounding of each other (measured, not assumed: see the tests and the bench).
+the session that ``prefill`` would have returned. On the static runtime the one-shot prefill
+runs the same per-frame chunks, so both give the same cache bit for bit; on the eager runtime
+chunked and one-shot prefill are the same computation in exact arithmetic, not in floating
+point: greedy captions can differ where two logits are within rounding of each other
+(measured, not assumed: see the tests and the bench).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +24,7 @@ from transformers import DynamicCache
 
 from crossspec_ros.models.base import PrefillTiming
 from crossspec_ros.models.hf_session import HFSession, session_after_prefill, tree_attention
-from crossspec_ros.models.streams import Stopwatch, inference
+from crossspec_ros.models.streams import Stopwatch, inference, synchronize
 
 
 class LivePrefill:
@@ -34,7 +37,14 @@ class LivePrefill:
         if ids.count(verifier.placeholder_id) != 1 or at == 0:
             raise ValueError("live prefill needs one video placeholder after the prompt's head")
         self.head, self.tail = ids[:at], ids[at + 1:]
-        self.cache = DynamicCache(config=verifier.model.config)
+        self.runtime = verifier.runtime
+        # static: a cache of the runtime's pool, given back with the session (or when this
+        # prefill is dropped unfinished)
+        self.slot = self.runtime.acquire() if self.runtime is not None else None
+        self._give_back = weakref.finalize(self, self.runtime.release, self.slot,
+                                           self.slot.lease) if self.slot is not None else None
+        self.cache = DynamicCache(config=verifier.model.config) if self.slot is None else None
+        self.pos = 0  # positions prefilled (static runtime)
         self.frames = 0
         self.stamps: list[int] = []  # of the frames in, slot by slot
         self.timing = PrefillTiming()
@@ -68,8 +78,14 @@ class LivePrefill:
             self.timing.vision_ms += watch.lap_ms()
             ids = (self.head if self.frames == 0 else []) + \
                 [v.placeholder_id] * v.tokens_per_frame
-            v.model(input_ids=torch.tensor([ids], device=v.device), past_key_values=self.cache,
-                    use_cache=True, mm_encoder_outputs={v.modality: encoded}, logits_to_keep=1)
+            ids_t = torch.tensor([ids], device=v.device)
+            if self.slot is not None:  # the chunk the one-shot static prefill runs too
+                self.runtime.chain(self.slot, self.pos, v.merged_embeds(ids_t, encoded),
+                                   last_only=True)
+                self.pos += len(ids)
+            else:
+                v.model(input_ids=ids_t, past_key_values=self.cache, use_cache=True,
+                        mm_encoder_outputs={v.modality: encoded}, logits_to_keep=1)
             self.timing.prefill_ms += watch.lap_ms()
         self.frames += 1
         self.stamps.append(int(stamp_ns))
@@ -82,6 +98,17 @@ class LivePrefill:
         if not self.complete:
             raise ValueError(f"{self.frames} of {v.num_frames} frames in: add the rest first")
         watch = Stopwatch(v.device, v.stream)
+        if self.slot is not None:
+            if parents is not None:
+                raise ValueError("the static runtime checks chains, not trees")
+            with inference(v.device, v.stream):
+                tail = v.model.get_input_embeddings()(torch.tensor([self.tail], device=v.device))
+                session, rows = v.static_finish(self.slot, self.pos, tail, proposal,
+                                                self.timing)
+                self._give_back.detach()  # the session gives the cache back from now on
+            synchronize(v.device, v.stream)
+            self.timing.prefill_ms += watch.lap_ms()
+            return session, rows
         with inference(v.device, v.stream):
             masks = {} if parents is None else v.tree_inputs(*tree_attention(
                 self.cache.get_seq_length(), len(self.tail), parents))

@@ -59,6 +59,14 @@ class LlavaEventDrafter(HFLlavaFamilyModel):
     def _special_ids(self) -> list[int | None]:
         return [self.model.config.image_token_id]
 
+    def placeholder_tokens(self) -> int:
+        return self.tokens_per_image
+
+    def prompt_layout(self) -> tuple[int, list[int]]:
+        ids = self.prompt_ids(self.tokens_per_image,
+                              placeholder=IMAGE_TOKEN * self.n_images)[0].tolist()
+        return len(ids), self.prompt_chunks(ids)
+
     def _encode(self, pixel_values: torch.Tensor) -> Any:
         return self.model.model.get_image_features(pixel_values=pixel_values, return_dict=True)
 

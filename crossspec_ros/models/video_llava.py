@@ -60,6 +60,15 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         cfg = self.model.config
         return [cfg.image_token_id, cfg.video_token_id]
 
+    def placeholder_tokens(self) -> int:
+        return self.num_frames * self.tokens_per_frame
+
+    def prompt_chunks(self, ids: list[int]) -> list[int]:
+        """One chunk per frame, the prompt's head with the first: the chunks a live prefill
+        computes while the window is open, so a prefill after the close matches it."""
+        head = ids.index(self.placeholder_id)
+        return [head + self.tokens_per_frame] + [self.tokens_per_frame] * (self.num_frames - 1)
+
     def _encode(self, pixel_values: torch.Tensor) -> Any:
         return self.model.model.get_video_features(pixel_values_videos=pixel_values,
                                                    return_dict=True)

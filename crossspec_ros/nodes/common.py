@@ -26,7 +26,9 @@ NS = 1_000_000_000
 
 
 def declare_params(node: Node, spec: list[Param],
-                   on_change: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                   on_change: Callable[[dict[str, Any]], None] | None = None,
+                   live_check: Callable[[dict[str, Any]], str | None] | None = None
+                   ) -> dict[str, Any]:
     """Declare ``spec`` on the node (defaults, docs and ranges from one place), validate the
     values it was started with (ParameterError naming the node and the parameter), and keep
     validating at runtime: ``ros2 param set`` of a read-only parameter is refused by rclpy, a
@@ -34,7 +36,9 @@ def declare_params(node: Node, spec: list[Param],
     Integers given to float parameters are taken as floats, at startup (a file's
     ``window_length_s: 2``) and at runtime (``ros2 param set ... temperature 2``).
     Returns the values; live changes update that dict in place, then call ``on_change`` with
-    the changed names and values (executor thread)."""
+    the changed names and values (executor thread). ``live_check(values)``: what the node
+    itself refuses at runtime (its reason), beyond the spec (e.g. more tokens than the
+    caches allocated at configure hold)."""
     from rcl_interfaces.msg import SetParametersResult
 
     where = f"node '{node.get_name()}' parameters"
@@ -78,6 +82,9 @@ def declare_params(node: Node, spec: list[Param],
             checked = validate({**params, **changed}, spec, where=where)
         except ParameterError as err:
             return SetParametersResult(successful=False, reason=str(err))
+        reason = live_check(checked) if live_check is not None else None
+        if reason:
+            return SetParametersResult(successful=False, reason=f"{where}: {reason}")
         params.update({name: checked[name] for name in changed})
         if changed and on_change is not None:
             on_change(changed)

@@ -79,12 +79,19 @@ class DraftNode(ManagedNode):
 
             self.drafter = load_from_params(p, verifier=False)[1]
         assign_cuda_streams(self.drafter)  # its own CUDA stream, also when composed
+        from crossspec_ros.models.static_runtime import prepare_runtime, runtime_options
+
         if p["drafter_process"] and p["device"] == "cpu":
             from crossspec_ros.models.pair import drafter_source
             from crossspec_ros.speculative.drafter_process import DrafterProcess
 
             # this process keeps its drafter for the tokenizer (re-syncs) and reports
-            self.process = DrafterProcess(drafter_source(p), device="cpu", dtype=p["dtype"])
+            self.process = DrafterProcess(drafter_source(p), device="cpu", dtype=p["dtype"],
+                                          runtime=runtime_options(p, "drafter"),
+                                          max_new_tokens=p["max_new_tokens"])
+        else:
+            self.get_logger().info(prepare_runtime(self.drafter, p, "drafter",
+                                                   p["max_new_tokens"]))
         self.drafter_runs_in = "a child process" if self.process is not None else "a thread"
         self.sync = sync_from_params(p, streams=("events",), previous=self.sync)
         self.decoder = EventPacketDecoder(name=p["event_topic"])

@@ -81,7 +81,8 @@ class VerifierNode(ManagedNode):
         drafter pauses while this node works on a closed window."""
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
         self.verifier_first = verifier_first
-        self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params)
+        self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params,
+                                         live_check=self._check_room)
         self._next_config: EngineConfig | None = None  # a live change, for the next window
         self._given = (verifier, drafter)
         self.engine: SpeculativeEngine | None = None
@@ -110,6 +111,9 @@ class VerifierNode(ManagedNode):
             from crossspec_ros.models.pair import load_from_params
 
             verifier = load_from_params(p, drafter=False)[0]
+        from crossspec_ros.models.static_runtime import prepare_runtime
+
+        self.get_logger().info(prepare_runtime(verifier, p, "verifier", p["max_new_tokens"]))
         head = None
         if p["draft_head"]:
             from crossspec_ros.models.pair import load_draft_head
@@ -251,6 +255,15 @@ class VerifierNode(ManagedNode):
         with self._lock:
             self._publish(self.book.expire(
                 time.monotonic(), waiting, None if closed is None else (self.sync.epoch, closed)))
+
+    def _check_room(self, values: dict[str, Any]) -> str | None:
+        """A live max_new_tokens the static caches (sized at configure) cannot hold."""
+        room = self.engine.verifier.generated_room() if self.engine is not None else None
+        if room is not None and values["max_new_tokens"] > room:
+            return (f"max_new_tokens {values['max_new_tokens']} exceeds the {room} tokens the "
+                    "verifier's static caches hold (sized at configure): set it in the "
+                    "parameter file and configure the node again (cleanup, configure)")
+        return None
 
     def _on_params(self, changed: dict[str, Any]) -> None:
         """``ros2 param set`` of an engine parameter: the next window uses it."""

@@ -77,11 +77,15 @@ class DrafterProcess:
     child process; ``start(window)`` gives the channel of one window's draft."""
 
     def __init__(self, source: str, *, device: str = "cpu", dtype: str = "fp32",
-                 quantization: str = "none") -> None:
+                 quantization: str = "none", runtime: Any = None,
+                 max_new_tokens: int = 64) -> None:
+        """``runtime``: the drafter's static_runtime.RuntimeOptions in the child (None: the
+        transformers runtime)."""
         ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve,
-                                    args=(child, source, device, dtype, quantization),
+                                    args=(child, source, device, dtype, quantization, runtime,
+                                          max_new_tokens),
                                     name="crossspec-drafter", daemon=True)
         self._process.start()
         child.close()
@@ -225,7 +229,8 @@ class DrafterProcess:
 
 
 # -- the child --------------------------------------------------------------------------------
-def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str) -> None:
+def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str,
+           runtime: Any = None, max_new_tokens: int = 64) -> None:
     """The child's loop: load the drafter, then draft one window at a time."""
     try:
         from crossspec_ros.models.pair import load_drafter
@@ -233,6 +238,8 @@ def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str) -
 
         tune_process_for_models(device)
         drafter = load_drafter(source, device=device, dtype=dtype, quantization=quantization)
+        if runtime is not None:
+            drafter.use_static_runtime(runtime, max_new_tokens)
         settle_heap()
     except Exception as err:  # reported to the parent, which raises it
         from crossspec_ros.models.errors import ModelLoadError

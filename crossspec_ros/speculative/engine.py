@@ -49,6 +49,7 @@ from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.head import HeadRun
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.suffix import SuffixIndex
+from crossspec_ros.speculative.tree import DraftTree
 from crossspec_ros.speculative.verify import (
     Verdict,
     sample_token,
@@ -284,8 +285,28 @@ class SpeculativeEngine:
                 stats: WindowStats, sessions: dict[str, ModelSession],
                 head_run: HeadRun | None = None, live: LivePrefill | None = None,
                 between_rounds: Callable[[], None] | None = None) -> list[int]:
-        cfg, eos = self.config, self.verifier.info.eos_token_id
+        """The prefill round, then decoding rounds until EOS or the length limit."""
         generator = self._generator(window)
+        session, confirmed = self._prefill_round(window, channel, emit, stats, head_run, live,
+                                                 generator)
+        sessions["verifier"] = session
+        eos, limit = self.verifier.info.eos_token_id, self.config.max_new_tokens
+        while confirmed[-1] != eos and len(confirmed) < limit:
+            if between_rounds is not None:
+                between_rounds()
+            base = len(confirmed)
+            confirmed.extend(self._decode_round(session, confirmed, channel, stats, head_run,
+                                                generator))
+            self._confirm(confirmed, base, confirmed[base:], channel, emit, stats)
+        return confirmed
+
+    def _prefill_round(self, window: Any, channel: DraftChannel, emit: Callable[..., None],
+                       stats: WindowStats, head_run: HeadRun | None, live: LivePrefill | None,
+                       generator: torch.Generator | None) -> tuple[ModelSession, list[int]]:
+        """The prefill (what a live prefill left, or all of it) with the first proposal in
+        its own last pass: a window captioned like an earlier one is confirmed in that one
+        pass. Returns the session and the confirmed tokens (the verifier's own last)."""
+        cfg = self.config
         t0 = time.perf_counter()
         before_close = live.frames if live is not None else 0
         live_finish = live is not None and live.extend_to(window.frames)
@@ -297,78 +318,82 @@ class SpeculativeEngine:
             prefill = partial(self.verifier.prefill_with_proposal, self.verifier.prepare(window))
         t1 = time.perf_counter()
         stats.verifier_prepare_ms = (t1 - t0) * 1e3
-        # The first proposal rides on the prefill's own forward pass (a chain after the
-        # prompt): a window captioned like an earlier one is confirmed in that one pass.
         draft, base = self._draft_in_verifier_ids(channel, [])
         # A tree needs the greedy rule and a verifier that masks attention in its prefill,
         # and only a live prefill's finish (the question after the cached frames) checks
         # one: in a one-shot prefill the mask takes every prompt row off attention's causal
         # fast path (bundled pair: +0.3-0.5 ms a window on 146 rows, while make bench saw
         # 0 of 38 branch tokens taken there), and the search for branches costs ~0.3 ms
-        branches = live_finish and cfg.mode == "greedy" and getattr(
-            self.verifier, "supports_tree_prefill", False)
+        branches = live_finish and cfg.mode == "greedy" and self.verifier.supports_tree_prefill
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
                                           self.verifier.info.proposable_ids,
                                           self._model_chains(head_run, []), branches)
+        room = self.verifier.first_proposal_room()
+        if room is not None and len(first) > room:  # what the prefill's last pass holds
+            first = first.chain_head(room)
         chain = first.is_chain()
         session, rows = prefill(first.tokens) if chain else prefill(first.tokens,
                                                                     first.parents)
-        sessions["verifier"] = session
         stats.verifier_prefill_ms = (time.perf_counter() - t1) * 1e3
         stats.prefill_fed = len(first)
         emit(EventKind.VERIFIER_PREFILL_DONE, prefill_ms=stats.verifier_prefill_ms)
-        if chain:
-            verdict = self._verify_chain(first.tokens, rows, generator)
-            session.rollback(verdict.n_accepted)
-            accepted = list(range(verdict.n_accepted))
-        else:  # the last caption and its branches: keep the accepted path in the cache
-            verdict = verify_greedy_tree(first.tokens, first.parents, rows)
-            session.keep_path(list(verdict.path))
-            accepted = list(verdict.path)
+        accepted, tokens = self._verify_and_keep(session, first, rows, generator, kept=0,
+                                                 pending=False)
+        if not chain:
             self.policy.observe_branches(any(first.sources[n] == BRANCH_SOURCE
                                              for n in accepted))
-        confirmed = _strip_after_eos(verdict.confirmed(first.tokens), eos)
+        confirmed = _strip_after_eos(tokens, self.verifier.info.eos_token_id)
         self.policy.observe_acceptance(confirmed)
         stats.record_proposals(first.sources, accepted)
         stats.prefill_accepted = len(accepted)
         self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
-        # trees need the greedy rule and a backend that can mask attention per branch
-        use_trees = cfg.mode == "greedy" and getattr(session, "supports_tree", False)
-        while confirmed[-1] != eos and len(confirmed) < cfg.max_new_tokens:
-            if between_rounds is not None:
-                between_rounds()
-            room = cfg.max_new_tokens - len(confirmed)
-            draft, base = self._draft_in_verifier_ids(channel, confirmed)
-            tree = self.policy.propose(confirmed, draft, base, self.history, room,
-                                       self._model_chains(head_run, confirmed))
-            t_round = time.perf_counter()
-            branching = use_trees and not tree.is_chain()
-            if branching:
-                # One forward over [pending, tree]: each node sees the prefix and its
-                # ancestors; the cache then keeps only the accepted path.
-                rows = session.feed_tree([confirmed[-1], *tree.tokens],
-                                         [-1, *(p + 1 for p in tree.parents)])
-                tree_verdict = verify_greedy_tree(tree.tokens, tree.parents, rows)
-                session.keep_path([0, *(n + 1 for n in tree_verdict.path)])
-                accepted_nodes = list(tree_verdict.path)
-                round_tokens = tree_verdict.confirmed(tree.tokens)
-            else:
-                # One forward over [pending, p1..pg]: row i is the distribution after
-                # confirmed + p1..pi; the cache then keeps confirmed + the accepted ones.
-                tree = tree.best_path()
-                rows = session.feed([confirmed[-1], *tree.tokens])
-                verdict = self._verify_chain(tree.tokens, rows, generator)
-                session.rollback(len(confirmed) + verdict.n_accepted)
-                accepted_nodes = list(range(verdict.n_accepted))
-                round_tokens = verdict.confirmed(tree.tokens)
-            new = _strip_after_eos(round_tokens[:room], eos)
-            self.policy.observe(len(rows), time.perf_counter() - t_round, new)
-            stats.record_tree_round(tree.sources, accepted_nodes, fed=len(rows),
-                                    branching=branching)
-            base = len(confirmed)
-            confirmed.extend(new)
-            self._confirm(confirmed, base, new, channel, emit, stats)
-        return confirmed
+        return session, confirmed
+
+    def _decode_round(self, session: ModelSession, confirmed: list[int],
+                      channel: DraftChannel, stats: WindowStats, head_run: HeadRun | None,
+                      generator: torch.Generator | None) -> list[int]:
+        """One pass over the pending token and this round's proposals (a tree where the
+        session checks trees and the rule is greedy, else its best chain, no longer than a
+        pass holds). Returns the newly confirmed tokens."""
+        room = self.config.max_new_tokens - len(confirmed)
+        draft, base = self._draft_in_verifier_ids(channel, confirmed)
+        tree = self.policy.propose(confirmed, draft, base, self.history, room,
+                                   self._model_chains(head_run, confirmed))
+        t_round = time.perf_counter()
+        branching = session.supports_tree and self.config.mode == "greedy" and \
+            not tree.is_chain()
+        if not branching:
+            tree = tree.best_path()
+            if session.max_rows is not None:
+                tree = tree.chain_head(session.max_rows - 1)  # beside the pending token
+        if branching:
+            # each node sees the prefix and its ancestors; the cache keeps one path after
+            rows = session.feed_tree([confirmed[-1], *tree.tokens],
+                                     [-1, *(p + 1 for p in tree.parents)])
+        else:  # row i: the distribution after confirmed + p1..pi
+            rows = session.feed([confirmed[-1], *tree.tokens])
+        accepted, tokens = self._verify_and_keep(session, tree, rows, generator,
+                                                 kept=len(confirmed), pending=True)
+        new = _strip_after_eos(tokens[:room], self.verifier.info.eos_token_id)
+        self.policy.observe(len(rows), time.perf_counter() - t_round, new)
+        stats.record_tree_round(tree.sources, accepted, fed=len(rows), branching=branching)
+        return new
+
+    def _verify_and_keep(self, session: ModelSession, tree: DraftTree, rows: torch.Tensor,
+                         generator: torch.Generator | None, kept: int, pending: bool
+                         ) -> tuple[list[int], list[int]]:
+        """Verify ``tree`` against ``rows`` (after the pending token first, when it was fed)
+        and keep what the rule accepted in the session's cache (``kept``: generated tokens
+        held before the proposal, the pending one included). Returns the accepted nodes and
+        the tokens this verification confirms (the accepted ones, then the verifier's own)."""
+        if tree.is_chain():
+            verdict = self._verify_chain(tree.tokens, rows, generator)
+            session.rollback(kept + verdict.n_accepted)
+            return list(range(verdict.n_accepted)), verdict.confirmed(tree.tokens)
+        walk = verify_greedy_tree(tree.tokens, tree.parents, rows)
+        shift = 1 if pending else 0  # fed row 0 is the pending token's
+        session.keep_path([0] * pending + [n + shift for n in walk.path])
+        return list(walk.path), walk.confirmed(tree.tokens)
 
     def _verify_chain(self, proposal: list[int], rows: torch.Tensor,
                       generator: torch.Generator | None) -> Verdict:

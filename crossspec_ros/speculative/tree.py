@@ -98,6 +98,15 @@ class DraftTree:
             parent = out.add(parent, self.tokens[n], self.sources[n], self.probs[n])
         return out
 
+    def chain_head(self, n: int) -> DraftTree:
+        """A chain's first ``n`` nodes (a pass that holds no more)."""
+        if not self.is_chain():
+            raise ValueError("chain_head cuts a chain; take best_path() first")
+        out = DraftTree()
+        for node in range(min(n, len(self))):
+            out.add(node - 1, self.tokens[node], self.sources[node], self.probs[node])
+        return out
+
     def best_chain(self) -> list[int]:
         """Tokens of ``best_path``."""
         return self.best_path().tokens

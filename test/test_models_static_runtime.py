@@ -1,0 +1,177 @@
+"""The static runtime: caches allocated once, steps in one shape, rollback a counter; bit-exact
+teacher-forced parity between verification passes and one-token decoding in float32 and
+bfloat16; the prefill in fixed chunks, so a live prefill and a one-shot prefill match; the
+engine's captions on it equal the same runtime's plain greedy decoding."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from crossspec_ros.models.static_runtime import RuntimeOptions
+from crossspec_ros.models.tiny import tiny_verifier
+from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+
+EAGER_8 = RuntimeOptions(compile=False, step_rows=(8,))
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from crossspec_ros.models.pair import BUNDLED_PAIR
+
+    if not (BUNDLED_PAIR / "verifier").is_dir():
+        pytest.skip("no bundled pair (run crossspec train-tiny)")
+    from crossspec_ros.train.tiny_pair import load_pair
+
+    return load_pair()
+
+
+@pytest.fixture(scope="module")
+def windows():
+    from crossspec_ros.bench.engine import bag_windows
+    from crossspec_ros.paths import sample_bag
+
+    return bag_windows(sample_bag(), 3)
+
+
+def static_twin(verifier, options=EAGER_8, dtype=None):
+    """The verifier (its own copy of the weights when ``dtype`` casts them) on ``options``."""
+    twin = copy.copy(verifier)
+    twin.__dict__.pop("_static_runtimes", None)
+    twin.runtime = None
+    if dtype is not None:
+        twin.model = copy.deepcopy(verifier.model).to(dtype)
+    twin.use_static_runtime(options, 48)
+    return twin
+
+
+def teacher_forced_rows(verifier, window, k: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The verifier's greedy caption decoded one token per pass, then fed again k tokens per
+    pass after a fresh prefill: (one-token rows, k-token rows)."""
+    inputs = verifier.prepare(window)
+    session = verifier.prefill(inputs)
+    single, tokens = [session.last_logits.clone()], []
+    while len(tokens) < 24:
+        tokens.append(int(single[-1].argmax()))
+        if tokens[-1] == verifier.info.eos_token_id:
+            break
+        single.append(session.feed([tokens[-1]])[-1].clone())
+    session = verifier.prefill(inputs)
+    chunked = [session.last_logits.clone()]
+    for start in range(0, len(tokens) - 1, k):
+        chunked.extend(session.feed(tokens[start:min(start + k, len(tokens) - 1)]).clone()
+                       .unbind(0))
+    return single, chunked
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_verification_rows_are_bit_identical_to_one_token_decoding(bundled, windows, dtype):
+    verifier = static_twin(bundled[0], dtype=dtype)
+    for window in windows:
+        for k in (3, 7):  # with the pending token: 4 and 8 rows of the 8-row shape
+            single, chunked = teacher_forced_rows(verifier, window, k)
+            assert len(single) == len(chunked)
+            for i, (a, b) in enumerate(zip(single, chunked, strict=True)):
+                assert torch.equal(a, b), (window.id, k, i, float((a - b).abs().max()))
+
+
+def test_a_live_prefill_and_a_one_shot_prefill_give_the_same_cache_bit_for_bit(bundled, windows):
+    from crossspec_ros.models.live_prefill import LivePrefill
+
+    verifier = static_twin(bundled[0], dtype=torch.bfloat16)
+    window = windows[1]
+    one_shot = verifier.prefill(verifier.prepare(window))
+    live = LivePrefill(verifier)
+    for frame in window.frames:
+        live.add_frame(frame.image, frame.stamp_ns)
+    session, _ = live.finish(())
+    assert torch.equal(one_shot.last_logits, session.last_logits)
+    token = int(one_shot.last_logits.argmax())
+    assert torch.equal(one_shot.feed([token]), session.feed([token]))
+
+
+def test_rollback_moves_the_counter_and_the_rows_after_it_are_computed_again(bundled, windows):
+    verifier = static_twin(bundled[0])
+    session = verifier.prefill(verifier.prepare(windows[0]))
+    first = session.feed([5, 6, 7])
+    session.rollback(1)
+    assert session.generated == [5] and torch.equal(session.last_logits, first[0])
+    again = session.feed([6, 9])
+    assert torch.equal(again[0], first[1])  # the same token at the same place: the same row
+    assert session.generated == [5, 6, 9]
+
+
+def test_a_long_proposal_is_fed_in_passes_of_the_runtimes_shape(bundled, windows):
+    verifier = static_twin(bundled[0])  # 8 rows per pass
+    inputs = verifier.prepare(windows[0])
+    reference = verifier.prefill(inputs)
+    tokens = [int(reference.last_logits.argmax())]
+    for _ in range(12):
+        tokens.append(int(reference.feed([tokens[-1]])[-1].argmax()))
+    session, rows = verifier.prefill_with_proposal(inputs, tokens)  # tail + 13: two passes
+    assert rows.shape[0] == len(tokens) + 1 and session.generated == tokens
+    plain = verifier.prefill(inputs)
+    steps = [plain.last_logits] + [plain.feed([t])[-1] for t in tokens]
+    assert all(torch.equal(a, b) for a, b in zip(rows, steps, strict=True))
+    assert verifier.first_proposal_room() == 8 - 7  # beside the 7-token question tail
+
+
+def test_caches_come_from_a_pool_and_go_back_when_a_session_is_dropped(bundled, windows):
+    verifier = static_twin(bundled[0])
+    runtime = verifier.runtime
+    inputs = verifier.prepare(windows[0])
+    sessions = [verifier.prefill(inputs) for _ in range(runtime.options.caches)]
+    assert all(slot.in_use for slot in runtime._slots)
+    extra = verifier.prefill(inputs)  # more windows at once than planned: one more, counted
+    assert runtime.extra_caches == 1
+    del sessions, extra
+    assert not any(slot.in_use for slot in runtime._slots)
+
+
+def test_the_engine_on_the_static_runtime_equals_its_plain_greedy_decoding(bundled, windows):
+    from crossspec_ros.models.pair import load_corpus
+
+    verifier = static_twin(bundled[0], dtype=torch.bfloat16)
+    corpus = load_corpus("", bundled[0])
+    engine = SpeculativeEngine(verifier, None, EngineConfig(), corpus=corpus.captions)
+    for window in [*windows, *windows]:  # the second time: the history proposes it whole
+        result = engine.run_window(window)
+        assert result.tokens == engine.verifier_only(window)
+        assert result.stats.rounds <= result.stats.fed_tokens  # every pass within its shape
+
+
+def test_a_runtime_built_before_with_the_same_options_is_taken_again():
+    verifier = tiny_verifier(seed=3)
+    assert verifier.use_static_runtime(EAGER_8, 16)  # warmed up: timings
+    built = verifier.runtime
+    verifier.use_static_runtime(None)
+    assert verifier.runtime is None
+    assert verifier.use_static_runtime(EAGER_8, 16) == {} and verifier.runtime is built
+
+
+def test_step_rows_must_be_increasing_positive_sizes():
+    for bad in [(), (0,), (8, 4), (4, 4)]:
+        with pytest.raises(ValueError, match="step_rows"):
+            RuntimeOptions(step_rows=bad)
+
+
+@pytest.mark.slow
+def test_compiled_steps_are_warmed_up_at_once_and_stay_bit_exact(bundled, windows,
+                                                                  monkeypatch):
+    """Compiled (inductor): every shape compiled in the warm-up, none later; verification
+    rows bit-identical to one-token decoding in bfloat16; the engine's captions its own."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
+    verifier = static_twin(bundled[0], RuntimeOptions(compile=True, step_rows=(8,)),
+                           dtype=torch.bfloat16)
+    assert verifier.runtime.compiled and verifier.runtime.compile_failed is None
+    graphs = counters["stats"]["unique_graphs"]
+    single, chunked = teacher_forced_rows(verifier, windows[0], 7)
+    assert all(torch.equal(a, b) for a, b in zip(single, chunked, strict=True))
+    engine = SpeculativeEngine(verifier, None, EngineConfig())
+    for window in [*windows, *windows]:
+        assert engine.run_window(window).tokens == engine.verifier_only(window)
+    assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled mid-drive
