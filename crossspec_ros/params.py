@@ -232,11 +232,12 @@ ENGINE_PARAMS = [
           "parameters name in a child process (in a composed graph a drafter thread shares "
           "the interpreter with the verifier and both slow down; a drafter handed to the node "
           "then only lends its tokenizer; on a GPU the drafter has its own CUDA stream)"),
-    Param("drafter_yields_ms", 100.0, "composed graph (draft and verifier nodes in one "
-          "process): the drafter pauses while the verifier works on a closed window, at most "
-          "this long at a time [ms] (0: never); in one process the two share the cores and "
-          "the interpreter lock, and the verifier's step after the close is the latency that "
-          "counts", non_negative, ">= 0", bounds=(0.0, 60_000.0)),
+    Param("yield_to_verifier_ms", 100.0, "composed graph (the nodes in one process): while "
+          "the verifier works on a closed window, the draft node's drafting and event "
+          "decoding and the viz node's drawing wait, at most this long at a time [ms] (0: "
+          "never); in one process they share the cores and the interpreter lock, and the "
+          "verifier's step after the close is the latency that counts", non_negative, ">= 0",
+          bounds=(0.0, 60_000.0)),
     Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "
           "selected, while the window is still open (Video-LLaVA verifiers; false: the whole "
           "prefill after the window closes)"),

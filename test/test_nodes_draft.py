@@ -88,3 +88,28 @@ def test_a_window_the_busy_drafter_drops_gets_an_empty_cut_short_notice(node):
     [notice] = node.pub_draft.sent
     assert (notice.window_id, notice.cut_short, notice.text, list(notice.token_ids)) == (
         first.id, True, "", [])
+
+
+def test_packets_that_come_during_the_verifiers_turn_are_decoded_after_it(node):
+    from event_camera_msgs.msg import EventPacket
+
+    from crossspec_ros.events.encode import Evt3PacketEncoder
+
+    def message(packet):
+        msg = EventPacket(height=packet.height, width=packet.width, seq=packet.seq,
+                          time_base=packet.time_base, encoding=packet.encoding,
+                          events=bytes(packet.events))
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(packet.stamp_ns, 10**9)
+        return msg
+
+    window = windows(1)[0]
+    encoder = Evt3PacketEncoder(window.events.width, window.events.height,
+                                packet_period_ns=2_000_000, epoch_ns=window.t0)
+    packets = [message(p) for p in encoder.encode(window.events)][:20]
+    node._hold()  # the verifier in this process works on a closed window
+    for msg in packets[:10]:
+        node._on_events(msg)
+    assert node.decoder.stats.packets == 0 and len(node._held_packets) == 10
+    node._release_hold()
+    node._on_events(packets[10])  # the first after the turn decodes the rest first, in order
+    assert node.decoder.stats.packets == 11 and not node._held_packets

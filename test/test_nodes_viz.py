@@ -69,3 +69,27 @@ def test_the_caption_marker_takes_the_rgb_frames_frame_id():
     finally:
         node.destroy_node()
         rclpy.shutdown()
+
+
+def test_frames_that_come_during_the_verifiers_turn_are_not_drawn_the_next_one_is():
+    from crossspec import msg as cs_msg
+    from sensor_msgs.msg import Image
+
+    from crossspec_ros.speculative.verifier_first import VerifierFirst
+
+    first = VerifierFirst(max_pause_s=5.0)
+    rclpy.init()
+    node = bring_up(VizNode(verifier_first=first, parameter_overrides=[
+        rclpy.parameter.Parameter("annotate_every_n_frames", value=1)]))
+    try:
+        node.pub_image = RecordingPublisher()
+        node._on_caption(cs_msg.Caption(window_id=1, confirmed_text="a car"))
+        image = Image(height=8, width=8, encoding="rgb8", step=24, data=bytes(192))
+        with first.turn():  # the verifier in this process works on a closed window
+            node._on_image(image)
+        assert node.pub_image.sent == [] and node.frames_yielded == 1
+        node._on_image(image)
+        assert len(node.pub_image.sent) == 1
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from crossspec import msg as cs_msg
@@ -61,6 +62,9 @@ class DraftNode(ManagedNode):
         self.verifier_first = verifier_first
         self._held = False  # paused for the verifier (guarded by _hold_lock)
         self._hold_lock = threading.Lock()
+        # event packets that came while held, in order (bounded: at most the pause's length
+        # of the camera's packets; the pause is yield_to_verifier_ms at most)
+        self._held_packets: deque[Any] = deque()
         self._given_drafter = self.drafter = drafter
         self.cursor = DraftCursor()  # the window being drafted and its confirmed prefix
         self.queue = WindowQueue(self.params["max_queued_windows"])
@@ -105,7 +109,6 @@ class DraftNode(ManagedNode):
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         if self.verifier_first is not None:
-            self.verifier_first.max_pause_s = p["drafter_yields_ms"] / 1e3
             self.verifier_first.add_drafter(self._hold, self._release_hold)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
@@ -138,13 +141,23 @@ class DraftNode(ManagedNode):
     def _on_events(self, msg: EventPacket) -> None:
         if not self.active:
             return  # inactive: inputs are ignored
-        batch = self.decoder.decode(from_msg(msg))
-        if len(batch):
-            self._enqueue(self.sync.add_events(batch))
+        self._held_packets.append(msg)
+        if not self._held:  # held: decoded once the verifier's turn ends (its compute)
+            self._decode_held()
+
+    def _decode_held(self) -> None:
+        """Decode the packets that came while the verifier had its turn, then the new one
+        (executor thread: the synchronizer is not thread-safe)."""
+        while self._held_packets:
+            batch = self.decoder.decode(from_msg(self._held_packets.popleft()))
+            if len(batch):
+                self._enqueue(self.sync.add_events(batch))
 
     def _tick(self) -> None:
         if not self.active:
             return
+        if not self._held:
+            self._decode_held()
         self._enqueue(self.sync.poll(time.monotonic_ns()))
         lingering = self.cursor.lingering(time.monotonic(), LINGER_S)
         if lingering is not None:  # a finished draft nobody confirms any more is let go

@@ -157,9 +157,10 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
 
     verifier, drafter = models if models is not None else (None, None)
     nodes: list = []
-    # both models in this process: the drafter pauses while the verifier works on a closed
-    # window (speculative/verifier_first.py; the draft node sets the bound, drafter_yields_ms)
-    verifier_first = VerifierFirst(0.0) if {"draft", "verifier"} <= set(kinds) else None
+    # the verifier and other nodes in this process: their work that can wait waits while the
+    # verifier works on a closed window (speculative/verifier_first.py; the verifier node
+    # sets the bound, yield_to_verifier_ms)
+    verifier_first = VerifierFirst(0.0) if "verifier" in kinds and len(kinds) > 1 else None
     try:
         if "draft" in kinds:
             drafter = started(DraftNode(drafter, parameter_overrides=overrides("draft"),
@@ -172,7 +173,7 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
         if "viz" in kinds:
             from crossspec_ros.nodes.viz_node import VizNode
 
-            started(VizNode(parameter_overrides=overrides("viz")))
+            started(VizNode(parameter_overrides=overrides("viz"), verifier_first=verifier_first))
     except BaseException:
         for node in nodes:  # what started is stopped again: no worker outlives the error
             node.destroy_node()

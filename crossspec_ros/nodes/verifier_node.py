@@ -139,6 +139,8 @@ class VerifierNode(ManagedNode):
                                    "frames_per_window)")
         self.sync = sync_from_params(p, streams=("rgb",), announce_frames=self.live_prefill,
                                      previous=self.sync)
+        if self.verifier_first is not None:  # its turn's bound (speculative/verifier_first.py)
+            self.verifier_first.max_pause_s = p["yield_to_verifier_ms"] / 1e3
         self.pub_confirmed = self.add_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                                                 reliable_qos())
         self.pub_caption = self.add_publisher(cs_msg.Caption, p["caption_topic"],

@@ -11,6 +11,7 @@ records captions, annotated images, the marker and diagnostics as a rosbag2 bag
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any
 
 from crossspec import msg as cs_msg
@@ -29,9 +30,16 @@ class VizNode(ManagedNode):
     Foxglove server and the recording, cleanup finishes them)."""
 
     def __init__(self, *, node_name: str = "crossspec_viz",
-                 parameter_overrides: list | None = None, **kwargs: Any) -> None:
+                 parameter_overrides: list | None = None, verifier_first: Any = None,
+                 **kwargs: Any) -> None:
+        """``verifier_first``: shared with a verifier node in this process (composed mode):
+        frames that come while it works on a closed window are not drawn, event packets
+        are decoded after (speculative/verifier_first.py)."""
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
         self.params = p = declare_params(self, [*VIZ_NODE_PARAMS, *FOXGLOVE_PARAMS])
+        self.verifier_first = verifier_first
+        self.frames_yielded = 0  # frames not drawn: the verifier in this process had its turn
+        self._held_packets: deque[Any] = deque()  # event packets that came meanwhile
         self._lock = threading.Lock()
         self._latest: Any = None   # the newest Caption
         self._frames = 0
@@ -119,6 +127,10 @@ class VizNode(ManagedNode):
             caption = self._latest
         if caption is None or self._frames % self.params["annotate_every_n_frames"]:
             return
+        if self._verifier_busy():  # the next frame is drawn instead
+            self.frames_yielded += 1
+            self._frames -= 1
+            return
         try:
             rgb = convert(msg)
         except UnsupportedImageError:
@@ -147,20 +159,31 @@ class VizNode(ManagedNode):
             caption.confirmed_text, caption.unconfirmed_text, caption.status, rgb.shape[1],
             rgb.shape[0], stamp), stamp)
 
+    def _verifier_busy(self) -> bool:
+        return self.verifier_first is not None and self.verifier_first.paused
+
     def _on_events(self, msg: Any) -> None:
         if not self.active:
             return
+        self._held_packets.append(msg)
+        if self._verifier_busy():
+            return  # decoded with the next packet after the verifier's turn
         from crossspec_ros.events.packet import from_msg
 
-        batch = self._decoder.decode(from_msg(msg))
-        with self._lock:
-            self._events_header = msg.header
-            if len(batch):
-                self._events.append(batch)
+        while self._held_packets:
+            held = self._held_packets.popleft()
+            batch = self._decoder.decode(from_msg(held))
+            with self._lock:
+                self._events_header = held.header
+                if len(batch):
+                    self._events.append(batch)
 
     def _publish_event_image(self) -> None:
         from crossspec_ros.events.batch import EventBatch
         from crossspec_ros.events.representations import dv_time_surface
+
+        if self._verifier_busy():
+            return  # the next tick draws what came meanwhile too
 
         with self._lock:
             batches, self._events = self._events, []

@@ -15,8 +15,9 @@ bounded); one it confirms at once was not needed before its caption.
     verifier:  ...live frames...|close| finish + rounds |FINAL
     drafter:   prefill, tokens..|   paused (<= max)     | tokens...
 
-Pure Python: the verifier node calls ``turn()`` around a window, the draft node registers how
-to pause and resume its drafter (``DraftChannel.set_lookahead``).
+Pure Python: the verifier node calls ``turn()`` around a window; the draft node registers how
+to pause and resume its drafter (``DraftChannel.set_lookahead``) and leaves the event packets
+that come meanwhile for after; the viz node reads ``paused`` and skips drawing meanwhile.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class VerifierFirst:
         self._drafters: list[tuple[Callable[[], None], Callable[[], None]]] = []
         self._paused = False
         self._timer: threading.Timer | None = None
-        self.pauses = 0          # the verifier's turns that paused a drafter
+        self.pauses = 0          # the verifier's turns that held the others
         self.pauses_cut = 0      # of those, ended by max_pause_s rather than the verifier
 
     def add_drafter(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
@@ -57,7 +58,7 @@ class VerifierFirst:
     def turn(self) -> Iterator[None]:
         """The verifier works on a closed window for the duration of the block."""
         with self._lock:
-            if self.max_pause_s > 0 and self._drafters and not self._paused:
+            if self.max_pause_s > 0 and not self._paused:
                 self._paused = True
                 self.pauses += 1
                 for pause, _ in self._drafters:
