@@ -12,15 +12,21 @@ collector walking them.
 from __future__ import annotations
 
 import gc
+import os
 import sys
+from pathlib import Path
 
 SWITCH_INTERVAL_S = 2e-4
+COMPILE_CACHE = Path.home() / ".cache" / "crossspec" / "inductor"  # TORCHINDUCTOR_CACHE_DIR
 
 
 def tune_process_for_models(device: str = "cpu") -> dict[str, float]:
     """Hand the GIL over often (a thread returning from a torch op otherwise waits up to 5 ms
     for it, per op) and, on CPU, give each model thread one intra-op thread (concurrent
     OpenMP pools oversubscribe). Returns the settings, for reports."""
+    # compiled kernels kept across starts (static runtime): set before torch._dynamo is
+    # imported, which fills in its own default under /tmp
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE))
     import torch
 
     sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -42,3 +42,20 @@ def test_exactness_over_a_bag_without_rgb_windows_is_refused_not_called_exact(
     assert main(["bench", "exactness", "--models", "tiny-random", "--bag", str(bag)]) == 2
     captured = capsys.readouterr()
     assert "no window with RGB frames" in captured.err and "exact" not in captured.out
+
+
+def test_the_static_runtime_is_exact_in_bfloat16_and_the_report_names_the_dtype(tmp_path):
+    import json
+
+    from crossspec_ros.cli.main import main
+
+    out = tmp_path / "exactness.json"
+    assert main(["bench", "exactness", "--models", "tiny-random", "--dtype", "bfloat16",
+                 "--no-compile", "--windows", "2", "--max-new-tokens", "10", "-k", "4",
+                 "--step-rows", "8", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["dtype"] == "bfloat16" and report["exact"] is True
+    assert report["exact_runtime"] == "static"
+    static = report["runtimes"]["static"]
+    assert static["flips"] == 0 and static["rows_bit_identical"] == static["positions"] > 0
+    assert set(report["runtimes"]) == {"transformers", "static", "static_two_shapes"}

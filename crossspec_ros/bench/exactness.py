@@ -1,15 +1,18 @@
 """`crossspec bench exactness`: does verifying k tokens in one pass give the one-token logits?
 
 Speculative decoding is lossless when the verifier's logits for a position do not depend on
-how many tokens the forward pass held. On a CPU and, on a GPU, in float32 they do not; in
-bfloat16 a k-token pass runs other matrix-product and attention kernels than a one-token
-step and rounds differently, so where the verifier's top two tokens are within that rounding
-the argmax can flip (seen on an H100 with random weights, whose logits are nearly flat).
+how many tokens the forward pass held. Where a k-token pass runs other matrix-product and
+attention kernels than a one-token step, it rounds differently: in bfloat16 (and 4-bit) the
+argmax can flip where the verifier's top two tokens lie within that rounding (seen on an H100
+with random weights, whose logits are nearly flat), and even in float32 the logits differ in
+their last bits. The static runtime with one step shape (``models/static_runtime.py``) runs
+every pass in the same shape, so its rows are the same bits whatever the pass holds.
 
-Per window the verifier decodes greedily, one token per pass; the same caption is then fed
-k tokens per pass after a fresh prefill. The report gives, per window, the positions whose
-argmax differs, the top-2 margin of the one-token logits there, and the largest logit
-difference anywhere.
+Per runtime and window the verifier decodes greedily, one token per pass; the same caption is
+then fed k tokens per pass after a fresh prefill. The report gives, per runtime, the positions
+whose argmax differs (flips), the rows that are not bit-identical, the top-2 margin of the
+one-token logits where it flips, and the largest logit difference anywhere; ``exact`` is the
+exact runtime's verdict (0 flips and every row bit-identical).
 """
 
 from __future__ import annotations
@@ -48,23 +51,62 @@ def window_exactness(verifier: Any, window: Any, max_new_tokens: int, k: int
     return {"window": int(getattr(window, "id", 0)), "tokens": len(tokens),
             "argmax_differs_at": differ,
             "margin_where_differs": [round(margins[i], 4) for i in differ],
+            "rows_bit_identical": sum(bool(torch.equal(a, b))
+                                      for a, b in zip(rows, single, strict=True)),
             "top2_margin_median": round(float(torch.tensor(margins).median()), 4),
             "max_logit_difference": round(max(float((a - b).abs().max())
                                               for a, b in zip(rows, single, strict=True)), 6)}
 
 
+def runtime_exactness(verifier: Any, windows: list[Any], max_new_tokens: int, k: int
+                      ) -> dict[str, Any]:
+    """``window_exactness`` over ``windows``, summed: flips, rows, bit-identical rows."""
+    results = [window_exactness(verifier, w, max_new_tokens, k) for w in windows]
+    return {"flips": sum(len(r["argmax_differs_at"]) for r in results),
+            "positions": sum(r["tokens"] for r in results),
+            "rows_bit_identical": sum(r["rows_bit_identical"] for r in results),
+            "max_logit_difference": max(r["max_logit_difference"] for r in results),
+            "windows": results}
+
+
+def exactness_runtimes(verifier: Any, step_rows: int, compile: bool, max_new_tokens: int
+                       ) -> dict[str, Any]:
+    """The runtimes compared, by name (each a twin of ``verifier`` on the same weights):
+    transformers (today's eager path), static (one step shape: exact by construction),
+    static_compiled (the same compiled, with ``compile``) and static_two_shapes (one-row and
+    k-row steps in their own shapes: what the single shape avoids)."""
+    from crossspec_ros.models.static_runtime import RuntimeOptions
+
+    def twin(options: Any) -> Any:
+        model = verifier.with_runtime(None)
+        model.use_static_runtime(options, max_new_tokens)
+        return model
+
+    out = {"transformers": verifier.with_runtime(None),
+           "static": twin(RuntimeOptions(compile=False, step_rows=(step_rows,)))}
+    if compile:
+        out["static_compiled"] = twin(RuntimeOptions(compile=True, step_rows=(step_rows,)))
+    out["static_two_shapes"] = twin(RuntimeOptions(compile=False, step_rows=(1, step_rows)))
+    return out
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "exactness", help="is k-token verification exact on this device and float type?",
+        "exactness", help="is k-token verification exact, per runtime and float type?",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
                         default="bundled")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                        help="float type of the full-size verifier (default bfloat16)")
+                        help="float type of the verifier's weights (default bfloat16; the "
+                        "bundled and tiny verifiers are cast to it)")
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("-k", type=int, default=8, help="tokens per verification pass")
+    parser.add_argument("--step-rows", type=int, default=32,
+                        help="rows of the static runtime's passes (node parameter step_rows)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave out static_compiled (compiling takes a while)")
     parser.add_argument("--bag", type=Path, default=sample_bag())
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
     parser.set_defaults(func=run)
@@ -76,10 +118,12 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bench import engine as bench
     from crossspec_ros.models.full_size import full_size_verifier
     from crossspec_ros.models.loading import resolve_device
+    from crossspec_ros.models.static_runtime import compile_allowed
     from crossspec_ros.process_tuning import tune_process_for_models
 
-    if args.windows < 1 or args.max_new_tokens < 1 or args.k < 1:
-        print("crossspec bench exactness: need --windows, --max-new-tokens and -k >= 1",
+    if args.windows < 1 or args.max_new_tokens < 1 or args.k < 1 or args.step_rows <= args.k:
+        print("crossspec bench exactness: need --windows, --max-new-tokens and -k >= 1, and "
+              "--step-rows > -k (a pass holds the pending token and k proposals)",
               file=sys.stderr)
         return 2
     from crossspec_ros.events.errors import EventSourceError
@@ -95,31 +139,36 @@ def run(args: argparse.Namespace) -> int:
         return 2
     device = str(resolve_device(args.device))
     tune_process_for_models(device)
+    dtype = getattr(torch, args.dtype)
     if args.models == "full-size":
         if not device.startswith("cuda"):
             print("crossspec bench exactness: --models full-size needs --device cuda",
                   file=sys.stderr)
             return 2
-        verifier = full_size_verifier(device, getattr(torch, args.dtype))
+        verifier = full_size_verifier(device, dtype)
     else:
         build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
         verifier = build[args.models](device)[0]
-    results = []
-    for window in windows:
-        result = window_exactness(verifier, window, args.max_new_tokens, args.k)
-        results.append(result)
-        print(f"window {result['window']}: {len(result['argmax_differs_at'])}/"
-              f"{result['tokens']} positions differ {result['argmax_differs_at'][:5]}, "
-              f"top-2 margin there {result['margin_where_differs'][:5]} "
-              f"(median {result['top2_margin_median']}), largest logit difference "
-              f"{result['max_logit_difference']}")
-    exact = all(not r["argmax_differs_at"] for r in results)
-    dtype = str(next(verifier.model.parameters()).dtype).removeprefix("torch.")
-    print(f"{args.models} verifier, {dtype}, {device}, k={args.k}: "
-          + ("exact (every argmax the same)" if exact else "NOT exact"))
+        verifier.model.to(dtype)
+    compile_steps = not args.no_compile and compile_allowed()
+    runtimes = exactness_runtimes(verifier, args.step_rows, compile_steps, args.max_new_tokens)
+    report: dict[str, Any] = {"models": args.models, "dtype": args.dtype, "device": device,
+                              "k": args.k, "step_rows": args.step_rows, "runtimes": {}}
+    for name, model in runtimes.items():
+        result = runtime_exactness(model, windows, args.max_new_tokens, args.k)
+        report["runtimes"][name] = result
+        print(f"{name:18s} {result['flips']}/{result['positions']} argmax flips, "
+              f"{result['rows_bit_identical']}/{result['positions']} rows bit-identical, "
+              f"largest logit difference {result['max_logit_difference']}")
+    exact_name = "static_compiled" if "static_compiled" in runtimes else "static"
+    exact = report["runtimes"][exact_name]
+    report["exact_runtime"] = exact_name
+    report["exact"] = exact["flips"] == 0 and exact["rows_bit_identical"] == exact["positions"]
+    print(f"{args.models} verifier, {args.dtype}, {device}, k={args.k}, {exact_name} "
+          f"(every pass {args.step_rows} rows): "
+          + ("exact (every row the same bits, every argmax the same)" if report["exact"]
+             else "NOT exact"))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"models": args.models, "dtype": dtype,
-                                         "device": device, "k": args.k, "exact": exact,
-                                         "windows": results}, indent=2))
-    return 0 if exact else 1
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0 if report["exact"] else 1

@@ -56,10 +56,12 @@ def run(args: argparse.Namespace) -> int:
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 2
+    from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
+
+    tune_process_for_models(params["device"])  # the graph's settings, before torch loads more
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_corpus, load_from_params
     from crossspec_ros.models.static_runtime import prepare_runtime
-    from crossspec_ros.process_tuning import settle_heap
     from crossspec_ros.speculative.corpus import CorpusError
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
     from crossspec_ros.sync.synchronizer import WindowSynchronizer

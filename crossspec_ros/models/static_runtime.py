@@ -42,10 +42,10 @@ import torch
 
 from crossspec_ros.models.base import ModelSession, PrefillTiming
 from crossspec_ros.models.streams import inference, synchronize
+from crossspec_ros.process_tuning import COMPILE_CACHE
 
 logger = logging.getLogger(__name__)
 
-COMPILE_CACHE = Path.home() / ".cache" / "crossspec" / "inductor"
 
 
 @dataclass(frozen=True)
