@@ -12,6 +12,7 @@ BENCH_MODULES = [
     "crossspec_ros.bench.engine_cmd",
     "crossspec_ros.bench.exactness",
     "crossspec_ros.bench.fuzz",
+    "crossspec_ros.bench.startup",
 ]
 
 
