@@ -11,7 +11,7 @@ import torch
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.models.streams import Stopwatch, on_stream, synchronize
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
-from crossspec_ros.sync.window import Window
+from crossspec_ros.sync.window import StampedFrame, Window
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -68,3 +68,33 @@ def test_drafter_and_verifier_on_two_streams_give_their_sequential_results():
     for t in threads:
         t.join()
     assert (results["v"], results["d"]) == expected
+
+
+@CUDA
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_static_runtime_on_cuda_is_bit_exact_and_the_engine_equals_its_plain_decoding(
+        compiled, monkeypatch):
+    """On a GPU too (CUDA graphs when compiled): verification rows bit-identical to one-token
+    decoding in bfloat16, and the engine's caption the runtime's own greedy caption."""
+    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+
+    monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
+    verifier = tiny_verifier(seed=4, init_range=0.3).to("cuda")
+    verifier.model.to(torch.bfloat16)
+    verifier.use_static_runtime(RuntimeOptions(compile=compiled, step_rows=(8,)), 16)
+    inputs = verifier.prepare_frames(_frames())
+    session = verifier.prefill(inputs)
+    single, tokens = [session.last_logits.clone()], []
+    for _ in range(10):
+        tokens.append(int(single[-1].argmax()))
+        single.append(session.feed([tokens[-1]])[-1].clone())
+    session = verifier.prefill(inputs)
+    chunked = [session.last_logits.clone(), *session.feed(tokens[:5]), *session.feed(tokens[5:])]
+    assert all(torch.equal(a, b) for a, b in zip(single, chunked, strict=True))
+    window = Window(0, 0, 10**9, EventBatch.empty(8, 8),
+                    [StampedFrame(i, f) for i, f in enumerate(_frames())], 0)
+    engine = SpeculativeEngine(verifier, None, EngineConfig(max_new_tokens=12))
+    for _ in range(2):
+        assert engine.run_window(window).tokens == engine.verifier_only(window)

@@ -100,6 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
                         help="float type of the verifier's weights (default bfloat16; the "
                         "bundled and tiny verifiers are cast to it)")
+    parser.add_argument("--quantization", choices=("none", "4bit"), default="none",
+                        help="4bit: the verifier's layers in NF4 (bitsandbytes, as crossspec "
+                        "loads 4-bit checkpoints)")
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("-k", type=int, default=8, help="tokens per verification pass")
@@ -150,10 +153,15 @@ def run(args: argparse.Namespace) -> int:
         build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
         verifier = build[args.models](device)[0]
         verifier.model.to(dtype)
+    if args.quantization == "4bit":
+        from crossspec_ros.models.quantize import quantize_caption_model_4bit
+
+        quantize_caption_model_4bit(verifier)
     compile_steps = not args.no_compile and compile_allowed()
     runtimes = exactness_runtimes(verifier, args.step_rows, compile_steps, args.max_new_tokens)
     report: dict[str, Any] = {"models": args.models, "dtype": args.dtype, "device": device,
-                              "k": args.k, "step_rows": args.step_rows, "runtimes": {}}
+                              "quantization": args.quantization, "k": args.k,
+                              "step_rows": args.step_rows, "runtimes": {}}
     for name, model in runtimes.items():
         result = runtime_exactness(model, windows, args.max_new_tokens, args.k)
         report["runtimes"][name] = result
@@ -164,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     exact = report["runtimes"][exact_name]
     report["exact_runtime"] = exact_name
     report["exact"] = exact["flips"] == 0 and exact["rows_bit_identical"] == exact["positions"]
-    print(f"{args.models} verifier, {args.dtype}, {device}, k={args.k}, {exact_name} "
+    weights = args.dtype + (", 4-bit NF4" if args.quantization == "4bit" else "")
+    print(f"{args.models} verifier, {weights}, {device}, k={args.k}, {exact_name} "
           f"(every pass {args.step_rows} rows): "
           + ("exact (every row the same bits, every argmax the same)" if report["exact"]
              else "NOT exact"))

@@ -12,6 +12,8 @@ BENCH_MODULES = [
     "crossspec_ros.bench.engine_cmd",
     "crossspec_ros.bench.exactness",
     "crossspec_ros.bench.fuzz",
+    "crossspec_ros.bench.gpu_report",
+    "crossspec_ros.bench.passes",
     "crossspec_ros.bench.startup",
 ]
 

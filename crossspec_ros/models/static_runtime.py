@@ -80,6 +80,20 @@ def compile_allowed() -> bool:
     return os.environ.get(NO_COMPILE_ENV, "") in ("", "0")
 
 
+# torch.compile's mode on a GPU: reduce-overhead replays each step as a CUDA graph (one launch
+# instead of hundreds); CROSSSPEC_CUDA_COMPILE_MODE=default keeps inductor's kernels without
+# graphs (scripts/gpu_check.sh measures both)
+CUDA_COMPILE_MODE_ENV = "CROSSSPEC_CUDA_COMPILE_MODE"
+
+
+def compile_mode(device: torch.device) -> str | None:
+    """torch.compile's mode for steps on ``device`` (None: inductor's default)."""
+    if device.type != "cuda":
+        return None
+    mode = os.environ.get(CUDA_COMPILE_MODE_ENV, "reduce-overhead")
+    return None if mode == "default" else mode
+
+
 def runtime_options(params: dict[str, Any], role: str) -> RuntimeOptions | None:
     """The runtime a node's ``role`` ("verifier" or "drafter") model runs, from validated
     RUNTIME_PARAMS values (None: the transformers runtime). A drafter's tokens are proposals,
@@ -312,9 +326,10 @@ class StaticLM:
             logger.warning("%s: a step of %d rows at %d was not warmed up: compiling it now",
                            self.name, rows, pos)
             hidden, logits = _STANCE.call_unwarmed(fn, *args)
+        # copies: a CUDA graph's outputs are written over by its next replay
         if last_only:
-            return hidden.float(), logits.float()
-        return hidden[:q].float(), logits[:q].float()
+            return hidden.to(torch.float32, copy=True), logits.to(torch.float32, copy=True)
+        return hidden[:q].to(torch.float32, copy=True), logits[:q].to(torch.float32, copy=True)
 
     def embed_ids(self, ids: Sequence[int]) -> torch.Tensor:
         return self.embed(torch.tensor([list(ids)], dtype=torch.long, device=self.device))
@@ -336,8 +351,10 @@ class StaticLM:
         if self.options.compile and not self.compiled and self.compile_failed is None:
             use_compile_cache()
             _configure_compiler(self.device)
-            self._rows_fn = torch.compile(self._rows, dynamic=False, fullgraph=True)
-            self._last_fn = torch.compile(self._last_row, dynamic=False, fullgraph=True)
+            mode = compile_mode(self.device)
+            self._rows_fn = torch.compile(self._rows, dynamic=False, fullgraph=True, mode=mode)
+            self._last_fn = torch.compile(self._last_row, dynamic=False, fullgraph=True,
+                                          mode=mode)
             self.compiled = True
         shapes = [("rows", r) for r in self.step_rows] + [
             ("chunk", c) for c in sorted(set(prompt_chunks))]
@@ -369,6 +386,8 @@ class StaticLM:
     def describe(self) -> str:
         """One line for the node's log."""
         mode = "compiled" if self.compiled else "eager"
+        if self.compiled and compile_mode(self.device):
+            mode += f" {compile_mode(self.device)}"
         exact = ", exact" if self.options.exact else ""
         return (f"{self.name}: static runtime ({mode}{exact}), {len(self._slots)} caches of "
                 f"{self.max_len} positions, steps of {'/'.join(map(str, self.step_rows))} "
