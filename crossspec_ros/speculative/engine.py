@@ -213,13 +213,14 @@ class SpeculativeEngine:
             stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
             self.gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
-        emit(EventKind.FINAL, tokens=tokens, text=text)
         if channel.session is not None:
             sessions["drafter"] = channel.session
-        self.last_result = WindowResult(window_id, tokens, text, draft_tokens, draft_text,
-                                        stats, events,
-                                        sessions if self.config.keep_sessions else {})
-        return self.last_result
+        result = WindowResult(window_id, tokens, text, draft_tokens, draft_text, stats, events,
+                              sessions if self.config.keep_sessions else {})
+        # the result first: whoever sees FINAL (stream's consumer) reads last_result at once
+        self.last_result = result
+        emit(EventKind.FINAL, tokens=tokens, text=text)  # appended to result.events too
+        return result
 
     @staticmethod
     def _emitter(window_id: int, t_close: float, events: list[EngineEvent],
