@@ -1,10 +1,13 @@
-"""Adaptive proposal length from measured acceptance and measured verifier costs.
+"""The proposal policy: what the verifier checks each round, sized from measured acceptance
+and measured verifier costs (``ProposalPolicy``), and whether a local drafter runs at all
+(``DrafterGate``). The proposers themselves are ``speculative/proposers.py``.
 
 With per-token acceptance a (the chance the verifier accepts the next proposal given it
 accepted the previous ones), a round proposing g tokens confirms on average
 E(g) = (1 - a^(g+1)) / (1 - a) tokens (the accepted ones plus the verifier's own token), and
-costs one verifier forward over g + 1 tokens. crossspec picks the g that maximises
-E(g) / cost(g + 1); g = 0 is plain decoding, chosen whenever proposing cannot pay.
+costs one verifier forward over g + 1 tokens. crossspec keeps proposals while they add more
+expected tokens than they cost; nothing proposed is plain decoding, chosen whenever
+proposing cannot pay.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crossspec_ros.speculative.proposers import ProposalContext, make_proposers
 from crossspec_ros.speculative.splice import substitution_branches
 from crossspec_ros.speculative.suffix import SuffixIndex
 from crossspec_ros.speculative.tree import ROOT, DraftTree
@@ -124,33 +128,24 @@ class BranchCalibration:
 
 
 class ProposalPolicy:
-    """What the verifier checks each round: one draft tree from every proposer at once.
-
-    Proposers (names as in ``EngineConfig.proposers``):
-      draft_stream   the live draft's continuation of the confirmed caption (a chain)
-      draft_ngram    suffix matches in this window's draft (re-aligns after a mismatch)
-      history_ngram  suffix matches in the previous windows' confirmed captions
-      corpus_ngram   suffix matches in a corpus of the verifier's captions of earlier drives
-                     (``speculative/corpus.py``): phrases this drive has not shown yet
-      draft_head     a draft head's continuation (``speculative/head.py``), as a chain
-    Each node's probability is its proposer's measured per-token acceptance to the power of
-    its depth, times the suffix trie's count ratios. The tree keeps the most probable nodes
-    while one more node adds more expected tokens than it costs (the verifier's measured
-    cost per fed token); with ``adaptive`` off it keeps them up to ``max_nodes``.
-    Pure bookkeeping: no model runs here.
+    """What the verifier checks each round: one draft tree from every proposer at once
+    (``proposers.py``: one class each, named as in ``EngineConfig.proposers``). The tree
+    keeps the most probable nodes while one more node adds more expected tokens than it costs
+    (the verifier's measured cost per fed token); with ``adaptive`` off it keeps them up to
+    ``max_nodes``. Pure bookkeeping: no model runs here.
     """
 
     def __init__(self, proposers: tuple[str, ...], *, max_depth: int, max_nodes: int,
                  adaptive: bool = True, corpus: SuffixIndex | None = None) -> None:
         self.proposers = proposers
-        self.corpus = corpus  # read by corpus_ngram; None or empty: it proposes nothing
+        self.corpus = corpus  # corpus_ngram's and the branches' index; None: nothing
+        self._proposers = make_proposers(proposers, corpus)
         self.max_depth, self.max_nodes, self.adaptive = max_depth, max_nodes, adaptive
         self.trackers = {name: AcceptanceTracker() for name in proposers}
         self.cost = CostModel()
         self.branch_calibration = BranchCalibration()
         self._branch_mass = 0.0  # the offered branches' summed probability, this window
         self._offered: dict[str, list[int]] = {}  # each proposer's best chain this round
-        self._draft_index: tuple[list[int], SuffixIndex] | None = None
 
     def propose(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
                 history: SuffixIndex, room: int,
@@ -234,36 +229,13 @@ class ProposalPolicy:
         self._offered = {}
         if depth <= 0 or self.max_nodes <= 0:
             return tree
-        for name in self.proposers:
-            if name in skip:
-                continue
-            rate = self.trackers[name].rate
-            if name == "draft_stream" and draft:
-                chain = _draft_continuation(draft, draft_base, confirmed, depth)
-                tree.add_chain(chain, name, [rate ** (k + 1) for k in range(len(chain))])
-                self._offered[name] = chain
-            elif name == "draft_ngram" and draft:
-                index = self._index_of_draft(draft)
-                self._offered[name] = index.propose(confirmed, tree, name, per_token=rate,
-                                                    max_nodes=self.max_nodes, max_depth=depth)
-            elif chains and chains.get(name):
-                chain = chains[name][:depth]
-                tree.add_chain(chain, name, [rate ** (k + 1) for k in range(len(chain))])
-                self._offered[name] = chain
-            elif name in ("history_ngram", "corpus_ngram"):
-                index = history if name == "history_ngram" else self.corpus
-                if index is not None:
-                    self._offered[name] = index.propose(confirmed, tree, name, per_token=rate,
-                                                        max_nodes=self.max_nodes,
-                                                        max_depth=depth)
+        ctx = ProposalContext(confirmed, draft, draft_base, history, self.max_nodes,
+                              dict(chains or {}))
+        for proposer in self._proposers:
+            if proposer.name not in skip:
+                self._offered[proposer.name] = proposer.propose(
+                    ctx, tree, self.trackers[proposer.name].rate, depth)
         return tree
-
-    def _index_of_draft(self, draft: Sequence[int]) -> SuffixIndex:
-        if self._draft_index is None or self._draft_index[0] != list(draft):
-            index = SuffixIndex(max_sources=1, recent_weight=1.0)
-            index.add_source(draft)
-            self._draft_index = (list(draft), index)
-        return self._draft_index[1]
 
     def _worth_keeping(self, tree: DraftTree) -> int:
         """How many of the most probable nodes to verify: while a node's probability beats
@@ -307,16 +279,6 @@ class ProposalPolicy:
         if rate < MIN_DRAFT_ACCEPTANCE:
             return 0
         return max(LEAST_LOOKAHEAD, best_proposal_length(rate, self.cost, self.max_depth))
-
-
-def _draft_continuation(draft: Sequence[int], base: int, confirmed: Sequence[int],
-                        limit: int) -> list[int]:
-    """The draft's tokens (caption positions ``base``..) after the confirmed caption, if the
-    draft agrees with the confirmed caption where they overlap."""
-    n = len(confirmed)
-    if base > n or list(draft[:n - base]) != list(confirmed[base:]):
-        return []
-    return list(draft[n - base:n - base + limit])
 
 
 class DrafterGate:
