@@ -20,7 +20,7 @@ BENCH_MODULES = [
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "bench", help="run a benchmark (prints a table, writes JSON and a PNG plot)",
+        "bench", help="run a benchmark (prints its numbers; --json, --out or --plot save them)",
         description="Benchmarks. Each prints its numbers and can save them as JSON.",
     )
     bench_sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
