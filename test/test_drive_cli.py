@@ -55,6 +55,15 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
         assert row["t1"] - row["t0"] == pytest.approx(1.0)
     assert summary["final"] == len(final) and summary["lossless"] == len(final)
     assert f"lossless {len(final)}/{len(final)}" in result.stdout
+    # how close each complete draft came to its final caption, per window and in the summary
+    scored = [r for r in final if r.get("complete_draft")]
+    assert scored, "no window of the crossspec pass had a complete draft"
+    for row in scored:
+        assert 0.0 <= row["draft_token_agreement"] <= 1.0 and row["draft_word_error_rate"] >= 0
+    assert summary["draft_agreement_windows"] == len(scored)
+    assert 0.0 <= summary["draft_token_agreement_median"] <= 1.0
+    assert "; draft: token agreement " in result.stdout
+    assert "complete drafts against their final captions" in result.stdout
 
 
 def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:

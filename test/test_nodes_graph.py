@@ -7,6 +7,7 @@ topic sees. Models: the bundled trained pair when present, else a random tiny pa
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -172,6 +173,18 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
         assert all(len(m.log_probs) == len(m.token_ids) for m in drafts), wid
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
     assert verifier_node.queue.dropped == 0
+    # every FINAL window whose draft was complete before it is scored against its caption
+    scored = [wid for wid, msgs in run.captions.items() if msgs[-1].status == FINAL
+              and msgs[-1].confirmed_text.strip()
+              and any(m.draft_text and not math.isnan(m.draft_done_ms) for m in msgs)]
+    tally = verifier_node.agreement.summary()
+    assert tally["draft_agreement_windows"] == len(scored)
+    if scored:
+        assert 0.0 <= tally["draft_token_agreement_mean"] <= 1.0
+    keys = {kv.key for d in run.diagnostics for s in d.status if "verifier" in s.name
+            for kv in s.values}
+    assert {"draft_agreement_windows", "draft_token_agreement_mean",
+            "draft_word_error_rate_mean"} <= keys
 
 
 def test_windows_with_events_but_no_rgb_end_unverified(pair):

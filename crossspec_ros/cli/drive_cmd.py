@@ -29,6 +29,7 @@ from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.cli.streaming import JsonLinesFile, exit_code_for, sigterm_as_interrupt
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.summaries import paired_ratios
+from crossspec_ros.sync.agreement import draft_agreement
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
 # crossspec/Caption's REASON_* and DRAFT_* codes, as the terminal and the JSON name them
@@ -119,6 +120,8 @@ class DriveMonitor:
         self.windows: dict[int, Any] = {}  # sync.Window per verified window (lossless check)
         self.results: dict[int, Any] = {}
         self.drafts_shown: set[int] = set()
+        # the verifier's text -> ids, for the drafts' token agreement (set once it is loaded)
+        self.tokenize: Callable[[str], Any] | None = None
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
         self.out = out
@@ -141,6 +144,8 @@ class DriveMonitor:
                 row["t0"], row["t1"] = _sec(msg.window_start), _sec(msg.window_end)
             row["draft_text"] = msg.draft_text or row["draft_text"]
             row["draft_first_token_ms"] = _num(msg.draft_first_token_ms)
+            if "complete_draft" not in row and not math.isnan(msg.draft_done_ms):
+                row["complete_draft"] = msg.draft_text  # as first complete: read first
             finished = status in ("FINAL", "UNVERIFIED")
             # the draft is shown once complete, or when the caption finishes before it did
             if row["draft_text"] and wid not in self.drafts_shown and (
@@ -152,8 +157,10 @@ class DriveMonitor:
                 row["confirmed_text"] = msg.confirmed_text
                 row["confirmed_done_ms"] = _num(msg.confirmed_done_ms)
                 row["acceptance"] = _num(msg.acceptance)
+                agreement = self._agreement(row)
                 lines.append(f"[{wid}] confirmed {_ms(msg.confirmed_done_ms)}  "
-                             f"{msg.confirmed_text}   (acceptance {_pct(msg.acceptance)})")
+                             f"{msg.confirmed_text}   (acceptance {_pct(msg.acceptance)}"
+                             f"{agreement})")
             elif status == "UNVERIFIED" and row["status"] != "UNVERIFIED":
                 reason = REASONS.get(msg.unverified_reason, str(msg.unverified_reason))
                 draft = DRAFT_STATES.get(msg.draft_state, str(msg.draft_state))
@@ -169,6 +176,18 @@ class DriveMonitor:
             self._print(line)
         if done is not None and self.on_row is not None:
             self.on_row(done)
+
+    def _agreement(self, row: dict) -> str:
+        """Score the window's complete draft against its FINAL caption (row fields
+        ``draft_token_agreement``, ``draft_word_error_rate``); the terminal's words for it."""
+        draft = row.get("complete_draft")
+        if not draft:
+            return ""
+        score = draft_agreement(draft, row["confirmed_text"], self.tokenize)
+        row["draft_token_agreement"] = _num(score.token_agreement)
+        row["draft_word_error_rate"] = _num(score.word_error_rate)
+        return (f"; draft: token agreement {_num(score.token_agreement)}, WER "
+                f"{_num(score.word_error_rate)}")
 
     def _row_done(self, wid: int) -> dict | None:
         """The row, once and only once, when it is complete: UNVERIFIED, or FINAL with the
@@ -320,6 +339,7 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     from crossspec_ros.nodes.player import BagPlayer
     from crossspec_ros.nodes.verifier_node import VerifierNode
     from crossspec_ros.params import ParameterError
+    from crossspec_ros.sync.agreement import text_to_ids
 
     config = args.config or default_config()
     viz = {"foxglove": args.foxglove, "foxglove_port": args.foxglove_port,
@@ -347,6 +367,7 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
                              on_result=monitor.on_result)
         verifier_node = next(n for n in nodes if isinstance(n, VerifierNode))
         models["verifier"] = verifier_node.engine.verifier
+        monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
         for node in nodes:
             if isinstance(node, DraftNode):
                 models["drafter"] = node.drafter
@@ -528,6 +549,13 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
         "confirmed_done_ms_median": _median(done),
         "acceptance": round(accepted / proposed, 3) if proposed else None,
         "accepted": accepted, "proposed": proposed}
+    scored = [r for r in final if r.get("draft_word_error_rate") is not None]
+    summary["draft_agreement_windows"] = len(scored)
+    summary["draft_token_agreement_median"] = summaries.rounded(summaries.median(
+        r["draft_token_agreement"] for r in scored
+        if r.get("draft_token_agreement") is not None), 3)
+    summary["draft_word_error_rate_median"] = summaries.rounded(summaries.median(
+        r["draft_word_error_rate"] for r in scored), 3)
     checked = [r for r in final if "lossless" in r]
     if checked:
         summary["lossless"] = sum(bool(r["lossless"]) for r in checked)
@@ -542,6 +570,10 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
             f"{summary['draft_first_token_ms_p95']} ms; confirmed after the close median "
             f"{summary['confirmed_done_ms_median']} ms; accepted draft tokens {accepted} of "
             f"{proposed} proposed ({_pct(summary['acceptance'] or math.nan)})")
+    if scored:
+        line += (f"; complete drafts against their final captions ({len(scored)} windows): "
+                 f"token agreement median {summary['draft_token_agreement_median']}, word "
+                 f"error rate median {summary['draft_word_error_rate_median']}")
     if checked:
         line += f"; lossless {summary['lossless']}/{len(checked)}"
     summary["line"] = line

@@ -46,8 +46,10 @@ from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, Wi
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
 from crossspec_ros.speculative.verifier_first import VerifierFirst
+from crossspec_ros.sync.agreement import AgreementTally, text_to_ids
 from crossspec_ros.sync.captions import (
     CaptionBook,
+    CaptionStatus,
     UnverifiedReason,
     WindowCaption,
     WindowKey,
@@ -94,6 +96,7 @@ class VerifierNode(ManagedNode):
         # publication one step (executor vs worker thread), so captions leave in order
         self._lock = threading.Lock()
         self.book = CaptionBook(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5)
+        self.agreement = AgreementTally()  # the drafts against their FINAL captions
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
         self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0,
                          "live_redone": 0}
@@ -128,6 +131,7 @@ class VerifierNode(ManagedNode):
             self.get_logger().info(f"caption corpus: {corpus.summary()}")
         self.engine = SpeculativeEngine(verifier, drafter, engine_config(p), head=head,
                                         corpus=corpus.captions if corpus else ())
+        self.agreement.tokenize = text_to_ids(verifier.tokenizer)
         self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
         if self.live_prefill:
             from crossspec_ros.models.live_prefill import LivePrefill
@@ -338,6 +342,8 @@ class VerifierNode(ManagedNode):
         for caption in captions:
             if caption.finished:
                 self.channels.pop(caption.key, None)
+            if caption.status is CaptionStatus.FINAL:
+                self.agreement.add(caption.first_complete_draft, caption.confirmed_text)
             msg = caption_msg(caption)
             msg.header.stamp = self.get_clock().now().to_msg()
             self.pub_caption.publish(msg)
@@ -358,7 +364,8 @@ class VerifierNode(ManagedNode):
                   "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
                   "resets": s.resets, **self.counters, **self.book.counters,
                   **(self.live.counters if self.live is not None else {}),
-                  **{k: round(v, 3) for k, v in self.last_stats.items()}}
+                  **{k: round(v, 3) for k, v in self.last_stats.items()},
+                  **self.agreement.summary()}
         finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])
         final_now, unverified_now = (a - b for a, b in zip(finished, self._finished_seen,
                                                             strict=True))

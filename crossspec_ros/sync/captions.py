@@ -96,6 +96,8 @@ class WindowCaption:
     t1: int = 0
     first_seen: float = 0.0          # monotonic seconds: the book first heard of it
     draft_text: str = ""             # the latest draft, whole
+    first_complete_draft: str = ""   # the draft as it was when first complete (read first;
+    #                                  a re-synced revision repeats the confirmed words)
     draft_complete: bool = False     # the drafter finished it
     draft_cut_short: bool = False    # the drafter left it unfinished: no more will come
     draft_first_token_ms: float = NAN
@@ -191,6 +193,7 @@ class CaptionBook:
             state.draft_first_token_ms = float(first_token_ms)
         if complete and not state.draft_complete:
             state.draft_complete = True
+            state.first_complete_draft = state.draft_text
             # close -> first token as the drafter measured it, then this side's clock
             state.draft_done_ms = state.draft_first_token_ms + (now - state.first_draft_at) * 1e3
         state.draft_cut_short = cut_short and not state.draft_complete
