@@ -93,3 +93,54 @@ def test_frames_that_come_during_the_verifiers_turn_are_not_drawn_the_next_one_i
     finally:
         node.destroy_node()
         rclpy.shutdown()
+
+
+def _layout_topics() -> set[str]:
+    """Every topic the bundled Foxglove layout names (image, raw messages, plot paths)."""
+    import json
+    from pathlib import Path
+
+    layout = json.loads((Path(__file__).resolve().parent.parent / "config"
+                         / "crossspec.foxglove.json").read_text())
+    topics = set()
+    for config in layout["configById"].values():
+        topics.add(config.get("imageMode", {}).get("imageTopic"))
+        topics.add(config.get("topicPath", "").split(".")[0] or None)
+        topics |= {p["value"].split(".")[0] for p in config.get("paths", [])}
+    return topics - {None}
+
+
+def test_every_topic_of_the_foxglove_layout_is_advertised_by_the_viz_nodes_server():
+    import json
+    import time
+
+    from crossspec import msg as cs_msg
+    from sensor_msgs.msg import Image
+
+    ws_client = pytest.importorskip("websockets.sync.client")
+    wanted = _layout_topics()
+    assert "/crossspec/annotated_image" in wanted and "/crossspec/caption" in wanted
+    rclpy.init()
+    node = bring_up(VizNode(parameter_overrides=[
+        rclpy.parameter.Parameter("foxglove", value=True),
+        rclpy.parameter.Parameter("foxglove_port", value=0),
+        rclpy.parameter.Parameter("annotate_every_n_frames", value=1)]))
+    try:
+        node._on_caption(cs_msg.Caption(window_id=1, status=2, confirmed_text="a car stops"))
+        node._on_image(Image(height=4, width=4, encoding="rgb8", step=12, data=bytes(48)))
+        assert node.annotated == 1
+        advertised: set[str] = set()
+        with ws_client.connect(f"ws://127.0.0.1:{node.foxglove.port}",
+                               subprotocols=["foxglove.sdk.v1"], open_timeout=5) as ws:
+            deadline = time.monotonic() + 5
+            while not wanted <= advertised and time.monotonic() < deadline:
+                try:
+                    msg = ws.recv(timeout=max(0.1, deadline - time.monotonic()))
+                except TimeoutError:
+                    break
+                if isinstance(msg, str) and json.loads(msg).get("op") == "advertise":
+                    advertised |= {c["topic"] for c in json.loads(msg)["channels"]}
+        assert wanted <= advertised, f"not advertised: {sorted(wanted - advertised)}"
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()

@@ -54,8 +54,12 @@ class VizNode(ManagedNode):
         if p["foxglove"]:
             from crossspec_ros.viz.foxglove_out import FoxgloveOutput
 
+            # Foxglove channels take the topics' full names, as a ROS bridge would show them
+            # (the bundled layout asks for /crossspec/...)
             self.foxglove = FoxgloveOutput(serve=True, host=p["foxglove_host"],
-                                           port=p["foxglove_port"])
+                                           port=p["foxglove_port"],
+                                           caption_topic=self.resolve_topic_name(
+                                               p["caption_topic"]))
             self.get_logger().info(f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
         self.recorder = self._start_recording(p["record_bag"]) if p["record_bag"] else None
         self.pub_marker = self.add_publisher(Marker, p["marker_topic"], reliable_qos(10))
@@ -151,8 +155,8 @@ class VizNode(ManagedNode):
         from crossspec_ros.viz.foxglove_out import ANNOTATIONS_TOPIC, caption_annotations
 
         stamp = msg_to_ns(msg.header.stamp)
-        self.foxglove.log_image(self.params["annotated_image_topic"], annotated, stamp,
-                                msg.header.frame_id)
+        self.foxglove.log_image(self.resolve_topic_name(self.params["annotated_image_topic"]),
+                                annotated, stamp, msg.header.frame_id)
         self.foxglove.log_image(self.resolve_topic_name(self.params["rgb_topic"]), rgb, stamp,
                                 msg.header.frame_id)
         self.foxglove.log_annotations(ANNOTATIONS_TOPIC, caption_annotations(
