@@ -50,7 +50,8 @@ def test_hub_id_not_in_the_offline_cache_says_how_to_get_it(tmp_path, monkeypatc
         VideoLlavaVerifier.load(HUB_ID)
     message = str(err.value)
     assert HUB_ID in message and str(tmp_path) in message
-    assert f"hf download {HUB_ID}" in message and "downloads are off" in message
+    assert f"hf download {HUB_ID}" in message and "crossspec never downloads" in message
+    assert "allow downloads" not in message  # no option allows them: never suggest one
 
 
 def test_directory_without_config_lists_what_is_there(tmp_path):

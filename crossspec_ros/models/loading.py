@@ -143,9 +143,9 @@ def resolve_source(source: str | Path, allow_download: bool = False) -> str:
         return str(Path(cached).parent)
     raise ModelNotFoundError(
         f"'{text}' is not a local directory and is not in the Hugging Face cache "
-        f"({constants.HF_HUB_CACHE}), and downloads are off. Download it where the hub is "
-        f"reachable (`hf download {text}`) into that cache or a directory and pass the "
-        "directory, or allow downloads"
+        f"({constants.HF_HUB_CACHE}), and crossspec never downloads a model. Download it "
+        f"where the hub is reachable (`hf download {text}`) into that cache, or into a "
+        "directory and pass the directory"
     )
 
 
