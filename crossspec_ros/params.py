@@ -178,7 +178,9 @@ MODEL_PARAMS = [
           "drafter_model names one"),
     Param("device", "cpu", "cpu, cuda or cuda:N (cuda without a GPU is an error at startup)",
           lambda x: x == "cpu" or x == "cuda" or x.startswith("cuda:"), "cpu, cuda or cuda:N"),
-    Param("dtype", "fp32", "weights dtype", one_of("fp32", "bf16", "fp16"), "fp32, bf16 or fp16"),
+    Param("dtype", "fp32", "weights dtype (float32, bfloat16, float16 are the same types)",
+          one_of("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"),
+          "fp32, bf16 or fp16 (or float32, bfloat16, float16)"),
     Param("quantization", "none", "bitsandbytes quantization (GPU)", one_of("none", "4bit", "8bit"),
           "none, 4bit or 8bit"),
 ]

@@ -1,5 +1,7 @@
 """Parameters: ROS-style YAML sections, defaults, and clear validation errors."""
 
+import argparse
+
 import pytest
 
 from crossspec_ros.params import (
@@ -307,3 +309,23 @@ def test_a_node_refuses_a_bad_value_rclpy_hands_it_in_one_line(ros_args, message
     assert done.returncode == 2
     ours = [line for line in done.stderr.splitlines() if not line.startswith("[ERROR] [")]
     assert len(ours) == 1 and ours[0].startswith(message), done.stderr
+
+
+@pytest.mark.parametrize("name", ["fp32", "bf16", "fp16", "float32", "bfloat16", "float16"])
+def test_the_dtype_parameter_takes_the_short_and_the_long_float_type_names(name):
+    from crossspec_ros.models.loading import resolve_dtype
+    from crossspec_ros.params import MODEL_PARAMS
+
+    assert validate({"dtype": name}, MODEL_PARAMS)["dtype"] == name
+    assert resolve_dtype(name).is_floating_point
+
+
+def test_the_benchmarks_take_the_node_parameters_float_type_names_and_report_torchs():
+    from crossspec_ros.bench.exactness import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["exactness", "--dtype", "bf16"]).dtype == "bfloat16"
+    assert parser.parse_args(["exactness", "--dtype", "float32"]).dtype == "float32"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["exactness", "--dtype", "int8"])

@@ -59,6 +59,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.cli.model_args import bench_float_type
 from crossspec_ros.paths import sample_bag
 
 
@@ -88,7 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="bundled: the trained tiny pair (default); tiny-random: an "
                         "untrained tiny pair; full-size: the 7B architectures with random "
                         "weights (GPU)")
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+    parser.add_argument("--dtype", type=bench_float_type, choices=("bfloat16", "float32"),
+                        default="bfloat16",
                         help="float type of the full-size pair (default bfloat16; float32 "
                         "is the one in which verifying k tokens at once gives the plain "
                         "decode's exact logits on a GPU)")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.cli.model_args import bench_float_type
 from crossspec_ros.paths import sample_bag
 
 PASS_TOKENS = (1, 4, 8, 16)
@@ -32,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
                         default="bundled")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+    parser.add_argument("--dtype", type=bench_float_type, choices=("bfloat16", "float32"),
+                        default="bfloat16",
                         help="float type of the full-size pair (default bfloat16)")
     parser.add_argument("--quantization", choices=("none", "4bit"), default="none")
     parser.add_argument("--step-rows", type=int, default=32,
