@@ -211,6 +211,9 @@ def test_distill_head_writes_a_head_and_a_second_run_reuses_the_labels(tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     assert (out / "head" / "head.safetensors").is_file() and (out / "distill.json").is_file()
     assert (out / "loss.png").is_file()
+    # a summary on stdout, the whole card in the file
+    assert first.stdout.startswith("distilled (head) on 16 windows, 3 steps")
+    assert f"{out}/distill.json" in first.stderr and "{" not in first.stdout
     second = _crossspec(*args)
     assert second.returncode == 0
     assert "16 windows from the cache" in second.stderr

@@ -46,15 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     distill.add_argument("--lora-alpha", type=float, help="--method lora: updates are scaled "
                          "by alpha / rank (default 2 x rank)")
     distill.add_argument("--seed", type=int, default=0)
-    distill.add_argument("--steps", type=int, help="optimizer steps (default: finetune "
-                         f"{METHOD_DEFAULTS['finetune']['steps']}, head "
-                         f"{METHOD_DEFAULTS['head']['steps']})")
-    distill.add_argument("--batch-size", type=int, help="windows per step (default: finetune "
-                         f"{METHOD_DEFAULTS['finetune']['batch_size']}, head "
-                         f"{METHOD_DEFAULTS['head']['batch_size']})")
-    distill.add_argument("--lr", type=float, help="peak learning rate (default: finetune "
-                         f"{METHOD_DEFAULTS['finetune']['lr']}, head "
-                         f"{METHOD_DEFAULTS['head']['lr']})")
+    def per_method(key: str) -> str:
+        return ", ".join(f"{m} {d[key]:g}" for m, d in METHOD_DEFAULTS.items())
+
+    distill.add_argument("--steps", type=int,
+                         help=f"optimizer steps (default: {per_method('steps')})")
+    distill.add_argument("--batch-size", type=int,
+                         help=f"windows per step (default: {per_method('batch_size')})")
+    distill.add_argument("--lr", type=float,
+                         help=f"peak learning rate (default: {per_method('lr')})")
     distill.add_argument("--max-new-tokens", type=int, default=48)
     distill.add_argument("--device", default="cpu", help="where the models run and train "
                          "(cpu or cuda; --method head trains on cpu)")
@@ -292,9 +292,30 @@ def run_distill(args: argparse.Namespace) -> int:
     publish_directory(lambda tmp: _write_result(tmp, args.method, trained, card, losses,
                                                 args.drafter_model), args.out)
     checkpoint.unlink(missing_ok=True)
-    print(json.dumps(card, indent=2))
-    print(f"wrote {args.out}/{RESULT[args.method]}", file=sys.stderr)
+    print(card_summary(card))
+    print(f"wrote {args.out}/{RESULT[args.method]} (the whole card: {args.out}/distill.json)",
+          file=sys.stderr)
     return 0
+
+
+def card_summary(card: dict[str, Any]) -> str:
+    """The distillation card in a few lines (the whole card is OUT/distill.json)."""
+    lines = [f"distilled ({card.get('method')}) on {card.get('windows')} windows, "
+             f"{card.get('config', {}).get('steps')} steps, final loss {card.get('final_loss')}, "
+             f"{card.get('total_s')} s (labelling {card.get('labelling_s')} s, training "
+             f"{card.get('training_s')} s)"]
+    held = card.get("heldout") or {}
+    rows = {name: r for name, r in held.items() if isinstance(r, dict) and "acceptance" in r}
+    if rows:
+        lines.append(f"held-out windows: {held.get('windows')}")
+        lines.append(f"  {'':<12} {'acceptance':>10} {'accepted/pass':>13} "
+                     f"{'token agreement':>15} {'exact':>6}")
+        for name, r in rows.items():
+            lines.append(f"  {name:<12} {r['acceptance']:>10.3f} "
+                         f"{r.get('accepted_per_pass', float('nan')):>13.2f} "
+                         f"{r.get('token_agreement', float('nan')):>15.3f} "
+                         f"{r.get('exact_caption_rate', float('nan')):>6.2f}")
+    return "\n".join(lines)
 
 
 def _head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[int]],
