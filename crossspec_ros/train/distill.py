@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from crossspec_ros.files import follow_umask
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.speculative.vocab import same_vocabulary
 from crossspec_ros.train.tiny_pair import drafter_loss, warmup_cosine
@@ -324,6 +325,7 @@ def _atomic(path: Path, write: Callable[[str], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     write(str(tmp))
+    follow_umask(tmp)  # safetensors writes 0600
     os.replace(tmp, path)
 
 
@@ -333,6 +335,7 @@ def publish_directory(build: Callable[[Path], None], out: Path) -> None:
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     build(tmp)
+    follow_umask(tmp)
     old = out.with_name(out.name + ".old")
     if out.exists():
         shutil.rmtree(old, ignore_errors=True)

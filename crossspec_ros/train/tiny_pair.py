@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from crossspec_ros.files import follow_umask
 from crossspec_ros.models.eventgpt import EVENT_TOKEN_INDEX
 from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
 from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
@@ -218,6 +219,7 @@ def save_pair(verifier: VideoLlavaVerifier, drafter: EventGPTDrafter, out: Path,
     save_eventgpt(drafter.model, out / "drafter", tokenizer=drafter.tokenizer)
     (out / "training.json").write_text(json.dumps(
         {"config": asdict(config), "question": QUESTION, **(extra or {})}, indent=2))
+    follow_umask(out)  # safetensors writes 0600: readable by the robot's other accounts too
 
 
 def load_pair(directory: str | Path = BUNDLED_DIR, device: str = "cpu"
