@@ -112,3 +112,22 @@ def test_a_goal_can_be_canceled(graph):
     wait(handle.cancel_goal_async())
     result = wait(handle.get_result_async(), timeout=5.0)
     assert not result.result.success and result.result.message == "canceled"
+
+
+def test_a_caption_published_between_acceptance_and_execution_reaches_the_goal(graph):
+    # What made test_the_next_window_streams_feedback... flaky under load: the client hears
+    # "accepted" before the goal executes, and a DRAFT published in between was lost. Here
+    # the server's callbacks run in rclpy's order with the caption offered in between.
+    from types import SimpleNamespace
+
+    node, _ = graph
+    server = node.caption_action
+    assert server._accept(CaptionWindow.Goal(timeout_s=5.0)).name == "ACCEPT"
+    server.offer(Caption(window_id=9, status=Caption.STATUS_DRAFT, draft_text="a bus"))
+    executed = []
+    handle = SimpleNamespace(goal_id=SimpleNamespace(uuid=bytes(range(16))),
+                             execute=lambda: executed.append(True))
+    server._accepted(handle)
+    watch = server._watches.pop(bytes(range(16)))
+    assert executed and [c.draft_text for c in watch.captions] == ["a bus"]
+    assert watch.target == 9

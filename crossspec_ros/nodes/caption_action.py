@@ -40,6 +40,7 @@ class _Watch:
     captions: deque = field(default_factory=deque)
     wake: Future | None = None
     cancel: bool = False
+    done: Any = None       # the window was captioned before the goal came: its caption
 
     def wants(self, caption: Any) -> bool:
         wid = int(caption.window_id)
@@ -59,8 +60,14 @@ class CaptionWindowServer:
         self._watches: dict[bytes, _Watch] = {}  # by goal id
         self._finals: OrderedDict[int, Any] = OrderedDict()
         self._newest: int | None = None
+        # A goal watches from its goal callback on, before the client hears "accepted": a
+        # caption published right after acceptance (before the goal executes) is not missed.
+        # rclpy runs a request's goal callback and its accepted callback with nothing in
+        # between on the executor, so one slot carries the watch from one to the other.
+        self._accepting: _Watch | None = None
         self.server = ActionServer(node, CaptionWindow, name, execute_callback=self._execute,
-                                   goal_callback=lambda _: GoalResponse.ACCEPT,
+                                   goal_callback=self._accept,
+                                   handle_accepted_callback=self._accepted,
                                    cancel_callback=self._cancel)
         self.timer = node.add_timer(0.05, self._wake_goals)
 
@@ -72,8 +79,11 @@ class CaptionWindowServer:
                 self._finals[wid] = caption
                 while len(self._finals) > REMEMBERED_FINALS:
                     self._finals.popitem(last=False)
-            for watch in self._watches.values():
-                if watch.wants(caption):
+            watches = list(self._watches.values())
+            if self._accepting is not None:
+                watches.append(self._accepting)
+            for watch in watches:
+                if watch.done is None and watch.wants(caption):
                     watch.captions.append(caption)
 
     def destroy(self) -> None:
@@ -96,20 +106,33 @@ class CaptionWindowServer:
         for future in ready:
             future.set_result(True)
 
-    async def _execute(self, goal_handle: Any) -> Any:
-        request = goal_handle.request
-        timeout = request.timeout_s if request.timeout_s > 0 else DEFAULT_TIMEOUT_S
-        stamp = msg_to_ns(request.stamp)
+    def _accept(self, goal: Any) -> GoalResponse:
+        timeout = goal.timeout_s if goal.timeout_s > 0 else DEFAULT_TIMEOUT_S
+        stamp = msg_to_ns(goal.stamp)
         target = window_id(stamp, self.window_len_ns) if stamp else None
         with self._lock:
-            done = self._finals.get(target) if target is not None else None
-            watch = _Watch(target, self._newest, time.monotonic() + timeout)
-            if done is None:
+            self._accepting = _Watch(target, self._newest, time.monotonic() + timeout,
+                                     done=self._finals.get(target) if target is not None
+                                     else None)
+        return GoalResponse.ACCEPT
+
+    def _accepted(self, goal_handle: Any) -> None:
+        with self._lock:
+            watch, self._accepting = self._accepting, None
+            if watch is not None:
                 self._watches[_goal_key(goal_handle)] = watch
-        if done is not None:  # that window is already captioned
-            goal_handle.succeed()
-            return CaptionWindow.Result(caption=done, success=True)
+        goal_handle.execute()
+
+    async def _execute(self, goal_handle: Any) -> Any:
+        with self._lock:
+            watch = self._watches.get(_goal_key(goal_handle))
+        if watch is None:  # not accepted through _accept (cannot happen with rclpy's order)
+            goal_handle.abort()
+            return CaptionWindow.Result(success=False, message="goal not registered")
         try:
+            if watch.done is not None:  # that window is already captioned
+                goal_handle.succeed()
+                return CaptionWindow.Result(caption=watch.done, success=True)
             return await self._follow(goal_handle, watch)
         finally:
             with self._lock:
