@@ -60,7 +60,7 @@ ARGUMENTS = {
     "rate": ("1.0", "bag replay rate"),
     "config": (str(default_config()), "ROS parameter YAML for every crossspec node"),
     "composed": ("true", "all nodes in one process (true) or one process per node (false)"),
-    "drafter_model": ("", "EventGPT directory (empty: the bundled tiny drafter)"),
+    "drafter_model": ("", "EventGPT directory (empty: the bundled tiny drafter, distilled)"),
     "draft_head": ("", "draft head directory (crossspec distill --method head; empty: none)"),
     "verifier_model": ("", "Video-LLaVA directory or hub id (empty: the bundled tiny verifier)"),
     "device": ("cpu", "cpu, cuda or cuda:N"),

@@ -217,3 +217,15 @@ def test_distill_head_writes_a_head_and_a_second_run_reuses_the_labels(tmp_path)
     second = _crossspec(*args)
     assert second.returncode == 0
     assert "16 windows from the cache" in second.stderr
+
+
+def test_the_nodes_default_drafter_is_the_distilled_one_and_adapters_keep_their_base():
+    from crossspec_ros.models.lora import adapter_base
+    from crossspec_ros.models.pair import BUNDLED_PAIR, drafter_source
+    from crossspec_ros.paths import DEFAULT_DRAFTER
+
+    assert DEFAULT_DRAFTER == BUNDLED_PAIR / "distilled" / "drafter"
+    assert drafter_source({"drafter_model": "", "draft_head": ""}) == str(DEFAULT_DRAFTER)
+    assert drafter_source({"drafter_model": "/x", "draft_head": ""}) == "/x"
+    # "" inside a result still names the undistilled bundled drafter (the LoRA's base)
+    assert adapter_base(BUNDLED_PAIR / "distilled_lora" / "adapter") == ""

@@ -375,19 +375,22 @@ def run_eval_draft(args: argparse.Namespace) -> int:
     if args.drafter is not None and not args.drafter.is_dir():
         return _fail("eval-draft", f"{args.drafter}: no such drafter directory")
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
+    from crossspec_ros.paths import DEFAULT_DRAFTER
 
     verifier = load_verifier("")
-    drafters = {"default": load_drafter(""),
-                "distilled": load_drafter(str(args.drafter or BUNDLED_PAIR / DISTILLED))}
+    distilled = args.drafter or BUNDLED_PAIR / DISTILLED
+    drafters = {"undistilled": load_drafter(""), "distilled": load_drafter(str(distilled))}
+    if Path(distilled).resolve() != DEFAULT_DRAFTER.resolve():  # the nodes' default too
+        drafters["default"] = load_drafter(str(DEFAULT_DRAFTER))
     if args.drafter is None and (BUNDLED_PAIR / LORA).is_dir():
         drafters["lora"] = load_drafter(str(BUNDLED_PAIR / LORA))
     if args.bag is None:
         windows = heldout(args.windows, args.workers)
-    refs = references(verifier, drafters["default"], windows)
+    refs = references(verifier, drafters["undistilled"], windows)
     report = compare(drafters, windows, refs, args.proposal)
-    # the default drafter is the undistilled one (the default changes only on a bench win)
-    report["undistilled"] = report["default"]
-    drafters["undistilled"] = drafters["default"]
+    default = "default" if "default" in drafters else "distilled"
+    report["default"] = report[default]  # what drafter_model "" runs, under its own name
+    labels = {default: f"{default} (default)"} if default != "default" else {}
     head_dir = args.head or BUNDLED_PAIR / HEAD
     if head_dir.is_dir():
         from crossspec_ros.models.pair import load_head
@@ -399,10 +402,11 @@ def run_eval_draft(args: argparse.Namespace) -> int:
         print(json.dumps(report))
         return 0
     print(f"{report['windows']} windows, {args.proposal} draft tokens per round")
-    print(f"{'drafter':<12} {'acceptance':>10} {'accepted/pass':>14} {'token agreement':>16} "
+    print(f"{'drafter':<20} {'acceptance':>10} {'accepted/pass':>14} {'token agreement':>16} "
           f"{'exact':>6}")
-    for name in drafters:
+    for name in drafters:  # each drafter once; the default is marked
         r = report[name]
-        print(f"{name:<12} {r['acceptance']:>10.3f} {r['accepted_per_pass']:>14.2f} "
+        print(f"{labels.get(name, name):<20} {r['acceptance']:>10.3f} "
+              f"{r['accepted_per_pass']:>14.2f} "
               f"{r['token_agreement']:>16.3f} {r['exact_caption_rate']:>6.2f}")
     return 0

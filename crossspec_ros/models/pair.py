@@ -11,7 +11,7 @@ from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
 from crossspec_ros.models.loading import check_model_directory, read_json
 from crossspec_ros.models.lora import adapter_base, is_lora_adapter, merge_adapter
 from crossspec_ros.models.video_llava import VideoLlavaVerifier
-from crossspec_ros.paths import BUNDLED_PAIR
+from crossspec_ros.paths import BUNDLED_PAIR, DEFAULT_DRAFTER
 
 
 def _trained_question(directory: Path) -> dict[str, str]:
@@ -129,10 +129,13 @@ def load_from_params(params: dict[str, Any], verifier: bool = True, drafter: boo
 
 
 def drafter_source(params: dict[str, Any]) -> str:
-    """Where the drafter of validated MODEL_PARAMS values is (empty: the bundled one)."""
+    """Where the drafter of validated MODEL_PARAMS values is: drafter_model, else the drafter
+    a draft head reads, else the default (paths.DEFAULT_DRAFTER, the distilled bundled one)."""
     source = params["drafter_model"]
     if not source and params.get("draft_head"):  # the drafter whose window state it reads
         source = head_drafter_source(params["draft_head"])
+    if not source and DEFAULT_DRAFTER.is_dir():
+        source = str(DEFAULT_DRAFTER)
     return source
 
 
