@@ -1,12 +1,15 @@
 """ros2 launch crossspec drive.launch.py [bag:=PATH|live] [config:=YAML] [composed:=true|false]
     [drafter_model:=DIR] [draft_head:=DIR] [verifier_model:=DIR|HUB_ID] [device:=cpu|cuda]
     [foxglove:=true] [rviz:=true] [rate:=1.0] [namespace:=NS] [exit_when_bag_ends:=true]
+    [nodes:=draft,verifier,viz] [use_sim_time:=auto|true|false]
 
 The graph (which nodes, what runs them) is defined once in crossspec_ros/nodes/graph.py and
 shared with `crossspec drive`; this file only turns it into launch actions. composed:=true
 (the default) runs every node in one process (one CUDA context, each model on its own worker
 thread and CUDA stream); composed:=false runs one process per node, talking only over topics
-(the distributed layout: the draft node could as well run on the robot).
+(the distributed layout: the draft node could as well run on the robot). nodes:= starts a
+subset of the graph: robot.launch.py (draft, viz and the bag or the cameras) and
+server.launch.py (the verifier) are this file with nodes:= set, one per host.
 
 The nodes are lifecycle nodes. With composed:=false launch manages each one: it configures
 it and activates it once that configure has finished (configuring -> inactive, once: a
@@ -67,6 +70,11 @@ ARGUMENTS = {
     "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:8765"),
     "rviz": ("false", "start RViz with config/crossspec.rviz"),
     "namespace": ("", "namespace of every node and topic (two robots on one DDS domain)"),
+    "nodes": ("draft,verifier,viz", "which of the graph's nodes this launch starts: all (one "
+              "host), or a side of the edge-cloud split (robot.launch.py: draft,viz; "
+              "server.launch.py: verifier); a subset runs one process per node"),
+    "use_sim_time": ("auto", "auto: true when a bag is replayed (bag is not live); true or "
+                     "false: as given (a server whose robot replays a bag: true)"),
     "exit_when_bag_ends": ("false", "shut the launch down once the bag has been replayed and "
                            "its last window captioned (false: the graph keeps running, as "
                            "with ros2 bag play)"),
@@ -83,14 +91,16 @@ def _namespace(context) -> str:
 def _nodes(context, *_args, **_kwargs) -> list:
     get = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
     check_param_file(get("config"), node_parameters())  # ParameterError: one line, no start
-    use_sim_time = get("bag") not in LIVE
+    kinds = _kinds(get("nodes"))
+    sim_time = get("use_sim_time").lower()
+    use_sim_time = get("bag") not in LIVE if sim_time == "auto" else sim_time == "true"
     overrides = {"use_sim_time": use_sim_time, "device": get("device"),
                  "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
                  "verifier_model": get("verifier_model"),
                  "foxglove": get("foxglove").lower() == "true"}
     params = [get("config"), overrides]
     namespace = _namespace(context)
-    if get("composed").lower() == "true":
+    if get("composed").lower() == "true" and len(kinds) == len(GRAPH):
         # no name remapping here: it would rename every node of the process
         return [Node(package="crossspec", executable=EXECUTABLE, arguments=COMPOSED.arguments,
                      namespace=namespace, parameters=params, output="screen",
@@ -102,7 +112,8 @@ def _nodes(context, *_args, **_kwargs) -> list:
         return {key: value for key, value in overrides.items() if key in names}
 
     actions: list = []
-    for spec in GRAPH:  # one managed process per node: launch configures, then activates it
+    for spec in (s for s in GRAPH if s.kind in kinds):  # one managed process per node: launch
+        # configures, then activates it
         node = LifecycleNode(package="crossspec", executable=EXECUTABLE, name=spec.name,
                              namespace=namespace or "/",
                              arguments=[*spec.arguments, "--no-autostart"],
@@ -121,8 +132,19 @@ def _nodes(context, *_args, **_kwargs) -> list:
     return actions
 
 
+def _kinds(value: str) -> list[str]:
+    kinds = [k.strip() for k in value.split(",") if k.strip()]
+    known = [spec.kind for spec in GRAPH]
+    unknown = [k for k in kinds if k not in known]
+    if unknown or not kinds:
+        raise ValueError(f"nodes:={value}: name some of {', '.join(known)} (comma-separated)")
+    return kinds
+
+
 def _replay(context, *_args, **_kwargs) -> list:
     bag = LaunchConfiguration("bag").perform(context)
+    if "draft" not in _kinds(LaunchConfiguration("nodes").perform(context)):
+        return []  # the bag stands for the robot's cameras: it plays on the robot's side
     if bag in LIVE:
         return [LogInfo(msg="crossspec: bag:=live, no replay: waiting for the cameras")]
     # the player starts once every node is active (models loaded): no window is replayed

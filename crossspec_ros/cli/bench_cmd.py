@@ -14,6 +14,7 @@ BENCH_MODULES = [
     "crossspec_ros.bench.fuzz",
     "crossspec_ros.bench.gpu_report",
     "crossspec_ros.bench.passes",
+    "crossspec_ros.bench.split",
     "crossspec_ros.bench.startup",
 ]
 

@@ -333,6 +333,7 @@ class VerifierNode(ManagedNode):
             window_id=int(window.id), epoch=int(window.epoch), window_start=ns_to_msg(window.t0),
             window_end=ns_to_msg(window.t1), base_index=event.base,
             new_token_ids=[int(t) for t in event.tokens], text=event.text, done=event.done,
+            frame_stamps_ns=[int(f.stamp_ns) for f in window.frames],
             stats=stats_msg(stats) if stats is not None else cs_msg.WindowStats())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.pub_confirmed.publish(msg)

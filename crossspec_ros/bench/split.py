@@ -1,0 +1,389 @@
+"""`crossspec bench split`: the edge-cloud split across two hosts, measured.
+
+Two network namespaces joined by a veth pair stand for the robot and the GPU server
+(``bench/netns.py``): on the robot the bag player (standing for the cameras), the draft node
+and a monitor of what the robot receives (``bench/split_monitor.py``); on the server the
+verifier node. The nodes are the ones ``ros2 launch crossspec robot.launch.py``
+/ ``server.launch.py`` start (``crossspec node draft|verifier``), each in a process of its own,
+discovering each other over the link by DDS multicast, UDP only.
+
+Per run (every combination of ``--link-mbit``, ``--images`` and ``--fault``):
+  link capped at N Mbit/s each way (tc token bucket); images raw (rgb8 Image) or compressed
+  (the bag's frames re-encoded as JPEG CompressedImage, as image_transport's compressed
+  republisher would send them); a fault in mid-drive:
+    link-down          the link is down for 3 s (the robot drafts on, the server hears nothing)
+    verifier-restart   the verifier process is killed (SIGKILL) and started again
+Reported (one JSON line per run, the last line the runs and the headline run's numbers):
+  windows, final, unverified (with and without a draft), stuck (a draft but no FINAL or
+  UNVERIFIED caption at the end), published_twice (more than one FINAL/UNVERIFIED caption for
+  a window), lossless (FINAL captions equal to the verifier alone on the frames the verifier
+  says it captioned, ConfirmedTokens ``frame_stamps_ns``), confirmed_ms_median (the
+  verifier's close -> last confirmed token),
+  draft_ms_p95 (the draft node's close -> first draft token), link_mb_per_s (bytes both ways
+  over the replayed bag's length), and for faults what happened around them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from crossspec_ros.paths import sample_bag
+
+LINK_DOWN_S = 3.0
+FAULTS = ("none", "link-down", "verifier-restart")
+IMAGE_MODES = ("compressed", "raw")
+FINAL, UNVERIFIED = 2, 3
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "split", help="the draft node on a robot, the verifier on a server: two network "
+        "namespaces, a capped link, faults (needs root)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bag", type=Path, default=None,
+                        help="bag to replay on the robot (default: the sample bag)")
+    parser.add_argument("--link-mbit", type=float, nargs="+", default=[20.0],
+                        help="link caps to run, Mbit/s each way (default 20)")
+    parser.add_argument("--images", choices=(*IMAGE_MODES, "both"), default="compressed")
+    parser.add_argument("--fault", choices=FAULTS, nargs="+", default=["none"])
+    parser.add_argument("--duration", type=float, default=None,
+                        help="replay at most S seconds of the bag (default: all of it)")
+    parser.add_argument("--fault-at", type=float, default=0.4,
+                        help="when the fault comes, as a share of the replay (default 0.4)")
+    parser.add_argument("--node-timeout", type=float, default=300.0,
+                        help="seconds the nodes may take to become active (default 300)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="the nodes step their models eager (no compile at start)")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep every process's output in this directory")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from crossspec_ros.bench import netns
+
+    ok, why = netns.available()
+    if not ok:
+        print(f"crossspec bench split: cannot make two hosts here: {why}", file=sys.stderr)
+        return 2
+    bag = args.bag or sample_bag()
+    if args.fault_at <= 0 or args.fault_at >= 1:
+        print("crossspec bench split: --fault-at must be between 0 and 1", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="crossspec-split-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        images = IMAGE_MODES if args.images == "both" else (args.images,)
+        bags = {"raw": bag}
+        if "compressed" in images:
+            print("crossspec bench split: re-encoding the bag's frames as JPEG "
+                  "CompressedImage", file=sys.stderr)
+            bags["compressed"] = jpeg_bag(bag, work / "compressed")
+        reference = ReferenceVerifier()
+        runs = list(itertools.product(args.link_mbit, images, args.fault))
+        for number, (mbit, image_mode, fault) in enumerate(runs, 1):
+            print(f"crossspec bench split: run {number}/{len(runs)}: link {mbit:g} Mbit/s, "
+                  f"{image_mode} images, fault {fault}", file=sys.stderr)
+            row = run_once(bags[image_mode], mbit, image_mode, fault, args, work / str(number))
+            row.update(reference.check(bags[image_mode], row.pop("_finals"),
+                                       row.pop("_frames")))
+            rows.append(row)
+            print(row_line(row), flush=True)
+    finally:
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            for log in work.glob("*/*.log"):
+                shutil.copy(log, args.logs / f"{log.parent.name}-{log.name}")
+        shutil.rmtree(work, ignore_errors=True)
+    headline = next((r for r in rows if r["fault"] == "none" and r["images"] == "compressed"
+                     and r["link_mbit"] == 20), rows[-1] if rows else {})
+    summary = {**{k: v for k, v in headline.items() if not k.startswith("fault_")},
+               "runs": len(rows)}
+    if args.json is not None:
+        args.json.write_text("".join(json.dumps(r) + "\n" for r in [*rows, summary]))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0 if rows and all(r["lossless"] == r["lossless_checked"] and r["stuck"] == 0
+                             and r["published_twice"] == 0 for r in rows) else 1
+
+
+# ------------------------------------------------------------ one run
+def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse.Namespace,
+             work: Path) -> dict[str, Any]:
+    from crossspec_ros.bench import netns
+
+    work.mkdir(parents=True)
+    env = split_env(args.no_compile)
+    py = [sys.executable, "-m"]
+    node = [*py, "crossspec_ros.cli.main", "node"]
+    sim = ["--ros-args", "-p", "use_sim_time:=true"]
+    seen = work / "robot.jsonl"
+    logs = contextlib.ExitStack()
+
+    def log(name: str) -> Any:
+        return logs.enter_context(open(work / f"{name}.log", "w"))
+
+    fault_info: dict[str, Any] = {}
+    with netns.TwoHosts(random.randint(1, 250)) as hosts:
+        hosts.cap(mbit)
+        hosts.start(netns.ROBOT, [*py, "crossspec_ros.bench.split_monitor", "--out",
+                                  str(seen)], env, log("monitor"))
+        verifier = hosts.start(netns.SERVER, [*node, "verifier", *sim], env, log("verifier"))
+        draft = hosts.start(netns.ROBOT, [*node, "draft", *sim], env, log("draft"))
+        if not netns.wait_for(seen, 60):
+            raise RuntimeError("the robot's monitor never started; see its log")
+        player_args = [*py, "crossspec_ros.cli.main", "play", str(bag), "--wait-active",
+                       "crossspec_draft", "crossspec_verifier", "--wait-timeout",
+                       str(args.node_timeout)]
+        if args.duration:
+            player_args += ["--duration", str(args.duration)]
+        player = hosts.start(netns.ROBOT, player_args, env, log("player"))
+        replay_s = args.duration or bag_seconds(bag)
+        started = wait_first_draft(seen, player, args.node_timeout)
+        bytes_before, t_before = hosts.bytes_crossed(), time.monotonic()
+        if fault != "none" and started:
+            time.sleep(args.fault_at * replay_s)
+            fault_info = inject(fault, hosts, verifier, [*node, "verifier", *sim], env,
+                                log("verifier-restarted"))
+        deadline = time.monotonic() + replay_s * 3 + 60
+        while player.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        bytes_crossed, elapsed = hosts.bytes_crossed() - bytes_before, \
+            time.monotonic() - t_before
+        time.sleep(settle_seconds())  # the last windows close, their captions cross
+        for process in [player, draft, *[p for p in hosts.processes if p is not player
+                                         and p is not draft]]:
+            hosts.stop(process)
+        k = hosts.k
+    logs.close()
+    row = summarize(read_jsonl(seen), fault_info)
+    row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault,
+               replayed=bool(started), namespaces_left=netns.namespaces_left(k),
+               link_mb_per_s=round(bytes_crossed / 1e6 / replay_s, 3),
+               link_mb_per_s_wall=round(bytes_crossed / 1e6 / max(elapsed, 1e-9), 3))
+    return row
+
+
+def split_env(no_compile: bool) -> dict[str, str]:
+    """The nodes' environment: DDS across the link (not loopback), UDP only, a domain of this
+    run's own."""
+    env = dict(os.environ)
+    env.pop("ROS_LOCALHOST_ONLY", None)
+    env.update(ROS_AUTOMATIC_DISCOVERY_RANGE="SUBNET", FASTDDS_BUILTIN_TRANSPORTS="UDPv4",
+               ROS_DOMAIN_ID=str(random.randint(1, 101)), PYTHONUNBUFFERED="1")
+    if no_compile:
+        env["CROSSSPEC_NO_COMPILE"] = "1"
+    return env
+
+
+def settle_seconds() -> float:
+    """How long the last window takes to finish after the bag: its close, the lateness the
+    synchronizers allow, the caption protocol's patience (nodes' defaults), and a margin."""
+    from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
+
+    p = validate({}, VERIFIER_NODE_PARAMS)
+    return 2 * (p["window_length_s"] + p["max_lateness_s"]) + 3.0
+
+
+def wait_first_draft(path: Path, player: Any, timeout: float) -> bool:
+    """Until the robot has seen the first draft (the replay has begun and the draft node
+    works), the player ended, or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and player.poll() is None:
+        if any(r.get("kind") == "draft" for r in read_jsonl(path)):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def inject(fault: str, hosts: Any, verifier: Any, verifier_argv: list[str],
+           env: dict[str, str], log: Any) -> dict[str, Any]:
+    """The fault, now; returns when it started and ended (monotonic seconds)."""
+    t0 = time.monotonic()
+    if fault == "link-down":
+        hosts.link(False)
+        time.sleep(LINK_DOWN_S)
+        hosts.link(True)
+    elif fault == "verifier-restart":
+        hosts.stop(verifier, signal.SIGKILL)
+        hosts.start("server", verifier_argv, env, log)
+    return {"kind": fault, "fault_start": t0, "fault_end": time.monotonic()}
+
+
+def bag_seconds(bag: Path) -> float:
+    from crossspec_ros.bagfile import any_reader
+
+    with any_reader(bag) as reader:
+        return (reader.end_time - reader.start_time) / 1e9
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):  # a last line cut off by the process's end
+            rows.append(json.loads(line))
+    return rows
+
+
+# ------------------------------------------------------------ what the robot saw
+def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, Any]:
+    """The run's numbers from the monitors' records (see the module docstring)."""
+    captions = [r for r in robot if r["kind"] == "caption"]
+    drafts = {r["window"]: r for r in robot if r["kind"] == "draft"}
+    terminal: dict[int, list[dict[str, Any]]] = {}
+    for c in captions:
+        if c["status"] in (FINAL, UNVERIFIED):
+            terminal.setdefault(c["window"], []).append(c)
+    windows = sorted({c["window"] for c in captions} | set(drafts))
+    finals = {w: cs[0] for w, cs in terminal.items() if cs[0]["status"] == FINAL}
+    unverified = [cs[0] for cs in terminal.values() if cs[0]["status"] == UNVERIFIED]
+    first_ms = [d["first_token_ms"] for d in drafts.values() if d["first_token_ms"] is not None]
+    done_ms = [c["confirmed_done_ms"] for c in finals.values()
+               if c["confirmed_done_ms"] is not None]
+    row: dict[str, Any] = {
+        "windows": len(windows), "final": len(finals), "unverified": len(unverified),
+        "unverified_with_draft": sum(bool(c["draft_text"]) for c in unverified),
+        "stuck": sum(1 for w in windows if w in drafts and w not in terminal),
+        "uncaptioned": sum(1 for w in windows if w not in terminal),
+        "published_twice": sum(1 for cs in terminal.values() if len(cs) > 1),
+        "confirmed_ms_median": _round(statistics.median(done_ms)) if done_ms else None,
+        "draft_ms_p95": _round(_percentile(first_ms, 95)) if first_ms else None,
+        "drafted": len(drafts),
+        "_finals": {w: c["confirmed_text"] for w, c in finals.items()},
+        "_frames": {r["window"]: r["stamps_ns"] for r in robot if r["kind"] == "frames"},
+    }
+    if fault:
+        start, end = fault["fault_start"], fault["fault_end"]
+        drafted_at = {w: d["t"] for w, d in drafts.items()}
+        # the graph is whole again when the robot hears a caption after the fault
+        back = min((c["t"] for c in captions if c["t"] > end), default=None)
+        during = [w for w, t in drafted_at.items() if t >= start and (back is None or t < back)]
+        if fault.get("kind") == "verifier-restart":
+            # no verifier, no caption protocol: windows drafted while it was down get no
+            # caption from anyone (counted apart, not as stuck)
+            down = {w for w in during if w not in terminal}
+            row["stuck"] -= len(down)
+            row["uncaptioned_while_verifier_down"] = len(down)
+        row.update(fault_s=round(end - start, 1),
+                   fault_recovery_s=round(back - start, 1) if back is not None else None,
+                   fault_windows_drafted=len(during),
+                   fault_final_after=sum(1 for w in finals
+                                         if back is not None and drafted_at.get(w, 0) >= back))
+    return row
+
+
+class ReferenceVerifier:
+    """The verifier alone on the frames the verifier node says it captioned, on the node's
+    runtime (default parameters): what every FINAL caption must equal."""
+
+    def __init__(self) -> None:
+        from crossspec_ros.models.pair import load_from_params
+        from crossspec_ros.models.static_runtime import prepare_runtime
+        from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
+        from crossspec_ros.speculative.engine import SpeculativeEngine
+
+        self.params = validate({}, VERIFIER_NODE_PARAMS)
+        verifier, _ = load_from_params(self.params, drafter=False)
+        prepare_runtime(verifier, self.params, "verifier", self.params["max_new_tokens"])
+        self.engine = SpeculativeEngine(verifier)
+
+    def check(self, bag: Path, finals: dict[int, str], frames: dict[int, list[int]]
+              ) -> dict[str, Any]:
+        """Each FINAL caption against the verifier alone on the window's frames as the
+        verifier listed them (``frames``: window id -> stamps), read from ``bag``."""
+        from crossspec_ros.bags.inputs import read_inputs
+        from crossspec_ros.events.batch import EventBatch
+        from crossspec_ros.sync.window import Window
+
+        wanted = {stamp for wid in finals for stamp in frames.get(wid, ())}
+        by_stamp = {item.frame.stamp_ns: item.frame for item in read_inputs(bag)
+                    if item.frame is not None and item.frame.stamp_ns in wanted}
+        length = round(self.params["window_length_s"] * 1e9)
+        tokenizer = self.engine.verifier.tokenizer
+        same, checked, mismatched = 0, 0, []
+        for wid, text in sorted(finals.items()):
+            stamps = frames.get(wid)
+            if not stamps or any(s not in by_stamp for s in stamps):
+                continue
+            # the window as the verifier node had it: its span, the frames it listed
+            window = Window(wid, wid * length, (wid + 1) * length, EventBatch.empty(0, 0),
+                            [by_stamp[s] for s in stamps], len(set(stamps)))
+            checked += 1
+            alone = tokenizer.decode(self.engine.verifier_only(window), skip_special_tokens=True)
+            same += alone == text
+            if alone != text:
+                mismatched.append(wid)
+        return {"lossless": same, "lossless_checked": checked, "not_lossless": mismatched}
+
+
+def row_line(row: dict[str, Any]) -> str:
+    line = (f"link {row['link_mbit']:g} Mbit/s, {row['images']} images, fault {row['fault']}: "
+            f"{row['windows']} windows, {row['final']} FINAL, {row['unverified']} UNVERIFIED "
+            f"({row['unverified_with_draft']} with their draft), {row['stuck']} stuck, "
+            f"{row['published_twice']} published twice; lossless {row['lossless']}/"
+            f"{row['lossless_checked']}; confirmed median {row['confirmed_ms_median']} ms, "
+            f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s")
+    if "fault_s" in row:
+        line += (f"; from the fault until a caption came again ({row['fault_recovery_s']} s) "
+                 f"the robot drafted {row['fault_windows_drafted']} windows; "
+                 f"{row['fault_final_after']} FINAL after")
+        if "uncaptioned_while_verifier_down" in row:
+            line += (f"; {row['uncaptioned_while_verifier_down']} drafted windows got no "
+                     "caption while no verifier ran")
+    return line
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _round(x: float) -> float:
+    return round(float(x), 1)
+
+
+def jpeg_bag(bag: Path, out: Path, quality: int = 90) -> Path:
+    """``bag`` with every rgb8 Image re-encoded as a JPEG CompressedImage on
+    ``<topic>/compressed`` (other messages copied as they are)."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PilImage
+
+    from crossspec_ros.bagfile import any_reader
+    from crossspec_ros.bags.writer import BagWriter
+    from crossspec_ros.images import image_to_rgb
+
+    with any_reader(bag) as reader, BagWriter(out) as writer:
+        for conn, log_time, raw in reader.messages():
+            if conn.msgtype != "sensor_msgs/msg/Image":
+                writer.write_raw(conn.topic, conn.msgtype, raw, log_time)
+                continue
+            msg = reader.deserialize(raw, conn.msgtype)
+            buffer = io.BytesIO()
+            PilImage.fromarray(np.ascontiguousarray(image_to_rgb(msg))).save(
+                buffer, format="JPEG", quality=quality)
+            compressed = writer.store.types["sensor_msgs/msg/CompressedImage"](
+                header=msg.header, format="jpeg",
+                data=np.frombuffer(buffer.getvalue(), dtype=np.uint8))
+            writer.write(conn.topic + "/compressed", "sensor_msgs/msg/CompressedImage",
+                         compressed, log_time)
+    return out

@@ -1,0 +1,96 @@
+"""What the robot sees in ``crossspec bench split``, as JSON lines (run in its namespace).
+
+    python -m crossspec_ros.bench.split_monitor --out FILE
+
+Every Caption (window, status, texts, latencies), the first DraftTokens message of each window
+(its first-token latency) and the frames each window's caption describes (ConfirmedTokens
+``frame_stamps_ns``: what the verifier alone must be given for the lossless check), as the
+robot receives them. Nothing here subscribes to the cameras: the link carries what the graph
+itself carries. One line per message, flushed at once; "ready" once the subscriptions exist.
+Ends on SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="split_monitor")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--caption-topic", default="crossspec/caption")
+    parser.add_argument("--draft-topic", default="crossspec/draft")
+    parser.add_argument("--confirmed-topic", default="crossspec/confirmed")
+    args = parser.parse_args(argv)
+
+    import rclpy
+    from crossspec import msg as cs_msg
+    from rclpy.signals import SignalHandlerOptions
+
+    from crossspec_ros.nodes.common import reliable_qos
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node("crossspec_split_monitor")
+    lock = threading.Lock()
+    out = open(args.out, "w", buffering=1)  # noqa: SIM115 (closed in the finally below)
+
+    def write(record: dict[str, Any]) -> None:
+        with lock:
+            out.write(json.dumps({**record, "t": time.monotonic()}) + "\n")
+
+    drafted: set[tuple[int, int]] = set()
+    framed: set[tuple[int, int]] = set()
+
+    def on_caption(msg: Any) -> None:
+        write({"kind": "caption", "window": int(msg.window_id), "epoch": int(msg.epoch),
+               "status": int(msg.status), "confirmed_text": msg.confirmed_text,
+               "draft_text": msg.draft_text, "unverified_reason": int(msg.unverified_reason),
+               "draft_state": int(msg.draft_state),
+               "draft_first_token_ms": _num(msg.draft_first_token_ms),
+               "confirmed_done_ms": _num(msg.confirmed_done_ms)})
+
+    def on_draft(msg: Any) -> None:
+        key = (int(msg.epoch), int(msg.window_id))
+        if key in drafted or not msg.token_ids:
+            return
+        drafted.add(key)
+        write({"kind": "draft", "window": key[1], "epoch": key[0],
+               "first_token_ms": _num(msg.first_token_latency_ms)})
+
+    def on_confirmed(msg: Any) -> None:
+        key = (int(msg.epoch), int(msg.window_id))
+        if key in framed:
+            return
+        framed.add(key)
+        write({"kind": "frames", "window": key[1], "epoch": key[0],
+               "stamps_ns": [int(t) for t in msg.frame_stamps_ns]})
+
+    node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos(200))
+    node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos(200))
+    node.create_subscription(cs_msg.ConfirmedTokens, args.confirmed_topic, on_confirmed,
+                             reliable_qos(200))
+    write({"kind": "ready"})
+    try:
+        while not stop.is_set():
+            rclpy.spin_once(node, timeout_sec=0.1)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        out.close()
+    return 0
+
+
+def _num(x: float) -> float | None:
+    return None if x != x else round(float(x), 2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
