@@ -87,6 +87,17 @@ def test_crossspec_messages_round_trip_through_rclpy_and_rosbags_cdr():
     np.testing.assert_array_equal(decoded.token_ids, [5, 6, 7])
     decoded = store.deserialize_cdr(serialize_message(confirmed), "crossspec/msg/ConfirmedTokens")
     assert list(decoded.stats.proposer_names) == ["draft_stream", "history_ngram"]
+    # the frames a caption describes, as rosbags reads them whatever the padding before them
+    for text in ("a", "abc"):
+        for frames in ([], [1_700_000_000_123_456_789, 1_700_000_000_223_456_789]):
+            msg = ConfirmedTokens(window_id=7, text=text,
+                                  frame_stamps_sec=[t // 10**9 for t in frames],
+                                  frame_stamps_nanosec=[t % 10**9 for t in frames])
+            decoded = store.deserialize_cdr(serialize_message(msg),
+                                            "crossspec/msg/ConfirmedTokens")
+            assert [int(s) * 10**9 + int(n) for s, n in zip(decoded.frame_stamps_sec,
+                                                  decoded.frame_stamps_nanosec,
+                                                  strict=True)] == frames
 
 
 def test_crossspec_messages_use_no_arrays_of_structs():

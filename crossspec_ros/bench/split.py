@@ -17,8 +17,8 @@ Reported (one JSON line per run, the last line the runs and the headline run's n
   windows, final, unverified (with and without a draft), stuck (a draft but no FINAL or
   UNVERIFIED caption at the end), published_twice (more than one FINAL/UNVERIFIED caption for
   a window), lossless (FINAL captions equal to the verifier alone on the frames the verifier
-  says it captioned, ConfirmedTokens ``frame_stamps_ns``), confirmed_ms_median (the
-  verifier's close -> last confirmed token),
+  says it captioned: ConfirmedTokens ``frame_stamps_sec``/``_nanosec``), confirmed_ms_median
+  (the verifier's close -> last confirmed token),
   draft_ms_p95 (the draft node's close -> first draft token), link_mb_per_s (bytes both ways
   over the replayed bag's length), and for faults what happened around them.
 """

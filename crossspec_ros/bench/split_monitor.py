@@ -4,10 +4,10 @@
 
 Every Caption (window, status, texts, latencies), the first DraftTokens message of each window
 (its first-token latency) and the frames each window's caption describes (ConfirmedTokens
-``frame_stamps_ns``: what the verifier alone must be given for the lossless check), as the
-robot receives them. Nothing here subscribes to the cameras: the link carries what the graph
-itself carries. One line per message, flushed at once; "ready" once the subscriptions exist.
-Ends on SIGINT or SIGTERM.
+``frame_stamps_sec``/``_nanosec``: what the verifier alone must be given for the lossless
+check), as the robot receives them. Nothing here subscribes to the cameras: the link carries
+what the graph itself carries. One line per message, flushed at once; "ready" once the
+subscriptions exist. Ends on SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             return
         framed.add(key)
         write({"kind": "frames", "window": key[1], "epoch": key[0],
-               "stamps_ns": [int(t) for t in msg.frame_stamps_ns]})
+               "stamps_ns": [int(sec) * 1_000_000_000 + int(nsec) for sec, nsec in
+                             zip(msg.frame_stamps_sec, msg.frame_stamps_nanosec, strict=True)]})
 
     node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos(200))
     node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos(200))

@@ -27,6 +27,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
+    NS,
     WindowQueue,
     Worker,
     declare_params,
@@ -333,7 +334,8 @@ class VerifierNode(ManagedNode):
             window_id=int(window.id), epoch=int(window.epoch), window_start=ns_to_msg(window.t0),
             window_end=ns_to_msg(window.t1), base_index=event.base,
             new_token_ids=[int(t) for t in event.tokens], text=event.text, done=event.done,
-            frame_stamps_ns=[int(f.stamp_ns) for f in window.frames],
+            frame_stamps_sec=[int(f.stamp_ns // NS) for f in window.frames],
+            frame_stamps_nanosec=[int(f.stamp_ns % NS) for f in window.frames],
             stats=stats_msg(stats) if stats is not None else cs_msg.WindowStats())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.pub_confirmed.publish(msg)
