@@ -8,7 +8,7 @@ import pytest
 
 from crossspec_ros.bench.fuzz import ENCODINGS, fuzz_decode
 
-N_PACKETS = {"evt3": 100_000, "evt2": 30_000, "libcaer_cmp": 30_000}
+N_PACKETS = {"evt3": 100_000, "evt2": 30_000, "evt21": 30_000, "libcaer_cmp": 30_000}
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

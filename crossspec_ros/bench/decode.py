@@ -2,12 +2,13 @@
 library alone.
 
 Synthetic events (uniform over a 640x480 sensor, DSEC's peak rate by default) are encoded
-once into packets of each encoding (evt3, evt2, libcaer_cmp); then each path decodes all
-packets several times and the median speed is reported. crossspec's path is the full one a
-node runs: packet checks, the decoder, bounds check, time mapping, EventBatch. EVT3 is also
+once into packets of each encoding (evt3, evt2, evt21, libcaer_cmp); then each path decodes
+all packets several times and the median speed is reported. crossspec's path is the full one
+a node runs: packet checks, the decoder, bounds check, time mapping, EventBatch. EVT3 is also
 timed on uint8 arrays (what rosbags deserializes, one extra copy per packet). Uniform random
 events are the worst case for libcaer_cmp (almost every event needs its own time and x
-words; a real sensor's column readout shares them and uses vector words).
+words; a real sensor's column readout shares them and uses vector words) and for evt21
+(one 64-bit word per event, where a sensor's row readout fills a word's 32 valid bits).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.encode import encode_evt3_packets
 from crossspec_ros.events.evt2 import encode_evt2
+from crossspec_ros.events.evt21 import encode_evt21
 from crossspec_ros.events.libcaer_cmp import encode_libcaer_cmp
-from crossspec_ros.events.packet import EVT2, LIBCAER_CMP, EventPacketData
+from crossspec_ros.events.packet import EVT2, EVT21, LIBCAER_CMP, EventPacketData
 
 TARGET_MEV_S = 20.0
 WIDTH, HEIGHT = 640, 480
@@ -68,8 +70,8 @@ def _crossspec(packets: list[EventPacketData]) -> int:
 
 
 def word_packets(batch: EventBatch, packet_ms: float, encoding: str) -> list[EventPacketData]:
-    """``batch`` as evt2 or libcaer_cmp packets of ``packet_ms`` (stamped at their first
-    event; libcaer_cmp's time base is that event's time)."""
+    """``batch`` as evt2, evt21 or libcaer_cmp packets of ``packet_ms`` (stamped at their
+    first event; libcaer_cmp's time base is that event's time)."""
     t_us = (batch.t - batch.t[0]) // 1000
     period_us = max(int(packet_ms * 1000), 1)
     edges = np.searchsorted(t_us, np.arange(0, int(t_us[-1]) + period_us + 1, period_us))
@@ -80,6 +82,9 @@ def word_packets(batch: EventBatch, packet_ms: float, encoding: str) -> list[Eve
         first_ns = int(batch.t[a])
         if encoding == EVT2:
             data, high = encode_evt2(t_us[a:b], batch.x[a:b], batch.y[a:b], batch.p[a:b], high)
+        elif encoding == EVT21:
+            data, high = encode_evt21(t_us[a:b], batch.x[a:b], batch.y[a:b], batch.p[a:b],
+                                      high)
         else:
             data = encode_libcaer_cmp(t_us[a:b] - t_us[a], batch.x[a:b], batch.y[a:b],
                                       batch.p[a:b])
@@ -90,10 +95,12 @@ def word_packets(batch: EventBatch, packet_ms: float, encoding: str) -> list[Eve
 def run_benchmark(n: int, packet_ms: float, repeats: int, rate_ev_s: float,
                   log: Callable[[str], None] = print) -> dict[str, Any]:
     batch = synthetic_batch(n, rate_ev_s)
-    log(f"encoding {n:,} events into {packet_ms} ms packets (evt3, evt2, libcaer_cmp)...")
+    log(f"encoding {n:,} events into {packet_ms} ms packets (evt3, evt2, evt21, "
+        "libcaer_cmp)...")
     packets = encode_evt3_packets(batch, int(packet_ms * 1e6))
-    by_encoding = {"evt3": packets, EVT2: word_packets(batch, packet_ms, EVT2),
-                   LIBCAER_CMP: word_packets(batch, packet_ms, LIBCAER_CMP)}
+    by_encoding = {"evt3": packets,
+                   **{enc: word_packets(batch, packet_ms, enc)
+                      for enc in (EVT2, EVT21, LIBCAER_CMP)}}
     as_arrays = [replace(p, events=np.frombuffer(p.events, np.uint8)) for p in packets]
     for encoding, encoded in by_encoding.items():
         checker = EventPacketDecoder()
@@ -105,6 +112,7 @@ def run_benchmark(n: int, packet_ms: float, repeats: int, rate_ev_s: float,
                            ("crossspec_bytes", _crossspec, packets),
                            ("crossspec_array", _crossspec, as_arrays),
                            ("crossspec_evt2", _crossspec, by_encoding[EVT2]),
+                           ("crossspec_evt21", _crossspec, by_encoding[EVT21]),
                            ("crossspec_libcaer_cmp", _crossspec, by_encoding[LIBCAER_CMP])]:
         log(f"decoding with {name} ({repeats} repeats)...")
         seconds, count = _time(lambda f=fn, d=data: f(d), repeats)
@@ -142,7 +150,8 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "decode", help="decode speed of evt3, evt2 and libcaer_cmp (and the evt3 library)",
+        "decode", help="decode speed of evt3, evt2, evt21 and libcaer_cmp (and the evt3 "
+        "library)",
         description=__doc__.splitlines()[0].split(": ", 1)[1],
     )
     parser.add_argument("--events", type=int, default=5_000_000, help="events (default 5e6)")

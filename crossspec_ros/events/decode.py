@@ -1,10 +1,12 @@
 """Decode event_camera_msgs/EventPacket streams into EventBatches on the ROS clock.
 
-One ``EventPacketDecoder`` per event stream (topic). Three encodings, each stateful across
+One ``EventPacketDecoder`` per event stream (topic). Four encodings, each stateful across
 packets (feed them in order):
 - ``evt3`` (Prophesee cameras via metavision_driver): the ``evt3`` library (Rust, exact;
   FACTS.md); sensor microseconds since the camera started;
 - ``evt2`` (Prophesee, older sensors): ``events/evt2.py``; sensor microseconds too;
+- ``evt21`` (also spelt ``evt2.1``; Prophesee, the GenX320's default): ``events/evt21.py``,
+  either byte order the sensors send; sensor microseconds too;
 - ``libcaer_cmp`` (iniVation cameras via libcaer_driver): ``events/libcaer_cmp.py``; times
   are microseconds after the packet's ``time_base``, already on the driver's clock.
 This module adds what a robot needs around them:
@@ -12,7 +14,7 @@ This module adds what a robot needs around them:
 - the encoding is checked first (a decoder returns nothing, silently, for another format's
   bytes); others (``mono``, ``libcaer``...) are reported once and counted, and give empty
   batches;
-- ``is_bigendian`` true is unsupported (all three are little-endian word streams; drivers
+- ``is_bigendian`` true is unsupported (all four are little-endian word streams; drivers
   send false);
 - a sensor size or encoding change starts a new decoder and clock estimate;
 - corrupt bytes never raise: library errors are caught; events outside width x height,
@@ -33,16 +35,26 @@ import numpy as np
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.clock import DEFAULT_MAX_JUMP_NS, SensorClock
 from crossspec_ros.events.evt2 import Evt2Decoder
+from crossspec_ros.events.evt21 import Evt21Decoder
 from crossspec_ros.events.libcaer_cmp import LibcaerCmpDecoder
-from crossspec_ros.events.packet import EVT2, EVT3, LIBCAER_CMP, EventPacketData
+from crossspec_ros.events.packet import (
+    ENCODING_ALIASES,
+    EVT2,
+    EVT3,
+    EVT21,
+    LIBCAER_CMP,
+    EventPacketData,
+)
 from crossspec_ros.events.triggers import TriggerWordCounter
 from crossspec_ros.events.words import WordEvents
 
 log = logging.getLogger(__name__)
 
-# Addresses are 11 bits wide in all three encodings.
+# Addresses are 11 bits wide in all four encodings.
 MAX_SENSOR_SIZE = 2048
-WORD_BYTES = {EVT3: 2, EVT2: 4, LIBCAER_CMP: 2}
+WORD_BYTES = {EVT3: 2, EVT2: 4, EVT21: 8, LIBCAER_CMP: 2}
+# The word-stream decoders of this package, by encoding (evt3 is the evt3 library's).
+WORD_DECODERS = {EVT2: Evt2Decoder, EVT21: Evt21Decoder, LIBCAER_CMP: LibcaerCmpDecoder}
 
 
 @dataclass
@@ -62,8 +74,8 @@ class DecodeStats:
     clock_resets: int = 0
     triggers_p0: int = 0
     triggers_p1: int = 0
-    unknown_words: int = 0       # evt2 / libcaer_cmp words of no type of the format
-    untimed_events: int = 0      # evt2 events before the stream's first time word
+    unknown_words: int = 0       # evt2 / evt21 / libcaer_cmp words of no type of the format
+    untimed_events: int = 0      # evt2 / evt21 events before the stream's first time word
     unsupported_words: int = 0   # libcaer_cmp VECT_12 (no driver writes it)
 
     def as_dict(self) -> dict[str, int]:
@@ -79,7 +91,7 @@ class EventPacketDecoder:
     """Streaming decoder for one event stream; ``decode(packet)`` never raises.
 
     count_triggers: also count EVT3 EXT_TRIGGER words (``stats.triggers_p0/p1``), ~10%
-    slower (evt2 triggers are always counted; libcaer_cmp has none).
+    slower (evt2 and evt21 triggers are always counted; libcaer_cmp has none).
     """
 
     def __init__(self, name: str = "events", max_jump_ns: int = DEFAULT_MAX_JUMP_NS,
@@ -87,7 +99,8 @@ class EventPacketDecoder:
         self.name = name
         self.stats = DecodeStats()
         self.clock = SensorClock(max_jump_ns)
-        self._decoder: evt3.Decoder | Evt2Decoder | LibcaerCmpDecoder | None = None
+        self._decoder: (evt3.Decoder | Evt2Decoder | Evt21Decoder | LibcaerCmpDecoder
+                        | None) = None
         self._size: tuple[int, int] | None = None
         self._encoding: str | None = None
         self._triggers = TriggerWordCounter() if count_triggers else None
@@ -103,7 +116,7 @@ class EventPacketDecoder:
         if encoding == EVT3:
             self._decoder = evt3.Decoder(sensor_width=width, sensor_height=height)
         else:
-            self._decoder = Evt2Decoder() if encoding == EVT2 else LibcaerCmpDecoder()
+            self._decoder = WORD_DECODERS[encoding]()
         self._size, self._encoding = (width, height), encoding
         self.clock.reset()
         if self._triggers is not None:
@@ -113,13 +126,15 @@ class EventPacketDecoder:
         """Check encoding, byte order and size; (re)start the decoder when needed. Returns
         the encoding's canonical name, None if the packet is dropped."""
         enc = packet.encoding.strip().lower()
+        enc = ENCODING_ALIASES.get(enc, enc)
         if enc not in WORD_BYTES:
             self.stats.unsupported_encoding += 1
             self._problem(
                 f"encoding:{packet.encoding}",
                 "event encoding %r is not supported; its packets are dropped. crossspec decodes "
-                "'evt3' and 'evt2' (Prophesee cameras via metavision_driver) and 'libcaer_cmp' "
-                "(iniVation cameras via libcaer_driver); convert other streams to one of them.",
+                "'evt3', 'evt2' and 'evt21' (Prophesee cameras via metavision_driver) and "
+                "'libcaer_cmp' (iniVation cameras via libcaer_driver); convert other streams to "
+                "one of them.",
                 packet.encoding)
             return None
         if packet.is_bigendian:
@@ -179,7 +194,7 @@ class EventPacketDecoder:
         if enc == EVT3:
             return self._to_batch(packet.stamp_ns, ev.t, ev.x, ev.y, ev.p, w, h)
         self._count_damage(enc, ev)
-        if enc == EVT2:
+        if enc in (EVT2, EVT21):  # sensor time, mapped by the clock like evt3's
             return self._to_batch(packet.stamp_ns, ev.t_us, ev.x, ev.y, ev.p, w, h)
         return self._to_batch(packet.stamp_ns, ev.t_us, ev.x, ev.y, ev.p, w, h,
                               time_base_ns=packet.time_base)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from crossspec_ros.events.words import WordEvents, whole_words
+from crossspec_ros.events.words import TimeHighs, WordEvents, whole_words
 
 CD_OFF, CD_ON, TIME_HIGH, EXT_TRIGGER, OTHERS, CONTINUED = 0x0, 0x1, 0x8, 0xA, 0xE, 0xF
 KNOWN_TYPES = (CD_OFF, CD_ON, TIME_HIGH, EXT_TRIGGER, OTHERS, CONTINUED)
-HIGH_BITS = 28
+HIGH_BITS = TimeHighs.BITS
 WRAP_US = 1 << (HIGH_BITS + 6)
 
 
@@ -27,37 +27,23 @@ class Evt2Decoder:
     """Streaming EVT 2.0 decoder: feed packets' bytes in stream order."""
 
     def __init__(self) -> None:
-        self._high: int | None = None  # last time high, wraps included (units of 64 us)
-        self._tail = b""               # bytes of a word split across packets
+        self._time = TimeHighs()
+        self._tail = b""  # bytes of a word split across packets
 
     def feed(self, data: bytes | np.ndarray) -> WordEvents:
         words, self._tail = whole_words(self._tail, data, 4)
         kind = words >> 28
         is_high = kind == TIME_HIGH
-        highs = (words[is_high] & ((1 << HIGH_BITS) - 1)).astype(np.int64)
-        if len(highs):  # a wrap: a time high far below the one before it
-            before = np.empty_like(highs)
-            before[0] = self._high % (1 << HIGH_BITS) if self._high is not None else highs[0]
-            before[1:] = highs[:-1]
-            wraps = np.cumsum(highs < before - (1 << (HIGH_BITS - 1)))
-            base = self._high - self._high % (1 << HIGH_BITS) if self._high is not None else 0
-            highs += base + (wraps << HIGH_BITS)
-        # each word's time high: the latest one at or before it (-1: none in this packet)
-        slot = np.cumsum(is_high) - 1
         is_cd = kind <= CD_ON
-        cd_words, cd_slot = words[is_cd], slot[is_cd]
-        has_time = cd_slot >= 0
-        carried = self._high if self._high is not None else -1
-        high_of_cd = np.where(has_time, highs[np.maximum(cd_slot, 0)] if len(highs) else 0,
-                              carried)
+        high_of_cd = self._time.of_words(is_high, words[is_high] & ((1 << HIGH_BITS) - 1),
+                                         is_cd)
+        cd_words = words[is_cd]
         timed = high_of_cd >= 0
         untimed = int(len(cd_words) - np.count_nonzero(timed))
         if untimed:
             cd_words, high_of_cd = cd_words[timed], high_of_cd[timed]
         t_us = (high_of_cd.astype(np.uint64) << np.uint64(6)) | \
             ((cd_words >> 22) & 0x3F).astype(np.uint64)
-        if len(highs):
-            self._high = int(highs[-1])
         triggers = words[kind == EXT_TRIGGER] & 1
         n_p1 = int(np.count_nonzero(triggers))
         known = np.isin(kind, KNOWN_TYPES)

@@ -13,7 +13,10 @@ import numpy as np
 
 EVT3 = "evt3"
 EVT2 = "evt2"
+EVT21 = "evt21"  # what metavision_driver would send: Prophesee's SDK names the format EVT21
 LIBCAER_CMP = "libcaer_cmp"
+# Other spellings of an encoding crossspec reads (lower case), by its name above.
+ENCODING_ALIASES = {"evt2.1": EVT21}
 
 
 @dataclass(frozen=True)

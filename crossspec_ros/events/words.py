@@ -1,5 +1,6 @@
-"""What the word-stream decoders (evt2.py, libcaer_cmp.py) share: splitting a packet into
-little-endian words, and the form of one packet's decoded events."""
+"""What the word-stream decoders (evt2.py, evt21.py, libcaer_cmp.py) share: splitting a packet
+into little-endian words, the form of one packet's decoded events, and the time high words of
+Prophesee's EVT 2.0 and 2.1."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ import numpy as np
 
 @dataclass
 class WordEvents:
-    """One packet's CD events (time in us: sensor time for evt2, after the packet's
+    """One packet's CD events (time in us: sensor time for evt2 and evt21, after the packet's
     ``time_base`` for libcaer_cmp) and what the counters of decode.py take from it."""
 
-    t_us: np.ndarray  # uint64 (evt2) or int64 (libcaer_cmp)
+    t_us: np.ndarray  # uint64 (evt2, evt21) or int64 (libcaer_cmp)
     x: np.ndarray     # uint16
     y: np.ndarray     # uint16
     p: np.ndarray     # uint8
     unknown_words: int = 0      # words of no type of the format
-    untimed_events: int = 0     # events before the stream's first time word (evt2)
+    untimed_events: int = 0     # events before the stream's first time word (evt2, evt21)
     unsupported_words: int = 0  # words of the format crossspec does not read (VECT_12)
     triggers_p0: int = 0
     triggers_p1: int = 0
@@ -35,3 +36,42 @@ def whole_words(tail: bytes, data: bytes | np.ndarray, size: int
     raw = tail + (data if isinstance(data, bytes) else np.asarray(data).tobytes())
     whole = len(raw) - len(raw) % size
     return np.frombuffer(raw, dtype=f"<u{size}", count=whole // size), raw[whole:]
+
+
+class TimeHighs:
+    """The time high words of one EVT 2.0 or 2.1 stream (28 bits: time bits 33..6, in us).
+
+    A sensor sends one every 64 us while events flow, and each event holds the 6 low bits of its
+    time, so an event's time is the latest time high before it (in this packet, or carried from
+    an earlier one) << 6 | its low bits. The 34-bit time wraps after 4.77 hours: a time high
+    more than half the range below the one before it counts a wrap, so times keep growing.
+    """
+
+    BITS = 28
+
+    def __init__(self) -> None:
+        self.last: int | None = None  # the stream's last time high, wraps included
+
+    def of_words(self, is_high: np.ndarray, raw_highs: np.ndarray, selected: np.ndarray
+                 ) -> np.ndarray:
+        """The time high (int64, wraps included) of each word where ``selected``, -1 where the
+        stream has had none yet. ``is_high`` marks the packet's time high words, ``raw_highs``
+        their 28-bit values in order. Carries the last one to the next packet."""
+        half, top = 1 << (self.BITS - 1), 1 << self.BITS
+        highs = raw_highs.astype(np.int64)
+        if len(highs):
+            before = np.empty_like(highs)
+            before[0] = self.last % top if self.last is not None else highs[0]
+            before[1:] = highs[:-1]
+            wraps = np.cumsum(highs < before - half)
+            base = self.last - self.last % top if self.last is not None else 0
+            highs += base + (wraps << self.BITS)
+        # each word's time high: the latest one at or before it (-1: none in this packet)
+        slot = (np.cumsum(is_high) - 1)[selected]
+        carried = self.last if self.last is not None else -1
+        if len(highs):
+            high = np.where(slot >= 0, highs[np.maximum(slot, 0)], carried)
+            self.last = int(highs[-1])
+        else:
+            high = np.full(len(slot), carried, dtype=np.int64)
+        return high
