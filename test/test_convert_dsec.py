@@ -284,3 +284,115 @@ def test_help_describes_the_command(capsys):
     out = capsys.readouterr().out
     assert exit_info.value.code == 0 and out.startswith("usage: crossspec convert-dsec")
     assert "SEQUENCE_DIR" in out and "--duration" in out and "--compressed" in out
+    assert "--rectify" in out and "rectify_map.h5" in out
+
+
+def write_rectify_map(sequence: Path, rectified_xy: np.ndarray) -> None:
+    with h5py.File(sequence / "events/left/rectify_map.h5", "w") as f:
+        f.create_dataset("rectify_map", data=rectified_xy)
+
+
+def shifted_map() -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A rectify map whose answer is known: (+3, -2) with sub-half-pixel noise, and some raw
+    pixels sent off the sensor. Returns the map and, per raw pixel, the expected rectified
+    x, y and whether it stays on the 640x480 sensor."""
+    y, x = np.mgrid[0:480, 0:640]
+    noise = np.random.default_rng(0).uniform(-0.45, 0.45, (480, 640, 2))
+    rectified_xy = np.stack([x + 3, y - 2], axis=-1) + noise  # rounds back to (+3, -2)
+    rectified_xy[:, 40:44, 0] = 700.2  # right of the sensor
+    rectified_xy[:, 50, :] = np.nan  # no rectified position at all
+    rectified_xy[30, :, 1] = 479.5  # rounds to row 480: just below the sensor
+    want_x, want_y = x + 3, y - 2
+    on_sensor = (want_y >= 0) & (want_x < 640)
+    on_sensor[:, 40:44] = on_sensor[:, 50] = on_sensor[30, :] = False
+    return rectified_xy.astype(np.float32), {"x": want_x, "y": want_y, "on_sensor": on_sensor}
+
+
+def bag_bytes(bag: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(bag.iterdir())}
+
+
+def test_rectify_keeps_exactly_the_events_whose_rectified_pixel_is_on_the_sensor(
+        sequence_copy: Path, tmp_path: Path):
+    rectified_xy, answer = shifted_map()
+    write_rectify_map(sequence_copy, rectified_xy)
+    out = tmp_path / "bag"
+    report = convert_dsec(sequence_copy, out, rectify=True, progress=False)
+    raw = h5_events(sequence_copy)
+    keep = answer["on_sensor"][raw["y"], raw["x"]]
+    # every kind of drop happens in this drive (the raw events lie in 64x48)
+    assert all(np.any(~keep & part) for part in (raw["y"] < 2, (raw["x"] >= 40) & (raw["x"] < 44),
+                                                 raw["x"] == 50, raw["y"] == 30))
+    want = canonical({"t": raw["t"][keep], "p": raw["p"][keep],
+                      "x": answer["x"][raw["y"], raw["x"]][keep],
+                      "y": answer["y"][raw["y"], raw["x"]][keep]})
+    assert_same_events(bag_events(out), want)
+    assert report.rectified and report.events_read == len(raw["t"])
+    assert report.events_rectified == report.events_written == int(keep.sum())
+    assert report.events_rectified_off_sensor == int((~keep).sum()) > 0
+    assert report.events_out_of_bounds == 0
+    assert "rectify:" in report.summary() and leftovers(tmp_path) == []
+
+
+def test_cli_rectify_prints_events_in_rectified_and_dropped(sequence_copy: Path,
+                                                             tmp_path: Path, capsys):
+    rectified_xy, _ = shifted_map()
+    write_rectify_map(sequence_copy, rectified_xy)
+    assert main(["convert-dsec", str(sequence_copy), str(tmp_path / "bag"), "--rectify",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    report = convert_dsec(sequence_copy, tmp_path / "again", rectify=True, progress=False)
+    line = (f"rectify:  {report.events_read:,} events in, {report.events_rectified:,} "
+            f"rectified, {report.events_rectified_off_sensor:,} dropped off the sensor")
+    assert line in out
+    assert f"+ {report.events_rectified_off_sensor:,} outside the sensor (dropped)" in out
+
+
+def test_without_rectify_the_bag_is_byte_identical_whatever_map_the_sequence_holds(
+        sequence: Path, sequence_copy: Path, tmp_path: Path):
+    rectified_xy, _ = shifted_map()
+    write_rectify_map(sequence_copy, rectified_xy)
+    plain = tmp_path / "plain" / "bag"
+    report = convert_dsec(sequence, plain, progress=False)
+    with_map = tmp_path / "with_map" / "bag"
+    convert_dsec(sequence_copy, with_map, progress=False)
+    assert bag_bytes(with_map) == bag_bytes(plain)
+    assert not report.rectified and "rectify:" not in report.summary()
+
+
+def test_rectify_through_an_identity_map_changes_no_byte(sequence: Path, sequence_copy: Path,
+                                                         tmp_path: Path):
+    y, x = np.mgrid[0:480, 0:640]
+    write_rectify_map(sequence_copy, np.stack([x, y], axis=-1).astype(np.float32))
+    plain = tmp_path / "plain" / "bag"
+    convert_dsec(sequence, plain, progress=False)
+    rectified = tmp_path / "rectified" / "bag"
+    report = convert_dsec(sequence_copy, rectified, rectify=True, progress=False)
+    assert report.events_rectified == report.events_read > 1000
+    assert report.events_rectified_off_sensor == 0
+    assert bag_bytes(rectified) == bag_bytes(plain)
+
+
+def test_rectify_without_the_map_names_the_file_to_unzip_and_writes_nothing(
+        sequence: Path, tmp_path: Path, capsys):
+    out = tmp_path / "bag"
+    code, err = run_cli(capsys, str(sequence), str(out), "--rectify")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "events/left/rectify_map.h5: missing" in err and "_events_left.zip" in err
+    assert "unzip" in err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(("rectified_xy", "message"), [
+    (np.zeros((480, 640, 2), np.int32), "is int32 (480, 640, 2)"),
+    (np.zeros((640, 480, 2), np.float32), "is float32 (640, 480, 2)"),
+    (np.zeros((480, 640), np.float64), "is float64 (480, 640)"),
+])
+def test_rectify_map_of_the_wrong_shape_or_dtype_is_a_one_line_error(
+        sequence_copy: Path, tmp_path: Path, capsys, rectified_xy: np.ndarray, message: str):
+    write_rectify_map(sequence_copy, rectified_xy)
+    out = tmp_path / "bag"
+    code, err = run_cli(capsys, str(sequence_copy), str(out), "--rectify")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert message in err and "expected float (480, 640, 2)" in err
+    assert not out.exists() and leftovers(tmp_path) == []

@@ -1,7 +1,11 @@
-"""DSEC events.h5: time-range reads match brute force and touch only the needed slice."""
+"""DSEC events.h5: time-range reads match brute force and touch only the needed slice.
+
+DSEC rectify_map.h5: events move to the nearest rectified pixel, or are dropped off the sensor.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import h5py
@@ -9,7 +13,8 @@ import hdf5plugin
 import numpy as np
 import pytest
 
-from crossspec_ros.events.dsec import DsecEventsReader, DsecFormatError
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.events.dsec import DsecEventsReader, DsecFormatError, DsecRectifyMap
 
 T_OFFSET_US = 5_000_123
 
@@ -99,3 +104,61 @@ def test_missing_or_non_hdf5_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "junk.h5").write_bytes(b"junk")
     with pytest.raises(DsecFormatError, match="not a readable HDF5 file"):
         DsecEventsReader(tmp_path / "junk.h5")
+
+
+def identity_map(width: int, height: int) -> np.ndarray:
+    """float32 (height, width, 2): every raw pixel [y, x] at rectified (x, y)."""
+    y, x = np.mgrid[0:height, 0:width]
+    return np.stack([x, y], axis=-1).astype(np.float32)
+
+
+def test_rectify_rounds_to_the_nearest_pixel_and_drops_what_lands_off_the_sensor() -> None:
+    rectified_xy = identity_map(8, 6)
+    # raw pixel (x, 0) -> rectified (x, y) entry, and the pixel it must land on (None: dropped)
+    cases = {0: ((2.5, 1.49), (3, 1)), 1: ((-0.5, 0.0), (0, 0)), 2: ((-0.51, 0.0), None),
+             3: ((7.49, 5.49), (7, 5)), 4: ((7.5, 0.0), None), 5: ((0.0, 5.5), None),
+             6: ((np.nan, 1.0), None), 7: ((3.0, np.inf), None)}
+    for x, (entry, _) in cases.items():
+        rectified_xy[0, x] = entry
+    rectified_xy[2, 5] = (3.2, 0.8)  # raw (5, 2) lands where raw (0, 0) does: both kept
+    xs = [*cases, 5, 4, 6]
+    ys = [0] * len(cases) + [2, 4, 5]
+    batch = EventBatch(np.arange(len(xs)) * 1000, xs, ys, np.arange(len(xs)) % 2, 8, 6)
+    got, dropped = DsecRectifyMap(rectified_xy, 8, 6).rectify(batch)
+    want = [(i, *pixel) for i, (_, pixel) in enumerate(cases.values()) if pixel is not None]
+    want += [(8, 3, 1), (9, 4, 4), (10, 6, 5)]  # the collision, then two identity pixels
+    keep = [i for i, _, _ in want]
+    assert dropped == len(xs) - len(want) == 5
+    assert got.equals(EventBatch(batch.t[keep], [x for _, x, _ in want], [y for _, _, y in want],
+                                 batch.p[keep], 8, 6))
+
+
+def test_rectify_keeps_every_event_when_all_land_on_the_sensor() -> None:
+    batch = EventBatch(np.arange(5), [0, 7, 7, 3, 0], [0, 5, 5, 2, 5], [1, 0, 0, 1, 1], 8, 6)
+    rectify_map = DsecRectifyMap(identity_map(8, 6), 8, 6)
+    got, dropped = rectify_map.rectify(batch)
+    assert dropped == 0 and got.equals(batch)
+    empty, dropped = rectify_map.rectify(EventBatch.empty(8, 6))
+    assert dropped == 0 and len(empty) == 0
+
+
+def test_rectify_map_file_of_the_wrong_shape_dtype_or_content_is_a_clear_error(
+        tmp_path: Path) -> None:
+    path = tmp_path / "rectify_map.h5"
+    for data, message in ((identity_map(640, 480).astype(np.int32), "int32 (480, 640, 2)"),
+                          (identity_map(480, 640), "float32 (640, 480, 2)"),
+                          (identity_map(640, 480)[..., 0], "float32 (480, 640);")):
+        with h5py.File(path, "w") as f:
+            f.create_dataset("rectify_map", data=data)
+        with pytest.raises(DsecFormatError, match=re.escape(message)) as error:
+            DsecRectifyMap.load(path)
+        assert "expected float (480, 640, 2) for a 640x480 sensor" in str(error.value)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("rectify_maps", data=identity_map(640, 480))
+    with pytest.raises(DsecFormatError, match="no /rectify_map dataset"):
+        DsecRectifyMap.load(path)
+    path.write_bytes(b"junk")
+    with pytest.raises(DsecFormatError, match="not a readable HDF5 file"):
+        DsecRectifyMap.load(path)
+    with pytest.raises(DsecFormatError, match="no such file"):
+        DsecRectifyMap.load(tmp_path / "nope.h5")

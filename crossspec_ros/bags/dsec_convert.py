@@ -5,6 +5,7 @@ DSEC ships no rosbags; crossspec replays bags. Input layout (DESIGN.md section 5
     <seq>/events/left/events.h5            /events/{x,y,t,p} (t in us), /ms_to_idx, /t_offset
     <seq>/images/left/rectified/NNNNNN.png  rectified RGB frames
     <seq>/images/timestamps.txt             one image time per line [us, image clock]
+    <seq>/events/left/rectify_map.h5       /rectify_map (only read with ``rectify=True``)
 
 Output topics (the defaults of config/drive.yaml):
 
@@ -16,10 +17,17 @@ Output topics (the defaults of config/drive.yaml):
 
 All stamps are on the image clock (event ``t + t_offset``), in ns (us * 1000); log time = stamp.
 
+DSEC's images are rectified, its events are not. ``rectify=True`` moves each event to its
+rectified pixel through the sequence's ``rectify_map.h5`` (``DsecRectifyMap``: rounded to the
+nearest pixel), so events and frames line up; events whose rectified pixel is off the sensor
+are dropped and counted. Without it the events are written as recorded, byte for byte as before
+the option existed.
+
 How: the sequence is walked in chunks of ~100 ms whose bounds are multiples of the packet
 period (so no packet is split), reading events by time range through ``/ms_to_idx``
 (``events/dsec.py``): memory stays flat whatever the sequence length. Events read and CD events
-inside the written EVT3 packets are counted separately and must agree, or the conversion fails.
+inside the written EVT3 packets are counted separately and must agree (less the events dropped
+outside the sensor, raw or rectified), or the conversion fails.
 The bag is written into a temporary sibling of ``out`` and renamed into place at the end, so a
 failure or Ctrl-C never leaves a partial bag.
 """
@@ -41,7 +49,13 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from crossspec_ros.bags.writer import BagWriter, header
-from crossspec_ros.events.dsec import DSEC_HEIGHT, DSEC_WIDTH, DsecEventsReader, DsecFormatError
+from crossspec_ros.events.dsec import (
+    DSEC_HEIGHT,
+    DSEC_WIDTH,
+    DsecEventsReader,
+    DsecFormatError,
+    DsecRectifyMap,
+)
 from crossspec_ros.events.encode import ADDR_X, VECT_8, VECT_12, Evt3PacketEncoder
 
 EVENT_TOPIC = "/event_camera/events"
@@ -51,6 +65,7 @@ COMPRESSED_TYPE = "sensor_msgs/msg/CompressedImage"
 EVENT_FRAME_ID = "event_camera"
 IMAGE_FRAME_ID = "camera"
 EVENTS_H5 = Path("events/left/events.h5")
+RECTIFY_MAP_H5 = Path("events/left/rectify_map.h5")
 IMAGE_DIR = Path("images/left/rectified")
 TIMESTAMPS = Path("images/timestamps.txt")
 CHUNK_US = 100_000  # events read per step: ~2 M at DSEC's peak rate
@@ -62,6 +77,10 @@ class DsecConvertError(Exception):
     """The sequence or the options cannot be converted; the message says what to do."""
 
 
+class RectifyMapError(DsecConvertError):
+    """``rectify=True`` but the sequence's rectify_map.h5 is missing or cannot serve."""
+
+
 @dataclass(frozen=True)
 class DsecLayout:
     """The files of one DSEC sequence, checked to exist and to agree with each other."""
@@ -70,11 +89,16 @@ class DsecLayout:
     events_h5: Path
     images: list[Path]
     image_stamps_us: np.ndarray  # int64, strictly increasing, one per image
+    rectify_map_h5: Path | None = None  # checked to exist only when rectifying
 
 
 @dataclass(frozen=True)
 class ConvertReport:
-    """What a conversion wrote (``events_read == events_written + events_out_of_bounds``)."""
+    """What a conversion wrote.
+
+    ``events_read == events_written + events_out_of_bounds + events_rectified_off_sensor``;
+    when ``rectified``, ``events_rectified == events_written`` (each event went through the map).
+    """
 
     out: Path
     storage: str
@@ -89,6 +113,9 @@ class ConvertReport:
     t_start_us: int
     t_end_us: int
     seconds: float
+    rectified: bool = False
+    events_rectified: int = 0
+    events_rectified_off_sensor: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -97,18 +124,22 @@ class ConvertReport:
     def summary(self) -> str:
         """A few lines for people: counts, span, speed and the count check."""
         size = f" {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
+        dropped = self.events_out_of_bounds + self.events_rectified_off_sensor
         speed = self.duration_s / self.seconds if self.seconds > 0 else math.inf
         lines = [
             f"wrote {self.out} ({self.storage})",
             f"  events:   {self.events_written:,} in {self.packets:,} evt3 packets of "
             f"{self.packet_ms:g} ms on {EVENT_TOPIC}",
+            *([f"  rectify:  {self.events_rectified + self.events_rectified_off_sensor:,} "
+               f"events in, {self.events_rectified:,} rectified, "
+               f"{self.events_rectified_off_sensor:,} dropped off the sensor (rectify_map.h5)"]
+              if self.rectified else []),
             f"  images:   {self.images:,} ({self.image_encoding}{size})",
             f"  duration: {self.duration_s:.3f} s of the sequence, converted in "
             f"{self.seconds:.1f} s ({speed:.2f}x real time)",
             f"  check:    {self.events_read:,} events read == {self.events_written:,} "
             "events in the packets"
-            + (f" + {self.events_out_of_bounds:,} outside the sensor (dropped)"
-               if self.events_out_of_bounds else ""),
+            + (f" + {dropped:,} outside the sensor (dropped)" if dropped else ""),
         ]
         return "\n".join(lines)
 
@@ -134,8 +165,11 @@ def _read_timestamps(path: Path) -> np.ndarray:
     return out
 
 
-def check_layout(sequence_dir: str | Path) -> DsecLayout:
-    """Check the DSEC layout before any work, so problems surface as one clear message."""
+def check_layout(sequence_dir: str | Path, *, rectify: bool = False) -> DsecLayout:
+    """Check the DSEC layout before any work, so problems surface as one clear message.
+
+    rectify: the events' rectify_map.h5 must be there too (RectifyMapError if not).
+    """
     root = Path(sequence_dir)
     if not root.is_dir():
         raise DsecConvertError(
@@ -167,7 +201,15 @@ def check_layout(sequence_dir: str | Path) -> DsecLayout:
             f"{stamps_path} has {len(stamps)} times but {image_dir} has {len(images)} .png "
             "images; they must match one to one. Re-extract the images and timestamps of the "
             "same sequence.")
-    return DsecLayout(root, events_h5, images, stamps)
+    rectify_map_h5 = None
+    if rectify:
+        rectify_map_h5 = root / RECTIFY_MAP_H5
+        if not rectify_map_h5.is_file():
+            raise RectifyMapError(
+                f"{rectify_map_h5}: missing, and --rectify needs it. DSEC ships it in the "
+                "sequence's events zip (<name>_events_left.zip, beside events.h5): unzip "
+                f"rectify_map.h5 into {root / RECTIFY_MAP_H5.parent}.")
+    return DsecLayout(root, events_h5, images, stamps, rectify_map_h5)
 
 
 def _packet_us(packet_ms: float) -> int:
@@ -257,6 +299,15 @@ def _open_events(layout: DsecLayout, sensor_size: tuple[int, int]) -> DsecEvents
             "reading DSEC's Blosc-compressed files needs the hdf5plugin package.") from None
 
 
+def _load_rectify_map(path: Path, sensor_size: tuple[int, int]) -> DsecRectifyMap:
+    try:
+        return DsecRectifyMap.load(path, *sensor_size)
+    except DsecFormatError as exc:
+        raise RectifyMapError(
+            f"{exc} Re-extract rectify_map.h5 from the sequence's events zip "
+            "(<name>_events_left.zip).") from None
+
+
 def _check_out(out: Path, root: Path, overwrite: bool) -> None:
     if out.exists() or out.is_symlink():
         if not overwrite:
@@ -271,13 +322,15 @@ def _check_out(out: Path, root: Path, overwrite: bool) -> None:
 def convert_dsec(sequence_dir: str | Path, out: str | Path, *, duration_s: float | None = None,
                  image_scale: float = 1.0, storage: str = "mcap", compressed: str | None = None,
                  packet_ms: float = 5.0, sensor_size: tuple[int, int] = (DSEC_WIDTH, DSEC_HEIGHT),
-                 overwrite: bool = False, compress: bool = True,
+                 overwrite: bool = False, compress: bool = True, rectify: bool = False,
                  progress: bool = True) -> ConvertReport:
     """Convert one DSEC sequence into the bag directory ``out``, atomically.
 
     compressed: None (rgb8 Image), "png" or "jpeg" (CompressedImage). compress: zstd chunk
-    compression (MCAP only). Raises DsecConvertError for bad input or a failed count check;
-    then, as on any other error or an interrupt, ``out`` is left as it was.
+    compression (MCAP only). rectify: move the events through the sequence's rectify_map.h5
+    (RectifyMapError, before anything is written, if it is missing or malformed). Raises
+    DsecConvertError for bad input or a failed count check; then, as on any other error or an
+    interrupt, ``out`` is left as it was.
     """
     start = time.perf_counter()
     out = Path(out)
@@ -287,7 +340,10 @@ def convert_dsec(sequence_dir: str | Path, out: str | Path, *, duration_s: float
         raise DsecConvertError(f"--duration must be > 0 seconds, got {duration_s:g}")
     packet_us = _packet_us(packet_ms)
     images = _ImageConverter(image_scale, compressed)
-    layout = check_layout(sequence_dir)
+    layout = check_layout(sequence_dir, rectify=rectify)
+    # loaded before anything is written: a malformed map fails as a missing one does
+    rectify_map = (_load_rectify_map(layout.rectify_map_h5, sensor_size)
+                   if layout.rectify_map_h5 else None)
     _check_out(out, layout.root, overwrite)
     with _open_events(layout, sensor_size) as reader:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -296,7 +352,8 @@ def convert_dsec(sequence_dir: str | Path, out: str | Path, *, duration_s: float
             # named like the final bag, so the storage file inside is <name>.mcap / .db3
             bag = BagWriter(staging / out.name, storage=storage,
                             compress=compress and storage == "mcap")
-            counts = _write(bag, layout, reader, images, duration_s, packet_us, progress)
+            counts = _write(bag, layout, reader, rectify_map, images, duration_s, packet_us,
+                            progress)
             if out.exists() or out.is_symlink():  # --overwrite: only now, after success
                 old = staging / ".replaced"
                 os.rename(out, old)
@@ -305,7 +362,7 @@ def convert_dsec(sequence_dir: str | Path, out: str | Path, *, duration_s: float
             shutil.rmtree(staging, ignore_errors=True)
     return ConvertReport(out=out, storage=storage, packet_ms=packet_us / 1000,
                          image_encoding=images.encoding, image_size=images.size,
-                         seconds=time.perf_counter() - start, **counts)
+                         seconds=time.perf_counter() - start, rectified=rectify, **counts)
 
 
 def _time_range(layout: DsecLayout, reader: DsecEventsReader,
@@ -323,14 +380,15 @@ def _time_range(layout: DsecLayout, reader: DsecEventsReader,
 
 
 def _write(bag: BagWriter, layout: DsecLayout, reader: DsecEventsReader,
-           images: _ImageConverter, duration_s: float | None, packet_us: int,
-           progress: bool) -> dict[str, int]:
+           rectify_map: DsecRectifyMap | None, images: _ImageConverter,
+           duration_s: float | None, packet_us: int, progress: bool) -> dict[str, int]:
     t_start, t_end = _time_range(layout, reader, duration_s)
     encoder = Evt3PacketEncoder(reader.width, reader.height, packet_period_ns=packet_us * 1000,
                                 frame_id=EVENT_FRAME_ID)
     chunk_us = packet_us * max(1, CHUNK_US // packet_us)
     stamps = layout.image_stamps_us
-    counts = {"events_read": 0, "events_written": 0, "events_out_of_bounds": 0, "packets": 0,
+    counts = {"events_read": 0, "events_written": 0, "events_out_of_bounds": 0,
+              "events_rectified": 0, "events_rectified_off_sensor": 0, "packets": 0,
               "images": 0, "t_start_us": t_start, "t_end_us": t_end}
     # counted in integer us (exact at the end), shown in seconds
     bar = tqdm(total=t_end - t_start, unit_scale=1e-6, file=sys.stderr,
@@ -347,6 +405,10 @@ def _write(bag: BagWriter, layout: DsecLayout, reader: DsecEventsReader,
             dropped = reader.out_of_bounds_events - dropped_before
             counts["events_read"] += len(batch) + dropped
             counts["events_out_of_bounds"] += dropped
+            if rectify_map is not None:
+                batch, off_sensor = rectify_map.rectify(batch)
+                counts["events_rectified"] += len(batch)
+                counts["events_rectified_off_sensor"] += off_sensor
             try:
                 packets = encoder.encode(batch)
             except ValueError as exc:
@@ -375,8 +437,8 @@ def _write(bag: BagWriter, layout: DsecLayout, reader: DsecEventsReader,
 def _verify(counts: dict[str, int], reader: DsecEventsReader, layout: DsecLayout,
             whole: bool) -> None:
     """Events in == events out (else the bag is dropped: a converter must not lose events)."""
-    read, written, dropped = (counts["events_read"], counts["events_written"],
-                              counts["events_out_of_bounds"])
+    read, written = counts["events_read"], counts["events_written"]
+    dropped = counts["events_out_of_bounds"] + counts["events_rectified_off_sensor"]
     if read != written + dropped:
         raise DsecConvertError(
             f"event count check failed: {read:,} events read from {layout.events_h5} but "

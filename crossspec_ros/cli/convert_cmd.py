@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "*.png, images/timestamps.txt) into a ROS 2 bag: event_camera_msgs/EventPacket (evt3, "
         "one packet per --packet-ms, stamped with its first event) on /event_camera/events and "
         "the rectified images as sensor_msgs/Image rgb8 on /camera/image_raw (or "
-        "CompressedImage on /camera/image_raw/compressed), all on the image clock. Events are "
+        "CompressedImage on /camera/image_raw/compressed), all on the image clock. DSEC's "
+        "events are not rectified (its images are): --rectify moves them through the "
+        "sequence's events/left/rectify_map.h5 so they line up with the images. Events are "
         "read by time range (flat memory) and counted in and out; the bag is written "
         "atomically: no partial bag on failure, Ctrl-C or SIGTERM (after kill -9, remove the "
         "hidden .OUT.partial-* folder next to OUT).")
@@ -45,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="event packet period in ms (default 5)")
     parser.add_argument("--sensor-size", type=_size, default=(640, 480), metavar="WxH",
                         help="event sensor size (default 640x480, DSEC's)")
+    parser.add_argument("--rectify", action="store_true",
+                        help="move each event to its rectified pixel (nearest) through "
+                        "SEQUENCE_DIR/events/left/rectify_map.h5 (in DSEC's events zip); "
+                        "events that land off the sensor are dropped and counted; a missing "
+                        "or malformed map exits 2 before anything is written")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     parser.add_argument("--no-compress", action="store_true",
                         help="no zstd chunk compression (MCAP only compresses)")
@@ -53,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crossspec_ros.bags.dsec_convert import DsecConvertError, convert_dsec
+    from crossspec_ros.bags.dsec_convert import DsecConvertError, RectifyMapError, convert_dsec
     from crossspec_ros.cli.streaming import exit_code_for, sigterm_as_interrupt
 
     try:
@@ -64,13 +71,16 @@ def run(args: argparse.Namespace) -> int:
                 compressed=args.compressed_format if args.compressed else None,
                 packet_ms=args.packet_ms, sensor_size=args.sensor_size,
                 overwrite=args.overwrite, compress=not args.no_compress,
-                progress=not args.quiet)
+                rectify=args.rectify, progress=not args.quiet)
     except KeyboardInterrupt:
         print(f"crossspec convert-dsec: interrupted: {args.out} was left as it was and the "
               "staging folder removed (after a kill -9, remove the hidden "
               f"{Path(args.out).parent}/.{Path(args.out).name}.partial-* folder by hand)",
               file=sys.stderr)
         return exit_code_for(caught)
+    except RectifyMapError as err:  # what --rectify asked for is not there: as a bad option
+        print(f"crossspec convert-dsec: error: {err}", file=sys.stderr)
+        return 2
     except DsecConvertError as err:
         print(f"crossspec convert-dsec: error: {err}", file=sys.stderr)
         return 1

@@ -4,6 +4,9 @@ Layout: ``/events/{x,y,t,p}`` (t in us, sorted), ``/ms_to_idx`` (index of the fi
 with t >= ms * 1000), ``/t_offset`` (us; add it to t to get the image-clock time), 640x480,
 Blosc/zstd compressed (``hdf5plugin`` registers the filter). ``read`` touches only the needed
 slice: two short reads of ``t`` inside one millisecond find the exact bounds, then the slice.
+
+DSEC's events are not rectified (its images are): ``rectify_map.h5`` beside ``events.h5`` maps
+each raw pixel to its rectified position, read by ``DsecRectifyMap``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ log = logging.getLogger(__name__)
 
 DSEC_WIDTH, DSEC_HEIGHT = 640, 480
 REQUIRED = ("events/x", "events/y", "events/t", "events/p", "ms_to_idx", "t_offset")
+RECTIFY_DATASET = "rectify_map"
+# Lookup-table entry of a raw pixel whose rectified position is off the sensor: no real entry
+# has x = 0xFFFF, since EVT3 sensors are at most 2048 pixels wide.
+OFF_SENSOR = np.uint32(0xFFFF_FFFF)
 
 
 class DsecFormatError(EventSourceError):
@@ -111,3 +118,93 @@ class DsecEventsReader:
                     self.width, self.height)
             batch = batch.take(inside)
         return batch
+
+
+class DsecRectifyMap:
+    """DSEC's event rectification: each raw pixel moved to its rectified pixel, or dropped.
+
+    ``rectify_map.h5["rectify_map"]`` is float (height, width, 2): for the raw pixel [y, x],
+    its rectified (x, y). Positions are rounded to the nearest pixel (halves up:
+    ``floor(v + 0.5)``); a position that rounds outside width x height, or is not finite, is
+    off the sensor and its events are dropped. E.g. on a 640x480 sensor, a raw event at
+    (x=10, y=1) whose map entry is (13.4, -0.6) is dropped (y rounds to -1); one whose entry is
+    (13.4, -0.4) moves to (13, 0).
+
+    Why a table: the map is resolved once into one little-endian uint32 per raw pixel (rectified
+    ``y << 16 | x``, or ``OFF_SENSOR``), so ``rectify`` costs one gather per event and no float
+    arithmetic: about 3 ms for the 0.5 M events of a 100 ms chunk at 5 M events/s.
+    """
+
+    def __init__(self, rectified_xy: np.ndarray, width: int, height: int) -> None:
+        """rectified_xy: float (height, width, 2), the (x, y) of each raw pixel [y, x]."""
+        if rectified_xy.shape != (height, width, 2):
+            raise ValueError(f"rectify map shape {rectified_xy.shape}, expected "
+                             f"({height}, {width}, 2) for a {width}x{height} sensor")
+        if not np.issubdtype(rectified_xy.dtype, np.floating):
+            raise ValueError(f"rectify map dtype {rectified_xy.dtype}, expected float")
+        self.width, self.height = width, height
+        pixel = np.floor(rectified_xy.astype(np.float64) + 0.5)
+        x, y = pixel[..., 0], pixel[..., 1]
+        on_sensor = (x >= 0) & (x < width) & (y >= 0) & (y < height)  # False for NaN
+        table = np.full((height, width), OFF_SENSOR, dtype="<u4")
+        table[on_sensor] = (y[on_sensor].astype(np.uint32) << 16) | x[on_sensor].astype(np.uint32)
+        self._table = table.reshape(-1)
+        self._scratch_buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Reused per-event work arrays (raw index, table entry, on-sensor), ``n`` long.
+
+        Why: fresh multi-megabyte arrays per chunk cost page faults that, measured on a 0.5 M
+        event chunk, doubled the time of ``rectify`` (about 7 ms instead of 3).
+        """
+        if self._scratch_buffers is None or len(self._scratch_buffers[0]) < n:
+            self._scratch_buffers = (np.empty(n, np.intp), np.empty(n, "<u4"),
+                                     np.empty(n, np.bool_))
+        raw, packed, on_sensor = self._scratch_buffers
+        return raw[:n], packed[:n], on_sensor[:n]
+
+    @classmethod
+    def load(cls, path: str | Path, width: int = DSEC_WIDTH,
+             height: int = DSEC_HEIGHT) -> DsecRectifyMap:
+        """Read ``path``'s /rectify_map; DsecFormatError (one line) if it cannot serve."""
+        path = Path(path)
+        if not path.is_file():
+            raise DsecFormatError(f"{path}: no such file. DSEC ships it beside events.h5 "
+                                  "(<sequence>/events/left/rectify_map.h5).")
+        try:
+            with h5py.File(path, "r") as f:
+                if RECTIFY_DATASET not in f:
+                    raise DsecFormatError(f"{path}: no /{RECTIFY_DATASET} dataset in it.")
+                dataset = f[RECTIFY_DATASET]
+                if dataset.shape != (height, width, 2) or dataset.dtype.kind != "f":
+                    raise DsecFormatError(
+                        f"{path}: /{RECTIFY_DATASET} is {dataset.dtype} {dataset.shape}; "
+                        f"expected float ({height}, {width}, 2) for a {width}x{height} sensor "
+                        "(rectified x, y of each raw pixel).")
+                rectified_xy = dataset[()]
+        except OSError as exc:
+            raise DsecFormatError(f"{path}: not a readable HDF5 file ({exc}).") from exc
+        return cls(rectified_xy, width, height)
+
+    def rectify(self, batch: EventBatch) -> tuple[EventBatch, int]:
+        """The events moved to their rectified pixels (order kept), and how many were dropped.
+
+        ``batch`` must be inside the sensor (``DsecEventsReader.read`` drops the rest). Not
+        for concurrent calls on one map: they share its work arrays.
+        """
+        if (batch.width, batch.height) != (self.width, self.height):
+            raise ValueError(f"events of a {batch.width}x{batch.height} sensor, rectify map "
+                             f"for {self.width}x{self.height}")
+        n = len(batch)
+        raw, packed, on_sensor = self._scratch(n)
+        np.multiply(batch.y, self.width, out=raw, dtype=np.intp)  # not in uint16: 479*640
+        raw += batch.x
+        np.take(self._table, raw, out=packed)
+        np.not_equal(packed, OFF_SENSOR, out=on_sensor)
+        dropped = n - int(np.count_nonzero(on_sensor))
+        if dropped:  # np.compress: twice as fast as [mask] here
+            packed, t, p = (np.compress(on_sensor, a) for a in (packed, batch.t, batch.p))
+        else:
+            packed, t, p = packed.copy(), batch.t, batch.p
+        xy = packed.view("<u2")  # little-endian halves: x, y, x, y, ...
+        return EventBatch(t, xy[0::2], xy[1::2], p, self.width, self.height), dropped
