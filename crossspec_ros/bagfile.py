@@ -1,4 +1,5 @@
-"""Open ROS 2 bags as `ros2 bag record` writes them, with rosbags (every reader goes here).
+"""Open bags as `ros2 bag record` (and ROS 1's `rosbag record`) write them, with rosbags (every
+reader goes here). A ROS 1 bag is one ``.bag`` file; rosbags reads it as it is.
 
 Two things rosbags 0.11.9 does not read on its own:
 - a ``metadata.yaml`` whose ``storage_identifier`` is empty (some rosbag2 versions write it
@@ -27,6 +28,7 @@ from pathlib import Path
 import rosbags.highlevel.anyreader as _anyreader
 import yaml
 from rosbags.highlevel import AnyReader
+from rosbags.rosbag1 import Reader as Reader1
 from rosbags.rosbag2 import Reader
 
 STORAGE_BY_SUFFIX = {".mcap": "mcap", ".db3": "sqlite3"}
@@ -55,9 +57,10 @@ def one_line(err: BaseException | str) -> str:
 
 def cannot_open(path: str | Path, err: BaseException) -> str:
     """The one-line message for a bag that rosbags cannot open."""
-    return (f"{path}: cannot open as a ROS 2 bag ({type(err).__name__}: {one_line(err)}). "
-            "Pass a rosbag2 directory (metadata.yaml + .mcap/.db3) or an .mcap file; if it "
-            "is one, it may be truncated or corrupt.")
+    kind = "ROS 1" if is_ros1_bag(path) else "ROS 2"
+    return (f"{path}: cannot open as a {kind} bag ({type(err).__name__}: {one_line(err)}). "
+            "Pass a rosbag2 directory (metadata.yaml + .mcap/.db3), an .mcap file or a ROS 1 "
+            ".bag file; if it is one, it may be truncated or corrupt.")
 
 
 def readable_path(path: str | Path) -> Path:
@@ -300,6 +303,14 @@ def any_reader(path: str | Path) -> AnyReader:
     return AnyReader([readable_path(path)])
 
 
-def raw_reader(path: str | Path) -> Reader:
-    """A rosbag2 Reader (raw messages; not yet opened) for the bag at ``path``."""
+def is_ros1_bag(path: str | Path) -> bool:
+    """Whether ``path`` is a ROS 1 bag (rosbags tells them by the .bag suffix too)."""
+    return Path(path).suffix == ".bag" and not Path(path).is_dir()
+
+
+def raw_reader(path: str | Path) -> Reader | Reader1:
+    """A reader of raw messages (not yet opened) for the bag at ``path``: rosbag2's, or for a
+    ROS 1 bag rosbag1's (its messages are ROS 1 bytes, not CDR)."""
+    if is_ros1_bag(path):
+        return Reader1(Path(path))
     return Reader(readable_path(path))

@@ -104,7 +104,8 @@ def test_bag_without_event_topic_is_a_clear_error(tmp_path: Path) -> None:
         conn = writer.add_connection("/chatter", "std_msgs/msg/String", typestore=store)
         msg = store.types["std_msgs/msg/String"](data="hi")
         writer.write(conn, 1, store.serialize_cdr(msg, "std_msgs/msg/String"))
-    with pytest.raises(EventBagError, match=r"no event_camera_msgs/msg/EventPacket topic.*chatter"):
+    with pytest.raises(EventBagError, match=r"no event topic \(event_camera_msgs/EventPacket, "
+                       r"dvs_msgs/EventArray or prophesee_event_msgs/EventArray\).*chatter"):
         EventBagReader(path)
 
 

@@ -1,10 +1,12 @@
-"""Summary of the event topics of a ROS 2 bag (what ``crossspec events BAG`` prints).
+"""Summary of the event topics of a bag (what ``crossspec events BAG`` prints).
 
-Per event topic: packets, encoding(s), sensor size, CD events by polarity, external triggers
-by value, first/last event time (ROS clock, us), mean event rate and the decoder's problem
-counters. Triggers: the evt3 streaming decoder returns CD events only, so triggers are counted
-from the EVT3 words themselves (events/triggers.py); for topics without any decodable EVT3
-packet (``libcaer_cmp``, ``mono``...) they cannot be decoded and are reported as null.
+Per event topic: message type, packets (messages), encoding(s), sensor size, CD events by
+polarity, external triggers by value, first/last event time (ROS clock, us), mean event rate
+and the decoder's problem counters. Triggers: the evt3 streaming decoder returns CD events
+only, so triggers are counted from the EVT3 words themselves (events/triggers.py); for topics
+without any decodable EVT3 packet (``libcaer_cmp``, ``mono``...) they cannot be decoded and
+are reported as null. EventArray topics (dvs_msgs, prophesee_event_msgs) have no encoding (one
+message field per event: reported as "") and no triggers (null).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from crossspec_ros.events.bag import EventBagReader
-from crossspec_ros.events.decode import EventPacketDecoder
+from crossspec_ros.events.bag import EventBagReader, EventDecoder, event_decoder
+from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES, EventArrayData
 
 # Decoder counters that mean a problem (shown in the table when non-zero).
 PROBLEMS = ("empty_packets", "unsupported_encoding", "big_endian", "invalid_size",
@@ -29,7 +31,8 @@ PROBLEMS = ("empty_packets", "unsupported_encoding", "big_endian", "invalid_size
 
 @dataclass
 class _TopicTally:
-    decoder: EventPacketDecoder
+    msgtype: str
+    decoder: EventDecoder
     packets: int = 0
     encodings: Counter = field(default_factory=Counter)
     width: int = 0
@@ -41,7 +44,8 @@ class _TopicTally:
 
     def add(self, packet: Any) -> None:
         self.packets += 1
-        self.encodings[packet.encoding] += 1
+        if not isinstance(packet, EventArrayData):
+            self.encodings[packet.encoding] += 1
         self.width, self.height = packet.width, packet.height
         batch = self.decoder.decode(packet)
         if len(batch) == 0:
@@ -57,11 +61,13 @@ class _TopicTally:
         stats = self.decoder.stats
         accepted = stats.packets - stats.unsupported_encoding - stats.big_endian - \
             stats.invalid_size
+        has_triggers = accepted > 0 and self.msgtype not in EVENT_ARRAY_TYPES
         events = self.p0 + self.p1
         first_us = None if self.t_first_ns is None else self.t_first_ns // 1000
         last_us = None if self.t_last_ns is None else self.t_last_ns // 1000
         span_s = None if first_us is None else (last_us - first_us) / 1e6
         return {
+            "type": self.msgtype,
             "packets": self.packets,
             "encoding": ",".join(e for e, _ in self.encodings.most_common()),
             "encodings": dict(self.encodings),
@@ -69,7 +75,7 @@ class _TopicTally:
             "height": self.height,
             "cd_events": {"p0": self.p0, "p1": self.p1},
             "triggers": ({"p0": stats.triggers_p0, "p1": stats.triggers_p1}
-                         if accepted > 0 else None),
+                         if has_triggers else None),
             "t_first_us": first_us,
             "t_last_us": last_us,
             "duration_s": span_s,
@@ -88,7 +94,8 @@ def events_report(path: str | Path, topic: str | None = None,
     if progress is None:
         progress = sys.stderr.isatty()
     with EventBagReader(path, [topic] if topic else None) as reader:
-        tallies = {t: _TopicTally(EventPacketDecoder(name=t, count_triggers=True))
+        tallies = {t: _TopicTally(reader.msgtypes[t],
+                                  event_decoder(reader.msgtypes[t], t, count_triggers=True))
                    for t in reader.topics}
         total = sum(reader.message_counts().values())
         with tqdm(total=total, unit="packet", file=sys.stderr, disable=not progress,
@@ -112,14 +119,15 @@ def _fmt(value: Any) -> str:
 
 def format_report(report: dict[str, Any]) -> str:
     """A readable table (one row per topic) plus a line per topic with problems."""
-    header = ["topic", "packets", "encoding", "size", "CD p0", "CD p1", "trig p0/p1",
+    header = ["topic", "type", "packets", "encoding", "size", "CD p0", "CD p1", "trig p0/p1",
               "first (us)", "last (us)", "rate (ev/s)"]
     rows = [header]
     notes = []
     for name, r in report["topics"].items():
         trig = r["triggers"]
         rows.append([
-            name, _fmt(r["packets"]), r["encoding"] or "-", f"{r['width']}x{r['height']}",
+            name, r["type"].replace("/msg/", "/"), _fmt(r["packets"]), r["encoding"] or "-",
+            f"{r['width']}x{r['height']}",
             _fmt(r["cd_events"]["p0"]), _fmt(r["cd_events"]["p1"]),
             "-" if trig is None else f"{trig['p0']}/{trig['p1']}",
             _fmt(r["t_first_us"]), _fmt(r["t_last_us"]), _fmt(r["rate_ev_s"]),
@@ -128,12 +136,13 @@ def format_report(report: dict[str, Any]) -> str:
         if bad:
             notes.append(f"{name}: " + ", ".join(f"{k}={v}" for k, v in bad.items()))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i in (0, 2, 3) else c.rjust(w)
+    lines = ["  ".join(c.ljust(w) if i in (0, 1, 3, 4) else c.rjust(w)
                        for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if notes:
         lines += ["", "problems (see the decoder warnings above):", *notes]
-    if any(r["triggers"] is None for r in report["topics"].values()):
+    if any(r["triggers"] is None and r["type"] not in EVENT_ARRAY_TYPES
+           for r in report["topics"].values()):
         lines.append("trig '-': no decodable EVT3 packet, triggers cannot be counted")
     return "\n".join(lines)

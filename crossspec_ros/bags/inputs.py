@@ -1,9 +1,12 @@
 """A bag as crossspec's input stream: event batches and RGB frames in recording order.
 
-Event packets are decoded by one streaming decoder per topic (events/decode.py); images
-(sensor_msgs/Image or CompressedImage) become RGB arrays (images.py). Bad images, and
-messages whose bytes do not deserialize (a damaged recording), are counted and warned about
-once per kind or topic, never raised: one broken message must not end a replay.
+ROS 2 bags and ROS 1 bags alike. The event topic is found by type (events/bag.py): EventPacket
+topics are decoded by one streaming decoder (events/decode.py), dvs_msgs and
+prophesee_event_msgs EventArrays read straight from their bytes (events/event_array.py), events
+outside the sensor dropped and counted either way; images (sensor_msgs/Image: rgb8, bgr8, mono8,
+mono16..., or CompressedImage) become RGB arrays (images.py). Bad images, and messages whose
+bytes do not deserialize (a damaged recording), are counted and warned about once per kind or
+topic, never raised: one broken message must not end a replay.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from typing import Any
 from rosbags.highlevel import AnyReader
 
 from crossspec_ros.bagfile import any_reader, cannot_open, one_line
-from crossspec_ros.events.bag import EVENT_PACKET_TYPE, EventBagError
+from crossspec_ros.events.bag import (
+    EVENT_TOPIC_TYPES,
+    EVENT_TYPES_TEXT,
+    EventBagError,
+    event_decoder,
+    read_event_message,
+)
 from crossspec_ros.events.batch import EventBatch
-from crossspec_ros.events.decode import EventPacketDecoder
-from crossspec_ros.events.packet import from_msg
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
 from crossspec_ros.sync.window import StampedFrame
 
@@ -41,7 +48,8 @@ class BagInput:
 
 @dataclass
 class InputStats:
-    event_packets: int = 0
+    event_packets: int = 0  # event messages: EventPackets or EventArrays
+    out_of_bounds_events: int = 0  # outside the sensor's width x height: dropped
     frames: int = 0
     bad_frames: int = 0
     unreadable_messages: int = 0  # whose CDR bytes did not deserialize; skipped
@@ -71,15 +79,22 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
     reader = _open(path)
     try:
         ev_topic, im_topic = _input_topics(reader, path, event_topic, rgb_topic)
-        decoder = EventPacketDecoder(name=ev_topic or "events")
+        decoder = None
         connections = [c for c in reader.connections if c.topic in (ev_topic, im_topic)]
         for conn, log_time, raw in reader.messages(connections=connections):
-            msg = _deserialize(reader, raw, conn, stats, path)
-            if msg is None:
-                continue
             if conn.topic == ev_topic:
+                message = _read(reader, raw, conn, stats, path, events=True)
+                if message is None:
+                    continue
+                if decoder is None:  # of the topic's type: EventPacket or EventArray
+                    decoder = event_decoder(conn.msgtype, name=ev_topic)
                 stats.event_packets += 1
-                yield BagInput(conn.topic, log_time, events=decoder.decode(from_msg(msg)))
+                events = decoder.decode(message)
+                stats.out_of_bounds_events = decoder.stats.out_of_bounds_events
+                yield BagInput(conn.topic, log_time, events=events)
+                continue
+            msg = _read(reader, raw, conn, stats, path)
+            if msg is None:
                 continue
             frame = _frame(msg, conn.msgtype, stats, conn.topic)
             if frame is not None:
@@ -89,11 +104,15 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
         reader.close()
 
 
-def _deserialize(reader: AnyReader, raw: bytes, conn: Any, stats: InputStats, path: Path
-                 ) -> Any | None:
+def _read(reader: AnyReader, raw: bytes, conn: Any, stats: InputStats, path: Path,
+          events: bool = False) -> Any | None:
+    """The message (``events``: an event message, events/bag.py), or None (counted, warned
+    once per topic) when its bytes are damaged."""
     try:
+        if events:
+            return read_event_message(reader, raw, conn.msgtype)
         return reader.deserialize(raw, conn.msgtype)
-    except Exception as err:  # rosbags raises several kinds for damaged CDR
+    except Exception as err:  # rosbags raises several kinds for damaged bytes
         stats.unreadable_messages += 1
         key = f"unreadable {conn.topic}"
         level = logging.DEBUG if key in stats.warned else logging.WARNING
@@ -104,27 +123,41 @@ def _deserialize(reader: AnyReader, raw: bytes, conn: Any, stats: InputStats, pa
         return None
 
 
+@dataclass(frozen=True)
+class InputTopics:
+    """The topics a bag's inputs come from (None: the bag has none) and their types."""
+
+    events: str | None
+    images: str | None
+    events_type: str | None = None
+    images_type: str | None = None
+
+
 def check_bag(path: str | Path, event_topic: str | None = None,
-              rgb_topic: str | None = None, need_rgb: bool = False) -> None:
-    """Raise EventBagError (one clear line) unless ``path`` opens as a ROS 2 bag with event
-    packets or images (with images, for ``need_rgb``: a command that runs the verifier
-    alone): what commands check before they load any model."""
+              rgb_topic: str | None = None, need_rgb: bool = False) -> InputTopics:
+    """Raise EventBagError (one clear line) unless ``path`` opens as a bag with events or
+    images (with images, for ``need_rgb``: a command that runs the verifier alone): what
+    commands check before they load any model. Returns the topics the inputs come from."""
     path = Path(path)
     reader = _open(path)
     try:
-        _, im_topic = _input_topics(reader, path, event_topic, rgb_topic)
+        topics = _input_topics(reader, path, event_topic, rgb_topic)
+        im_topic = topics[1]
         if need_rgb and im_topic is None:
             present = ", ".join(sorted(f"{c.topic} ({c.msgtype})" for c in reader.connections))
             raise EventBagError(
                 f"{path}: no RGB images ({' or '.join(IMAGE_TYPES)}) in this bag (topics: "
                 f"{present}); the verifier captions RGB frames: record the camera's images")
+        types = {c.topic: c.msgtype for c in reader.connections}
+        return InputTopics(*topics, types.get(topics[0]), types.get(im_topic))
     finally:
         reader.close()
 
 
 def _open(path: Path) -> AnyReader:
     if not path.exists():
-        raise EventBagError(f"{path}: no such bag. Pass a ROS 2 bag directory or .mcap file.")
+        raise EventBagError(f"{path}: no such bag. Pass a ROS 2 bag directory, an .mcap file "
+                            "or a ROS 1 .bag file.")
     try:
         reader = any_reader(path)
         reader.open()
@@ -135,12 +168,12 @@ def _open(path: Path) -> AnyReader:
 
 def _input_topics(reader: AnyReader, path: Path, event_topic: str | None,
                   rgb_topic: str | None) -> tuple[str | None, str | None]:
-    ev_topic = pick_topic(reader, (EVENT_PACKET_TYPE,), event_topic, "event", path)
+    ev_topic = pick_topic(reader, EVENT_TOPIC_TYPES, event_topic, "event", path)
     im_topic = pick_topic(reader, IMAGE_TYPES, rgb_topic, "rgb", path)
     if ev_topic is None and im_topic is None:
         present = ", ".join(sorted(f"{c.topic} ({c.msgtype})" for c in reader.connections))
         raise EventBagError(
-            f"{path}: neither event packets ({EVENT_PACKET_TYPE}) nor images "
+            f"{path}: neither events ({EVENT_TYPES_TEXT}) nor images "
             f"({' or '.join(IMAGE_TYPES)}) in this bag (topics: {present or 'none'}); record "
             "the event camera driver's packets and the camera's images")
     return ev_topic, im_topic

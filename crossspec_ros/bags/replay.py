@@ -1,10 +1,15 @@
-"""Replaying a ROS 2 bag without ROS: its messages in recorded order, and a pacer.
+"""Replaying a bag without ROS: its messages in recorded order, and a pacer.
 
 The bag player node (nodes/player.py) is a thin adapter over this module: ``BagReplay`` opens
 a bag once up front (so a missing or malformed bag, or a wrong topic name, is reported before
-anything starts) and then yields every selected message's raw CDR bytes in log-time order,
-pass after pass when looping; ``Pacer`` maps bag time to wall time at a rate factor. Neither
+anything starts) and then yields every selected message's CDR bytes in log-time order, pass
+after pass when looping; ``Pacer`` maps bag time to wall time at a rate factor. Neither
 imports rclpy, so both are tested on their own.
+
+ROS 2 bags replay their stored bytes as they are. ROS 1 bags and EventArray topics
+(dvs_msgs, prophesee_event_msgs) are converted on the way (bags/ros2_conversion.py): ROS 1
+bytes to CDR, EventArrays to evt3 EventPackets on the same topic, which crossspec's draft node
+reads; ``topics`` names the types published.
 
 Bag time is the *log* time (when the recorder received a message), the clock rosbag2 replays
 on, not the header stamps.
@@ -12,16 +17,22 @@ on, not the header stamps.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from rosbags.rosbag1 import Reader as Reader1
 from rosbags.rosbag2 import Reader
 
-from crossspec_ros.bagfile import cannot_open, one_line, raw_reader
+from crossspec_ros.bagfile import cannot_open, is_ros1_bag, one_line, raw_reader
+from crossspec_ros.bags.ros2_conversion import ConversionError, EventCounts, Ros2Conversion
+
+log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 
@@ -35,7 +46,8 @@ class BagError(Exception):
 
 @dataclass(frozen=True)
 class BagMessage:
-    """One recorded message: raw CDR bytes (with their encapsulation header) as stored."""
+    """One recorded message: CDR bytes (with their encapsulation header), as stored or as
+    converted (``msgtype``: the type of these bytes)."""
 
     topic: str
     msgtype: str
@@ -60,15 +72,21 @@ class BagReplay:
         self.loop = loop
         if not self.path.exists():
             raise BagError(f"{self.path}: no such bag. Pass a ROS 2 bag directory (with "
-                           "metadata.yaml) or a .mcap/.db3 file.")
+                           "metadata.yaml), a .mcap/.db3 file or a ROS 1 .bag file.")
         if not math.isfinite(start_s) or start_s < 0:
             raise BagError(f"start offset must be >= 0 s, got {start_s}")
         if max_duration_s is not None and not max_duration_s > 0:
             raise BagError(f"duration must be > 0 s, got {max_duration_s}")
+        self.ros1 = is_ros1_bag(self.path)
+        # what the conversion of the latest pass counted, per EventArray topic
+        self.event_counts: dict[str, EventCounts] = {}
+        self.unconverted: dict[str, int] = {}  # ROS 1 messages that did not convert, skipped
         reader = _open(self.path)
         try:
-            # Only CDR can be handed to rmw as it is (a converted ROS 1 bag is still CDR).
-            self.all_topics = {c.topic: c.msgtype for c in reader.connections
+            # Only CDR reaches rmw (a ROS 2 bag's other serializations are left out; a ROS 1
+            # bag's messages are converted): topic -> the type published
+            self.all_topics = {c.topic: Ros2Conversion.msgtype(c.msgtype)
+                               for c in reader.connections
                                if getattr(c.ext, "serialization_format", "cdr") == "cdr"}
             counts: dict[str, int] = {}
             for c in reader.connections:
@@ -114,6 +132,8 @@ class BagReplay:
             yielded = False
             try:
                 conns = [c for c in reader.connections if c.topic in self.topics]
+                conversion = Ros2Conversion(conns, self.ros1)  # fresh encoders each pass
+                self.event_counts = conversion.counts
                 it = reader.messages(connections=conns, start=self.start_ns, stop=self.stop_ns)
                 while not (stop is not None and stop.is_set()):
                     try:
@@ -124,16 +144,31 @@ class BagReplay:
                         raise BagError(f"{self.path}: bag is corrupt or truncated "
                                        f"({type(exc).__name__}: {one_line(exc)})") from exc
                     yielded = True
-                    yield BagMessage(conn.topic, conn.msgtype, bytes(raw), int(log_time),
-                                     pass_index)
+                    msgtype = conversion.msgtype(conn.msgtype)
+                    for data in self._converted(conversion, conn, raw):
+                        yield BagMessage(conn.topic, msgtype, data, int(log_time), pass_index)
+                    self.event_counts = conversion.counts
             finally:
                 reader.close()
             if not self.loop or not yielded or (stop is not None and stop.is_set()):
                 return
             pass_index += 1
 
+    def _converted(self, conversion: Ros2Conversion, conn: Any, raw: bytes) -> list[bytes]:
+        """One stored message's CDR bytes (ROS 2 bags: as stored); a message that does not
+        convert is skipped, counted in ``unconverted`` and warned about once per topic."""
+        try:
+            return conversion.convert(conn.topic, conn.msgtype, bytes(raw))
+        except ConversionError as exc:
+            topic = conn.topic
+            first = topic not in self.unconverted
+            self.unconverted[topic] = self.unconverted.get(topic, 0) + 1
+            log.log(logging.WARNING if first else logging.DEBUG, "%s: skipped: %s",
+                    self.path, exc)
+            return []
 
-def _open(path: Path) -> Reader:
+
+def _open(path: Path) -> Reader | Reader1:
     try:
         reader = raw_reader(path)
         reader.open()

@@ -30,6 +30,17 @@ def header(stamp_ns: int, frame_id: str):
     return typestore().types["std_msgs/msg/Header"](stamp=ns_to_time(stamp_ns), frame_id=frame_id)
 
 
+def event_packet_cdr(packet: EventPacketData) -> bytes:
+    """``packet`` as a serialized (CDR) event_camera_msgs/EventPacket."""
+    msg = typestore().types[EVENT_PACKET_TYPE](
+        header=header(packet.stamp_ns, packet.frame_id), height=packet.height,
+        width=packet.width, seq=packet.seq, time_base=packet.time_base,
+        encoding=packet.encoding, is_bigendian=False,
+        events=np.frombuffer(bytes(packet.events), dtype=np.uint8),
+    )
+    return bytes(typestore().serialize_cdr(msg, EVENT_PACKET_TYPE))
+
+
 class BagWriter:
     """Context manager writing a rosbag2 directory; removes it again if the block fails.
 
@@ -78,14 +89,11 @@ class BagWriter:
         """Write an already serialized (CDR) message of the type store."""
         self._writer.write(self._connection(topic, msgtype), int(log_time_ns), data)
 
-    def write_event_packet(self, topic: str, packet: EventPacketData) -> None:
-        msg = self.store.types[EVENT_PACKET_TYPE](
-            header=header(packet.stamp_ns, packet.frame_id), height=packet.height,
-            width=packet.width, seq=packet.seq, time_base=packet.time_base,
-            encoding=packet.encoding, is_bigendian=False,
-            events=np.frombuffer(bytes(packet.events), dtype=np.uint8),
-        )
-        self.write(topic, EVENT_PACKET_TYPE, msg, packet.stamp_ns)
+    def write_event_packet(self, topic: str, packet: EventPacketData,
+                           log_time_ns: int | None = None) -> None:
+        """Write ``packet`` at ``log_time_ns`` (default: its header stamp)."""
+        self.write_raw(topic, EVENT_PACKET_TYPE, event_packet_cdr(packet),
+                       packet.stamp_ns if log_time_ns is None else log_time_ns)
 
     def write_rgb(self, topic: str, stamp_ns: int, rgb: np.ndarray, frame_id: str) -> None:
         msg = self.store.types[IMAGE_TYPE](header=header(stamp_ns, frame_id),

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "caption", help="caption a bag's windows with the engine (draft, then confirmed)",
         description=__doc__)
     parser.add_argument("bag", nargs="?", type=Path, default=sample_bag(),
-                        help="ROS 2 bag (default: the bundled sample bag)")
+                        help="bag, ROS 2 or ROS 1 (default: the bundled sample bag)")
     parser.add_argument("--models", type=Path, default=None,
                         help="trained pair directory with verifier/ and drafter/ (default: "
                         "the bundled tiny pair; --verifier-model/--drafter-model win)")

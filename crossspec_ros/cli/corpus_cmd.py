@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "corpus", help="write the verifier's captions of bags (or simulated drives) as a "
         "caption corpus", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bags", nargs="*", type=Path, help="ROS 2 bags with RGB frames")
+    parser.add_argument("bags", nargs="*", type=Path, help="bags (ROS 2 or ROS 1) with RGB frames")
     parser.add_argument("--sim-windows", type=int, default=0, metavar="N",
                         help="also N windows of simulated drives, one per drive (training "
                         "seeds, never the bundled sample bag's drive)")

@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "or `crossspec eval-draft --drafter OUT/drafter` (OUT/adapter for --method lora). "
         "Deterministic from --seed.")
     distill.add_argument("--bag", type=Path, action="append", default=[],
-                         help="a ROS 2 bag with RGB frames and events (repeatable)")
+                         help="a bag (ROS 2 or ROS 1) with RGB frames and events "
+                         "(repeatable)")
     distill.add_argument("--sim-windows", type=int, default=0, metavar="N",
                          help="also N windows of simulated training drives (never the "
                          "held-out ones)")

@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "drive", help="run the ROS graph on a bag in one process, live (no ros2 launch needed)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bag", type=Path, default=sample_bag(),
-                        help="ROS 2 bag to replay (default: the bundled sample bag)")
+                        help="bag to replay, ROS 2 or ROS 1 (default: the bundled sample bag); "
+                        "EventArray topics replay as evt3 EventPackets")
     parser.add_argument("--config", type=Path, default=None,
                         help="ROS parameter YAML (default: config/drive.yaml)")
     parser.add_argument("--rate", type=float, default=1.0,
@@ -229,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
     from crossspec_ros.bags.inputs import check_bag
     from crossspec_ros.events.errors import EventSourceError
-    from crossspec_ros.nodes.graph import node_parameters
+    from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
+    from crossspec_ros.nodes.graph import default_config, input_topic_parameters, node_parameters
     from crossspec_ros.params import ParameterError, check_param_file
     from crossspec_ros.process_tuning import tune_process_for_models
 
@@ -251,13 +253,19 @@ def run(args: argparse.Namespace) -> int:
                   "or choose another OUT", file=sys.stderr)
             return 2
     try:  # before any model loads: a bad bag or parameter file fails at once, in one line
-        check_bag(args.bag)
+        inputs = check_bag(args.bag)
         if args.config:
             check_param_file(args.config, node_parameters())
         args.model_params = model_overrides(args)
+        # the nodes listen where the bag's inputs are (found by type, as `windows` finds them)
+        args.topic_params = input_topic_parameters(args.config or default_config(),
+                                                   inputs.events, inputs.images,
+                                                   inputs.images_type)
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec drive: {err}", file=sys.stderr)
         return 2
+    if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
+        print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
     tune_process_for_models()
     order = pass_order(args.rounds) if args.compare else [(0, CROSSSPEC)]
     results: dict[tuple[str, int], list[dict]] = {}
@@ -303,6 +311,20 @@ def run(args: argparse.Namespace) -> int:
                   for (name, k), pass_rows in results.items() for r in pass_rows]
         stream.finish([*tagged, {"summary": summary, **extra}])
     return 0 if all(r.get("lossless", True) for r in rows) else 1
+
+
+def _describe_inputs(inputs: Any) -> str:
+    """The bag's input topics as the nodes get them (EventArrays arrive as evt3 packets)."""
+    from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
+
+    parts = []
+    if inputs.events:
+        how = ", replayed as evt3 EventPackets" if inputs.events_type in EVENT_ARRAY_TYPES \
+            else ""
+        parts.append(f"events {inputs.events} ({inputs.events_type}{how})")
+    if inputs.images:
+        parts.append(f"images {inputs.images} ({inputs.images_type})")
+    return ", ".join(parts) or "none"
 
 
 @dataclass
@@ -357,12 +379,14 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     verifier_node = None
     try:
         models_given = getattr(args, "model_params", {})
+        topics = getattr(args, "topic_params", {})
         sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
         nodes = create_nodes(kinds, config=config,
-                             extra={"viz": {**viz, **sim_time},
-                                    "draft": {**models_given, **sim_time},
+                             extra={"viz": {**viz, **topics.get("viz", {}), **sim_time},
+                                    "draft": {**models_given, **topics.get("draft", {}),
+                                              **sim_time},
                                     "verifier": {**models_given, **graph.verifier_params,
-                                                 **sim_time}},
+                                                 **topics.get("verifier", {}), **sim_time}},
                              models=(models.get("verifier"), models.get("drafter")),
                              on_result=monitor.on_result)
         verifier_node = next(n for n in nodes if isinstance(n, VerifierNode))

@@ -1,4 +1,4 @@
-"""`crossspec events BAG`: what the event-camera topics of a ROS 2 bag contain."""
+"""`crossspec events BAG`: what the event-camera topics of a bag (ROS 2 or ROS 1) contain."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ from crossspec_ros.events.errors import EventSourceError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "events", help="summarize the event-camera topics of a ROS 2 bag",
-        description="Decode every event_camera_msgs/EventPacket topic of a ROS 2 bag (sqlite3 "
-                    "or MCAP) and report packets, encoding, sensor size, CD events and "
-                    "triggers by polarity, first/last event time, mean rate and bad packets.",
+        "events", help="summarize the event-camera topics of a bag (ROS 2 or ROS 1)",
+        description="Decode every event topic of a bag (ROS 2: sqlite3 or MCAP; ROS 1: .bag): "
+                    "event_camera_msgs/EventPacket, dvs_msgs/EventArray and "
+                    "prophesee_event_msgs/EventArray, and report per topic its message type, "
+                    "packets (messages), encoding, sensor size, CD events and triggers by "
+                    "polarity, first/last event time, mean rate and bad packets (events outside "
+                    "the sensor are dropped and counted).",
     )
-    parser.add_argument("bag", help="bag directory (with metadata.yaml) or a .db3/.mcap file")
+    parser.add_argument("bag", help="bag directory (with metadata.yaml), a .db3/.mcap file or a "
+                        "ROS 1 .bag file")
     parser.add_argument("--topic", help="only this event topic (default: all of them)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object {\"topics\": {...}} instead of a table")

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "crossspec_ros.cli.node_cmd",
     "crossspec_ros.cli.play_cmd",
     "crossspec_ros.cli.convert_cmd",
+    "crossspec_ros.cli.convert_bag_cmd",
     "crossspec_ros.cli.bench_cmd",
     "crossspec_ros.cli.params_cmd",
 ]

@@ -1,7 +1,8 @@
-"""`crossspec play BAG`: replay a ROS 2 bag on its topics with its timing and /clock.
+"""`crossspec play BAG`: replay a bag on its topics with its timing and /clock.
 
-rosbag2 (`ros2 bag play`) is not on PyPI; this replays MCAP and sqlite3 bags with rclpy alone
-(nodes/player.py), e.g. into `crossspec node ...` processes or any ROS 2 tool.
+rosbag2 (`ros2 bag play`) is not on PyPI; this replays MCAP and sqlite3 bags, and ROS 1 bags
+(converted to ROS 2 messages), with rclpy alone (nodes/player.py), e.g. into
+`crossspec node ...` processes or any ROS 2 tool.
 """
 
 from __future__ import annotations
@@ -16,14 +17,18 @@ from typing import Any
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "play", help="replay a ROS 2 bag on its topics, with its timing and /clock",
-        description="Replay a ROS 2 bag (rosbag2 directory, .mcap or .db3) on its recorded "
-                    "topics at its recorded timing, publishing the stored CDR bytes as they "
-                    "are and the bag time on /clock (for use_sim_time nodes). Prints one "
-                    "summary line at the end; Ctrl-C or SIGTERM stops cleanly (exit 0, as "
-                    "ros2 bag play: under ros2 launch a stopped player is not a failure).")
+        "play", help="replay a bag (ROS 2 or ROS 1) on its topics, with its timing and /clock",
+        description="Replay a ROS 2 bag (rosbag2 directory, .mcap or .db3) or a ROS 1 .bag "
+                    "on its recorded topics at its recorded timing, publishing the stored CDR "
+                    "bytes as they are (ROS 1 messages converted to CDR; dvs_msgs and "
+                    "prophesee_event_msgs EventArrays as evt3 event_camera_msgs/EventPackets "
+                    "on the same topic) and the bag time on /clock (for use_sim_time nodes). "
+                    "Prints one summary line at the end; Ctrl-C or SIGTERM stops cleanly "
+                    "(exit 0, as ros2 bag play: under ros2 launch a stopped player is not a "
+                    "failure).")
     parser.add_argument("bag", type=Path,
-                        help="bag directory (with metadata.yaml) or a .mcap/.db3 file")
+                        help="bag directory (with metadata.yaml), a .mcap/.db3 file or a ROS 1 "
+                             ".bag file")
     parser.add_argument("--rate", type=float, default=1.0,
                         help="replay rate: 1 = recorded speed, 2 = twice as fast, "
                              "0 = as fast as possible (default: 1)")

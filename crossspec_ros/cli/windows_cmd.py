@@ -23,13 +23,14 @@ from crossspec_ros.sync.window import Window
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "windows", help="replay a bag through the window synchronizer and list its windows",
-        description="Reads events and RGB frames of a ROS 2 bag in recording order, feeds the "
-        "window synchronizer and prints each window as it closes: id, time span, events by "
-        "polarity, frames sampled (distinct), and flags (no_rgb, no_events, ...).")
-    parser.add_argument("bag", help="ROS 2 bag directory or .mcap file")
+        description="Reads events and RGB frames of a bag (ROS 2 or ROS 1) in recording order, "
+        "feeds the window synchronizer and prints each window as it closes: id, time span, "
+        "events by polarity, frames sampled (distinct), and flags (no_rgb, no_events, ...).")
+    parser.add_argument("bag", help="ROS 2 bag directory, .mcap file or ROS 1 .bag file")
     parser.add_argument("--config", help="ROS parameter YAML, read as the verifier node reads "
                         "it (default: built-in defaults; see config/drive.yaml)")
-    parser.add_argument("--event-topic", help="event topic (default: the only EventPacket topic)")
+    parser.add_argument("--event-topic", help="event topic (default: the only one: "
+                        "EventPacket, dvs_msgs or prophesee_event_msgs EventArray)")
     parser.add_argument("--rgb-topic", help="image topic (default: the only image topic)")
     parser.add_argument("--window-length", type=float, help="window length [s]")
     parser.add_argument("--json", action="store_true", help="one JSON object per window")
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     summary = {"summary": {**vars(sync.stats), "event_packets": stats.event_packets,
                            "frames": stats.frames, "bad_frames": stats.bad_frames,
-                           "unreadable_messages": stats.unreadable_messages}}
+                           "unreadable_messages": stats.unreadable_messages,
+                           "out_of_bounds_events": stats.out_of_bounds_events}}
     if args.json:
         print(json.dumps(summary))
     else:
@@ -79,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
               f"{s['dropped_windows']}, late events {s['late_events']}, late frames "
               f"{s['late_frames']}, resets {s['resets']}"
               + (f"; {s['unreadable_messages']} unreadable messages skipped"
-                 if s["unreadable_messages"] else ""))
+                 if s["unreadable_messages"] else "")
+              + (f"; {s['out_of_bounds_events']} events outside the sensor dropped"
+                 if s["out_of_bounds_events"] else ""))
     return 0
 
 

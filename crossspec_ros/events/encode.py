@@ -35,7 +35,11 @@ Speed: ~30 M events/s here (faery itself ~100 M/s; the rest is numpy checks and 
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import tempfile
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,6 +70,27 @@ def _faery_file(path: Path, width: int, height: int, events: np.ndarray) -> byte
     return path.read_bytes()
 
 
+_SCRATCH: dict[int, Path] = {}  # process id -> its scratch directory (a fork makes its own)
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _scratch_file() -> Path:
+    """The file faery (which only writes files) encodes into: one name per thread, in one
+    directory per process. A temporary directory per call cost ~2.5 ms to make and remove
+    here, more than encoding the 5,000 events of a driver's message."""
+    pid = os.getpid()
+    with _SCRATCH_LOCK:
+        if pid not in _SCRATCH:
+            _SCRATCH[pid] = Path(tempfile.mkdtemp(prefix="crossspec-evt3-"))
+            atexit.register(_remove_scratch, pid)
+    return _SCRATCH[pid] / f"e-{threading.get_ident()}.raw"
+
+
+def _remove_scratch(pid: int) -> None:
+    if os.getpid() == pid:  # never a parent's folder from a forked child
+        shutil.rmtree(_SCRATCH[pid], ignore_errors=True)
+
+
 @lru_cache(maxsize=8)
 def _faery_header(width: int, height: int) -> bytes:
     """faery's file header for this size (an empty file is exactly the header)."""
@@ -82,8 +107,9 @@ def _faery_words(t_us: np.ndarray, x: np.ndarray, y: np.ndarray, p: np.ndarray,
     events["x"] = x
     events["y"] = y
     events["p"] = p != 0
-    with tempfile.TemporaryDirectory(prefix="crossspec-evt3-") as tmp:
-        data = _faery_file(Path(tmp) / "e.raw", width, height, events)
+    scratch = _scratch_file()
+    data = _faery_file(scratch, width, height, events)
+    scratch.unlink()  # creating a file is cheaper than truncating one (~0.3 vs ~1.4 ms here)
     header = _faery_header(width, height)
     if not data.startswith(header) or (len(data) - len(header)) % 2:
         raise RuntimeError(f"faery {faery.__version__} wrote an unexpected EVT3 file layout")
@@ -96,6 +122,13 @@ def _event_count(words: np.ndarray, kind: np.ndarray) -> int:
     vect8 = words[kind == VECT_8] & 0xFF
     return (int(np.count_nonzero(kind == ADDR_X)) + int(np.bitwise_count(vect12).sum())
             + int(np.bitwise_count(vect8).sum()))
+
+
+def count_cd_events(payload: bytes | np.ndarray) -> int:
+    """CD events in an EVT3 payload, counted from its words (independently of whatever batch
+    was encoded into it: what converters check their output with)."""
+    words = np.frombuffer(bytes(payload), dtype="<u2")
+    return _event_count(words, words >> 12)
 
 
 def _time_runs(words: np.ndarray, n_events: int, times: np.ndarray) -> tuple[np.ndarray, ...]:

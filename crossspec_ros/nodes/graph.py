@@ -87,6 +87,34 @@ def parameter_overrides(config: str | Path | None, node_name: str,
     return [Parameter(name, value=value) for name, value in values.items()]
 
 
+def input_topic_parameters(config: str | Path | None, event_topic: str | None,
+                           image_topic: str | None, image_type: str | None = None
+                           ) -> dict[str, dict[str, str]]:
+    """Per node kind, the ``event_topic``/``rgb_topic`` values that point the node at a bag's
+    inputs where ``config`` (or the default) names other topics; {} when they agree.
+
+    A replayed bag publishes on its own topic names (a DAVIS bag's /dvs/events), and the
+    commands that read bags find their inputs by type: `drive` points its nodes the same way.
+    A CompressedImage topic must be <rgb_topic>/compressed (what the nodes subscribe to).
+    """
+    from crossspec_ros.params import SYNC_PARAMS, load_yaml_params
+
+    defaults = {p.name: p.default for p in SYNC_PARAMS}
+    rgb = image_topic
+    if image_topic and image_type == "sensor_msgs/msg/CompressedImage":
+        rgb = image_topic.removesuffix("/compressed") if \
+            image_topic.endswith("/compressed") else None
+    wanted = {"event_topic": event_topic, "rgb_topic": rgb}
+    out: dict[str, dict[str, str]] = {}
+    for item in GRAPH:
+        values = {**defaults, **(load_yaml_params(config, item.name) if config else {})}
+        changed = {name: topic for name, topic in wanted.items()
+                   if topic and "/" + str(values[name]).lstrip("/") != topic}
+        if changed:
+            out[item.kind] = changed
+    return out
+
+
 def make_executor() -> Any:
     """The executor that spins the graph's nodes: rclpy's EventsExecutor (its wait loop in
     C++) where rclpy has it, else a MultiThreadedExecutor. Callbacks only move messages (models

@@ -1,9 +1,11 @@
-"""The bag player node: replays a ROS 2 bag on its own topics, with its timing and /clock.
+"""The bag player node: replays a bag on its own topics, with its timing and /clock.
 
 Used by `crossspec play` and in-process by `crossspec drive` (no rosbag2 on PyPI). Every
-message goes out as the raw CDR bytes stored in the bag (no deserialize/serialize round trip),
-through an rclpy publisher of the recorded type. /clock carries the bag time, so nodes with
-``use_sim_time`` follow the bag, also when a loop makes it jump back.
+message of a ROS 2 bag goes out as the raw CDR bytes stored in the bag (no deserialize/serialize
+round trip), through an rclpy publisher of the recorded type; ROS 1 bags and EventArray topics
+are converted on the way (bags/replay.py: EventArrays go out as evt3 EventPackets, which the
+draft node reads). /clock carries the bag time, so nodes with ``use_sim_time`` follow the bag,
+also when a loop makes it jump back.
 
 Publishing runs on a dedicated thread paced with ``time.monotonic`` (bags/replay.py): the
 executor only ever sees an idle node, so a replay never delays other callbacks, and ``stop()``
@@ -169,6 +171,14 @@ class BagPlayer(Node):
         if self.skipped:
             line += f"; skipped {sum(self.skipped.values())} of types not installed " \
                     f"({', '.join(f'{t} {n}' for t, n in self.skipped.items())})"
+        for topic, counts in self.replay.event_counts.items():
+            line += (f"; {topic} as evt3: {counts.events_out:,} of {counts.events_in:,} events"
+                     + (f" ({counts.outside_sensor:,} outside the sensor, "
+                        f"{counts.out_of_order:,} out of order: dropped)" if counts.dropped
+                        else ""))
+        if self.replay.unconverted:
+            line += "; skipped ROS 1 messages that do not convert: " + ", ".join(
+                f"{t} {n}" for t, n in self.replay.unconverted.items())
         if self.replay.loop:
             line += f"; {self.passes} passes"
         return line
