@@ -19,8 +19,11 @@ Reported (one JSON line per run, the last line the runs and the headline run's n
   a window), lossless (FINAL captions equal to the verifier alone on the frames the verifier
   says it captioned: ConfirmedTokens ``frame_stamps_sec``/``_nanosec``), confirmed_ms_median
   (the verifier's close -> last confirmed token),
-  draft_ms_p95 (the draft node's close -> first draft token), link_mb_per_s (bytes both ways
-  over the replayed bag's length), and for faults what happened around them.
+  confirmed_at_robot_ms_median (the robot's close -> the FINAL caption's arrival there: the link
+  both ways included), draft_ms_p95 (the draft node's close -> first draft token),
+  link_mb_per_s (bytes both ways over the replayed bag's length), realtime (the bag's length
+  over the replay's wall time: a link slower than the images slows the player, since DDS
+  sends into full socket buffers synchronously), and for faults what happened around them.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if args.logs is not None:
             args.logs.mkdir(parents=True, exist_ok=True)
-            for log in work.glob("*/*.log"):
+            for log in [*work.glob("*/*.log"), *work.glob("*/*.jsonl")]:
                 shutil.copy(log, args.logs / f"{log.parent.name}-{log.name}")
         shutil.rmtree(work, ignore_errors=True)
     headline = next((r for r in rows if r["fault"] == "none" and r["images"] == "compressed"
@@ -161,6 +164,8 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
         deadline = time.monotonic() + replay_s * 3 + 60
         while player.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
+        # a link slower than the images pushes back on the player (DDS sends synchronously
+        # into full socket buffers): the replay then runs slower than recorded
         bytes_crossed, elapsed = hosts.bytes_crossed() - bytes_before, \
             time.monotonic() - t_before
         time.sleep(settle_seconds())  # the last windows close, their captions cross
@@ -173,7 +178,9 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault,
                replayed=bool(started), namespaces_left=netns.namespaces_left(k),
                link_mb_per_s=round(bytes_crossed / 1e6 / replay_s, 3),
-               link_mb_per_s_wall=round(bytes_crossed / 1e6 / max(elapsed, 1e-9), 3))
+               link_mb_per_s_wall=round(bytes_crossed / 1e6 / max(elapsed, 1e-9), 3),
+               replay_wall_s=round(elapsed, 1), realtime=round(replay_s / elapsed, 2)
+               if started else None)
     return row
 
 
@@ -255,6 +262,11 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
     first_ms = [d["first_token_ms"] for d in drafts.values() if d["first_token_ms"] is not None]
     done_ms = [c["confirmed_done_ms"] for c in finals.values()
                if c["confirmed_done_ms"] is not None]
+    # at the robot: its own window close (the draft's arrival less its first-token latency,
+    # on the robot's clock) to the FINAL caption's arrival: the link's delays both ways in it
+    at_robot = [(c["t"] - drafts[w]["t"]) * 1e3 + drafts[w]["first_token_ms"]
+                for w, c in finals.items()
+                if w in drafts and drafts[w]["first_token_ms"] is not None]
     row: dict[str, Any] = {
         "windows": len(windows), "final": len(finals), "unverified": len(unverified),
         "unverified_with_draft": sum(bool(c["draft_text"]) for c in unverified),
@@ -262,6 +274,8 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
         "uncaptioned": sum(1 for w in windows if w not in terminal),
         "published_twice": sum(1 for cs in terminal.values() if len(cs) > 1),
         "confirmed_ms_median": _round(statistics.median(done_ms)) if done_ms else None,
+        "confirmed_at_robot_ms_median": _round(statistics.median(at_robot)) if at_robot
+        else None,
         "draft_ms_p95": _round(_percentile(first_ms, 95)) if first_ms else None,
         "drafted": len(drafts),
         "_finals": {w: c["confirmed_text"] for w, c in finals.items()},
@@ -336,8 +350,10 @@ def row_line(row: dict[str, Any]) -> str:
             f"{row['windows']} windows, {row['final']} FINAL, {row['unverified']} UNVERIFIED "
             f"({row['unverified_with_draft']} with their draft), {row['stuck']} stuck, "
             f"{row['published_twice']} published twice; lossless {row['lossless']}/"
-            f"{row['lossless_checked']}; confirmed median {row['confirmed_ms_median']} ms, "
-            f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s")
+            f"{row['lossless_checked']}; confirmed median {row['confirmed_ms_median']} ms after "
+            f"the verifier's close, {row['confirmed_at_robot_ms_median']} ms after the robot's; "
+            f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s "
+            f"of bag time, replay at {row['realtime']}x real time")
     if "fault_s" in row:
         line += (f"; from the fault until a caption came again ({row['fault_recovery_s']} s) "
                  f"the robot drafted {row['fault_windows_drafted']} windows; "

@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                "stamps_ns": [int(sec) * 1_000_000_000 + int(nsec) for sec, nsec in
                              zip(msg.frame_stamps_sec, msg.frame_stamps_nanosec, strict=True)]})
 
-    node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos(200))
-    node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos(200))
+    node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos())
+    node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos())
     node.create_subscription(cs_msg.ConfirmedTokens, args.confirmed_topic, on_confirmed,
-                             reliable_qos(200))
+                             reliable_qos())
     write({"kind": "ready"})
     try:
         while not stop.is_set():

@@ -140,7 +140,14 @@ def sensor_qos(depth: int) -> QoSProfile:
                       reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
-def reliable_qos(depth: int = 50) -> QoSProfile:
+# crossspec's own topics carry ~25 messages per window (a caption per draft revision and per
+# verification round): a writer keeps this many for readers it cannot reach, so a link that
+# drops for up to ~20 s (edge-cloud split) loses none, and a reader keeps as many to take the
+# burst that follows. With 50, a 3 s outage lost a window's UNVERIFIED caption (bench split).
+OUTAGE_DEPTH = 500
+
+
+def reliable_qos(depth: int = OUTAGE_DEPTH) -> QoSProfile:
     """crossspec's own topics: every token message matters (a lost draft only costs speed,
     a lost confirmation would leave a caption unfinished)."""
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
