@@ -38,7 +38,7 @@ from tqdm import tqdm
 from crossspec_ros.bagfile import cannot_open, is_ros1_bag, one_line, raw_reader
 from crossspec_ros.bags.inputs import check_bag
 from crossspec_ros.bags.ros2_conversion import ConversionError, EventCounts, Ros2Conversion
-from crossspec_ros.bags.writer import BagWriter
+from crossspec_ros.bags.writer import BagWriter, output_problem
 from crossspec_ros.events.errors import EventSourceError
 from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
 
@@ -108,17 +108,6 @@ class BagConvertReport:
         return "\n".join(lines)
 
 
-def _check_out(out: Path, source: Path, overwrite: bool) -> None:
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise BagConvertError(f"{out} exists; pass --overwrite to replace it, or choose "
-                                  "another output.")
-        resolved, src = out.resolve(), source.resolve()
-        if resolved == src or resolved in src.parents:
-            raise BagConvertError(f"{out} holds the bag being converted; refusing to "
-                                  "overwrite it. Choose another output.")
-
-
 def convert_bag(source: str | Path, out: str | Path, *, event_topic: str | None = None,
                 rgb_topic: str | None = None, storage: str = "mcap", compress: bool = True,
                 overwrite: bool = False, progress: bool = True) -> BagConvertReport:
@@ -135,7 +124,9 @@ def convert_bag(source: str | Path, out: str | Path, *, event_topic: str | None 
         inputs = check_bag(source, event_topic, rgb_topic)
     except EventSourceError as exc:
         raise BagConvertError(str(exc)) from None
-    _check_out(out, source, overwrite)
+    problem = output_problem(out, source, overwrite, "bag")
+    if problem:
+        raise BagConvertError(problem)
     report = BagConvertReport(source, out, storage, inputs.events, inputs.events_type,
                               inputs.images, inputs.images_type)
     out.parent.mkdir(parents=True, exist_ok=True)

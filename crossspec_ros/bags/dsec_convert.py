@@ -48,7 +48,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
-from crossspec_ros.bags.writer import BagWriter, header
+from crossspec_ros.bags.writer import BagWriter, header, output_problem
 from crossspec_ros.events.dsec import (
     DSEC_HEIGHT,
     DSEC_WIDTH,
@@ -308,17 +308,6 @@ def _load_rectify_map(path: Path, sensor_size: tuple[int, int]) -> DsecRectifyMa
             "(<name>_events_left.zip).") from None
 
 
-def _check_out(out: Path, root: Path, overwrite: bool) -> None:
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise DsecConvertError(f"{out} exists; pass --overwrite to replace it, or choose "
-                                   "another output.")
-        resolved, seq = out.resolve(), root.resolve()
-        if resolved == seq or resolved in seq.parents:
-            raise DsecConvertError(f"{out} holds the sequence being converted; refusing to "
-                                   "overwrite it. Choose another output.")
-
-
 def convert_dsec(sequence_dir: str | Path, out: str | Path, *, duration_s: float | None = None,
                  image_scale: float = 1.0, storage: str = "mcap", compressed: str | None = None,
                  packet_ms: float = 5.0, sensor_size: tuple[int, int] = (DSEC_WIDTH, DSEC_HEIGHT),
@@ -344,7 +333,9 @@ def convert_dsec(sequence_dir: str | Path, out: str | Path, *, duration_s: float
     # loaded before anything is written: a malformed map fails as a missing one does
     rectify_map = (_load_rectify_map(layout.rectify_map_h5, sensor_size)
                    if layout.rectify_map_h5 else None)
-    _check_out(out, layout.root, overwrite)
+    problem = output_problem(out, layout.root, overwrite, "sequence")
+    if problem:
+        raise DsecConvertError(problem)
     with _open_events(layout, sensor_size) as reader:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))

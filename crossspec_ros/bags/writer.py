@@ -99,3 +99,18 @@ class BagWriter:
         msg = self.store.types[IMAGE_TYPE](header=header(stamp_ns, frame_id),
                                            **rgb_to_image_fields(rgb))
         self.write(topic, IMAGE_TYPE, msg, stamp_ns)
+
+
+def output_problem(out: Path, source: Path, overwrite: bool, source_kind: str) -> str | None:
+    """Why a converter must not write the bag ``out`` from ``source`` (None: it may): an
+    existing OUT is replaced only when asked, and never the input itself or a folder
+    holding it. ``source_kind``: what the input is called in the message ("bag")."""
+    if not (out.exists() or out.is_symlink()):
+        return None
+    if not overwrite:
+        return f"{out} exists; pass --overwrite to replace it, or choose another output."
+    resolved, src = out.resolve(), source.resolve()
+    if resolved == src or resolved in src.parents:
+        return (f"{out} holds the {source_kind} being converted; refusing to overwrite it. "
+                "Choose another output.")
+    return None

@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from crossspec_ros.cli.convert_cmd import add_bag_output_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -31,10 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rgb-topic", help="image topic (default: the only one)")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap",
                         help="bag storage (default mcap)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
-    parser.add_argument("--no-compress", action="store_true",
-                        help="no zstd chunk compression (MCAP only compresses)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_bag_output_arguments(parser)
     parser.set_defaults(func=run)
 
 

@@ -52,11 +52,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "SEQUENCE_DIR/events/left/rectify_map.h5 (in DSEC's events zip); "
                         "events that land off the sensor are dropped and counted; a missing "
                         "or malformed map exits 2 before anything is written")
+    add_bag_output_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_bag_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a converter's output bag (convert-dsec, convert-bag)."""
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     parser.add_argument("--no-compress", action="store_true",
                         help="no zstd chunk compression (MCAP only compresses)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
