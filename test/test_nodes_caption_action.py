@@ -35,6 +35,12 @@ def graph():
     executor.add_node(client_node)
     stop = spin_in_thread(executor)
     assert client.wait_for_server(timeout_sec=10)
+    # the goal services are there; feedback is a topic, matched by discovery of its own: a
+    # feedback message published before that is lost (seen under load), so wait for it
+    feedback = "/crossspec/caption_window/_action/feedback"
+    deadline = time.monotonic() + 10
+    while node.count_subscribers(feedback) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
     try:
         yield node, client
     finally:

@@ -291,7 +291,22 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     drafter = load_drafter(head_drafter_source(head))  # the drafter the head reads
     # no caption corpus: a node two proposers offer counts for the first one asked, and the
     # corpus is asked before the head (this test is about the head's own proposals)
-    run = run_graph((pair[0], drafter), seconds=3.5,
+    class Patient:
+        """The verifier, starting each window 0.5 s late: the draft node's window state
+        reaches it before it proposes also on a loaded machine (there the state once came
+        after every window was verified: nothing for the head to read)."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def prepare(self, window):
+            time.sleep(0.5)
+            return self.inner.prepare(window)
+
+    run = run_graph((pair[0], drafter), seconds=3.5, verifier_wrapper=Patient,
                     extra={"draft_head": str(head), "drafter_process": drafter_process,
                            "caption_corpus": "none"})
     assert run.nodes[0].drafter_runs_in == ("a child process" if drafter_process else "a thread")
