@@ -5,6 +5,7 @@ once; a window that never comes times out with a message; a goal can be canceled
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -26,10 +27,15 @@ Caption = cs_msg.Caption
 
 @pytest.fixture()
 def graph():
+    # an action name of this test's own: a server or client of an earlier test (another
+    # rclpy context of this process) can linger in discovery for a while on a loaded machine,
+    # and would answer wait_for_server or count as the feedback topic's subscriber
+    name = f"/crossspec/caption_window_{uuid.uuid4().hex[:8]}"
     rclpy.init()
-    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
+    node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=[
+        rclpy.parameter.Parameter("caption_action", value=name)]))
     client_node = rclpy.create_node("caption_action_client")
-    client = ActionClient(client_node, CaptionWindow, "/crossspec/caption_window")
+    client = ActionClient(client_node, CaptionWindow, name)
     executor = make_executor()
     executor.add_node(node)
     executor.add_node(client_node)
@@ -37,9 +43,9 @@ def graph():
     assert client.wait_for_server(timeout_sec=10)
     # the goal services are there; feedback is a topic, matched by discovery of its own: a
     # feedback message published before that is lost (seen under load), so wait for it
-    feedback = "/crossspec/caption_window/_action/feedback"
     deadline = time.monotonic() + 10
-    while node.count_subscribers(feedback) < 1 and time.monotonic() < deadline:
+    while node.count_subscribers(f"{name}/_action/feedback") < 1 and \
+            time.monotonic() < deadline:
         time.sleep(0.05)
     try:
         yield node, client

@@ -6,6 +6,7 @@ transitions."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import numpy as np
 import pytest
@@ -91,7 +92,9 @@ def test_inputs_are_ignored_until_active_and_workers_run_only_while_active(ros):
 def test_cleanup_destroys_what_configure_made_and_configure_makes_it_again(ros, monkeypatch):
     monkeypatch.setattr(pair_module, "load_from_params",
                         lambda params, verifier=True, drafter=True: (tiny_verifier(seed=1), None))
-    node = VerifierNode()
+    # a name of its own: looked up by name, the graph could answer with a node of an earlier
+    # test (another rclpy context of this process) that discovery has not dropped yet
+    node = VerifierNode(node_name=f"crossspec_verifier_{uuid.uuid4().hex[:8]}")
     try:
         def published() -> set[str]:
             return {name for name, _ in node.get_publisher_names_and_types_by_node(
