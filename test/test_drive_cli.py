@@ -55,15 +55,63 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
         assert row["t1"] - row["t0"] == pytest.approx(1.0)
     assert summary["final"] == len(final) and summary["lossless"] == len(final)
     assert f"lossless {len(final)}/{len(final)}" in result.stdout
-    # how close each complete draft came to its final caption, per window and in the summary
+    # how close each complete draft came to its final caption, per window and in the summary;
+    # a draft that completes only after its window's FINAL is not scored, and under load that
+    # can be all three windows (the scoring itself: test_drive_monitor_scores_...)
     scored = [r for r in final if r.get("complete_draft")]
-    assert scored, "no window of the crossspec pass had a complete draft"
     for row in scored:
         assert 0.0 <= row["draft_token_agreement"] <= 1.0 and row["draft_word_error_rate"] >= 0
+    for row in final:
+        if not row.get("complete_draft"):
+            assert "draft_token_agreement" not in row
     assert summary["draft_agreement_windows"] == len(scored)
-    assert 0.0 <= summary["draft_token_agreement_median"] <= 1.0
-    assert "; draft: token agreement " in result.stdout
-    assert "complete drafts against their final captions" in result.stdout
+    assert ("complete drafts against their final captions" in result.stdout) == bool(scored)
+    if scored:
+        assert 0.0 <= summary["draft_token_agreement_median"] <= 1.0
+        assert "; draft: token agreement " in result.stdout
+
+
+def _caption(wid: int, status: int, draft: str, draft_done_ms: float, confirmed: str = "",
+             done_ms: float = float("nan")):
+    from types import SimpleNamespace
+
+    stamp = SimpleNamespace(sec=wid, nanosec=0)
+    end = SimpleNamespace(sec=wid + 1, nanosec=0)
+    return SimpleNamespace(window_id=wid, status=status, window_start=stamp, window_end=end,
+                           draft_text=draft, draft_first_token_ms=5.0,
+                           draft_done_ms=draft_done_ms, confirmed_text=confirmed,
+                           confirmed_done_ms=done_ms, acceptance=0.5, unverified_reason=0,
+                           draft_state=3)
+
+
+def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_skips_a_late_one():
+    import io
+
+    from crossspec_ros.cli.drive_cmd import DriveMonitor, summarize
+
+    out = io.StringIO()
+    monitor = DriveMonitor(out=out)
+    monitor.tokenize = lambda text: text.split()
+    nan = float("nan")
+    # window 1: the draft completes (draft_done_ms set) before the FINAL caption
+    monitor.on_caption(_caption(1, 0, "the ego car waits", nan))
+    monitor.on_caption(_caption(1, 0, "the ego car waits at a light", 12.0))
+    monitor.on_caption(_caption(1, 2, "the ego car waits at a light", 12.0,
+                                "the ego car waits at a red light", 20.0))
+    # window 2: FINAL before the draft was complete: nothing to score
+    monitor.on_caption(_caption(2, 0, "a truck", nan))
+    monitor.on_caption(_caption(2, 2, "a truck", nan, "a truck turns left", 9.0))
+    first, second = monitor.rows[1], monitor.rows[2]
+    assert first["complete_draft"] == "the ego car waits at a light"
+    assert first["draft_word_error_rate"] == pytest.approx(1 / 8, abs=0.01)  # one word missing
+    assert 0.0 < first["draft_token_agreement"] < 1.0
+    assert "complete_draft" not in second and "draft_token_agreement" not in second
+    assert "; draft: token agreement " in out.getvalue()
+    summary = summarize([first, second], dropped=0)
+    assert summary["draft_agreement_windows"] == 1
+    assert summary["draft_word_error_rate_median"] == pytest.approx(first["draft_word_error_rate"],
+                                                                    abs=0.001)
+    assert "complete drafts against their final captions (1 windows)" in summary["line"]
 
 
 def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:
