@@ -5,11 +5,13 @@ CROSSSPEC := $(BIN)/crossspec
 # The bag `make drive` replays: the bundled sample bag (rosbags/README.md), or BAG=...
 BAG ?= rosbags/sample
 PYTEST_ARGS ?=
+# CUDA=1: set up with a CUDA build of torch (scripts/install_torch.sh; docs/gpu.md)
+CUDA ?= 0
 
 .PHONY: setup drive test lint bench clean
 
 setup:
-	@bash scripts/setup.sh
+	@CUDA=$(CUDA) bash scripts/setup.sh
 
 DRIVE_ARGS ?=
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything crossspec needs on a fresh machine with only Python and the registries:
-#   .venv (torch CPU first), ROS 2 kilted wheels, Python deps, the rosidl message build
-#   (crossspec/msg and, where the real package is absent, the event_camera_msgs stand-in),
-#   and crossspec_ros itself (editable). Idempotent: steps whose inputs did not change are
-#   skipped, so `make test` and `make drive` can call it every time.
+#   .venv (torch first: the CPU build; CUDA=1 a CUDA build), ROS 2 kilted wheels, Python deps,
+#   the rosidl message build (crossspec/msg and, where the real package is absent, the
+#   event_camera_msgs stand-in), and crossspec_ros itself (editable). Idempotent: steps whose
+#   inputs did not change are skipped, so `make test` and `make drive` can call it every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,12 +21,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  say "installing torch 2.13.0 (CPU build) first, so nothing pulls CUDA wheels"
-  pip_install torch==2.13.0
-fi
+# torch first (CPU build; CUDA=1: a CUDA build), so nothing below pulls another one
+PIP_QUIET=$PIP_QUIET bash "$ROOT/scripts/install_torch.sh" "$VENV"
 
-REQ_HASH=$(hash_of requirements.txt)
+REQ_HASH=$(hash_of requirements.txt requirements-ros.txt)
 if [ "$(cat "$VENV/.crossspec-requirements" 2>/dev/null)" != "$REQ_HASH" ]; then
   say "installing Python dependencies (requirements.txt)"
   pip_install -r requirements.txt

@@ -57,6 +57,7 @@ from crossspec_ros.events.dsec import (
     DsecRectifyMap,
 )
 from crossspec_ros.events.encode import ADDR_X, VECT_8, VECT_12, Evt3PacketEncoder
+from crossspec_ros.events.words import set_bits
 
 EVENT_TOPIC = "/event_camera/events"
 IMAGE_TOPIC = "/camera/image_raw"
@@ -228,8 +229,8 @@ def cd_event_count(payload: bytes | np.ndarray) -> int:
     words = np.frombuffer(bytes(payload), dtype="<u2")
     kind = words >> 12
     return (int(np.count_nonzero(kind == ADDR_X))
-            + int(np.bitwise_count(words[kind == VECT_12] & 0xFFF).sum())
-            + int(np.bitwise_count(words[kind == VECT_8] & 0xFF).sum()))
+            + int(set_bits(words[kind == VECT_12] & 0xFFF).sum())
+            + int(set_bits(words[kind == VECT_8] & 0xFF).sum()))
 
 
 class _ImageConverter:

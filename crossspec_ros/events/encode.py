@@ -48,6 +48,7 @@ import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.packet import EVT3, EventPacketData
+from crossspec_ros.events.words import set_bits
 
 # EVT 3.0 word types (bits 15..12 of each little-endian 16-bit word).
 ADDR_Y = 0x0
@@ -120,8 +121,8 @@ def _event_count(words: np.ndarray, kind: np.ndarray) -> int:
     """CD events in a word stream: one per ADDR_X, one per set bit of VECT_12 / VECT_8."""
     vect12 = words[kind == VECT_12] & 0xFFF
     vect8 = words[kind == VECT_8] & 0xFF
-    return (int(np.count_nonzero(kind == ADDR_X)) + int(np.bitwise_count(vect12).sum())
-            + int(np.bitwise_count(vect8).sum()))
+    return (int(np.count_nonzero(kind == ADDR_X)) + int(set_bits(vect12).sum())
+            + int(set_bits(vect8).sum()))
 
 
 def count_cd_events(payload: bytes | np.ndarray) -> int:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crossspec_ros.events.words import TimeHighs, WordEvents, whole_words
+from crossspec_ros.events.words import TimeHighs, WordEvents, set_bits, whole_words
 
 EVT_NEG, EVT_POS, EVT_TIME_HIGH, EXT_TRIGGER, OTHERS = 0x0, 0x1, 0x8, 0xA, 0xE
 KNOWN_TYPES = (EVT_NEG, EVT_POS, EVT_TIME_HIGH, EXT_TRIGGER, OTHERS)
@@ -79,7 +79,7 @@ def _set_bit_offsets(masks: np.ndarray, counts: np.ndarray, total: int) -> np.nd
     rest = masks[has_bits]
     while len(rest):
         lowest = rest & (~rest + np.uint32(1))
-        offsets[slot] = np.bitwise_count(lowest - np.uint32(1))
+        offsets[slot] = set_bits(lowest - np.uint32(1))
         rest ^= lowest
         more = rest != 0
         rest, slot = rest[more], slot[more] + 1
@@ -128,7 +128,7 @@ class Evt21Decoder:
         # a trigger's value (1: rising edge) is bit 32: bit 0 of the high half
         rising = int(np.count_nonzero(head[kind == EXT_TRIGGER] & 1))
         head, masks = head[is_cd], valid[is_cd]
-        counts = np.bitwise_count(masks)
+        counts = set_bits(masks)
         timed = high_of_cd >= 0
         untimed = 0
         if not timed.all():
@@ -143,7 +143,7 @@ class Evt21Decoder:
         p = (head >> 28).astype(np.uint8)
         if total == len(counts) and (total == 0 or int(counts.min()) == 1):
             # one event per word (sparse scenes): its bit is the mask's only one
-            x += np.bitwise_count(masks - np.uint32(1))
+            x += set_bits(masks - np.uint32(1))
         else:  # one event per set bit (np.repeat keeps the words' order)
             t_us, x, y, p = (np.repeat(a, counts) for a in (t_us, x, y, p))
             x += _set_bit_offsets(masks, counts, total)

@@ -1,12 +1,32 @@
 """What the word-stream decoders (evt2.py, evt21.py, libcaer_cmp.py) share: splitting a packet
 into little-endian words, the form of one packet's decoded events, and the time high words of
-Prophesee's EVT 2.0 and 2.1."""
+Prophesee's EVT 2.0 and 2.1, counting set bits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+# set bits per byte value, for numpy < 2 (no np.bitwise_count): Ubuntu 24.04's numpy 1.26, which
+# ROS Jazzy's message bindings are built against and a ROS install must keep
+_BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def set_bits(values: np.ndarray) -> np.ndarray:
+    """The number of set bits of each element of an unsigned integer array (uint8)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(values)
+    return set_bits_by_bytes(values)
+
+
+def set_bits_by_bytes(values: np.ndarray) -> np.ndarray:
+    """``set_bits`` by a table of the 256 byte values (numpy < 2)."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind != "u":
+        raise TypeError(f"set_bits counts unsigned integers, not {values.dtype}")
+    per_byte = _BYTE_BITS[values.view(np.uint8)].reshape(*values.shape, values.dtype.itemsize)
+    return per_byte.sum(axis=-1, dtype=np.uint8)
 
 
 @dataclass
