@@ -77,7 +77,8 @@ def _caption(wid: int, status: int, draft: str, draft_done_ms: float, confirmed:
 
     stamp = SimpleNamespace(sec=wid, nanosec=0)
     end = SimpleNamespace(sec=wid + 1, nanosec=0)
-    return SimpleNamespace(window_id=wid, status=status, window_start=stamp, window_end=end,
+    return SimpleNamespace(window_id=wid, epoch=0, status=status, window_start=stamp,
+                           window_end=end,
                            draft_text=draft, draft_first_token_ms=5.0,
                            draft_done_ms=draft_done_ms, confirmed_text=confirmed,
                            confirmed_done_ms=done_ms, acceptance=0.5, unverified_reason=0,
@@ -101,7 +102,7 @@ def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_ski
     # window 2: FINAL before the draft was complete: nothing to score
     monitor.on_caption(_caption(2, 0, "a truck", nan))
     monitor.on_caption(_caption(2, 2, "a truck", nan, "a truck turns left", 9.0))
-    first, second = monitor.rows[1], monitor.rows[2]
+    first, second = monitor.rows[(0, 1)], monitor.rows[(0, 2)]
     assert first["complete_draft"] == "the ego car waits at a light"
     assert first["draft_word_error_rate"] == pytest.approx(1 / 8, abs=0.01)  # one word missing
     assert 0.0 < first["draft_token_agreement"] < 1.0
@@ -112,6 +113,96 @@ def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_ski
     assert summary["draft_word_error_rate_median"] == pytest.approx(first["draft_word_error_rate"],
                                                                     abs=0.001)
     assert "complete drafts against their final captions (1 windows)" in summary["line"]
+
+
+def test_loop_replays_the_bag_again_with_each_passes_windows_in_an_epoch_of_their_own(
+        tmp_path):
+    out = tmp_path / "loop.jsonl"
+    result = subprocess.run([*DRIVE, "--loop", "--duration", "2.5", "--max-windows", "5",
+                             "--no-viz", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()][:-1]
+    keys = [(r["epoch"], r["window"]) for r in rows]
+    assert len(keys) == len(set(keys)) >= 5  # one row per window of each pass
+    first = {w for e, w in keys if e == 0}
+    again = {w for e, w in keys if e == 1}
+    assert len(first) >= 2 and again and again <= first  # the same windows, replayed
+    assert all(r["status"] in ("FINAL", "UNVERIFIED") for r in rows)
+    assert any(f"[{w}@1] " in result.stdout for w in again)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--loop", "--compare"], "drop one of them"),
+    (["--loop", "--duration", "1.5"], "longer than the nodes' reset_threshold_s"),
+    (["--duration", "0"], "--duration must be > 0")])
+def test_loop_with_compare_or_with_too_short_a_pass_is_refused_at_once(capsys, args, message):
+    from crossspec_ros.cli.main import main
+
+    assert main(["drive", "--no-viz", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_one_foxglove_server_serves_every_compare_pass_to_a_client_connected_from_the_start():
+    import re
+    import threading
+
+    ws_client = pytest.importorskip("websockets.sync.client")
+    process = subprocess.Popen([*DRIVE, "--compare", "--rounds", "1", "--max-windows", "1",
+                                "--duration", "3", "--foxglove", "--foxglove-port", "0"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ))
+    stderr: list[str] = []
+    url = threading.Event()
+    found: dict[str, str] = {}
+
+    def read_stderr() -> None:
+        for line in process.stderr:
+            stderr.append(line)
+            match = re.search(r"Foxglove: (ws://\S+)", line)
+            if match and not url.is_set():
+                found["url"] = match.group(1)
+                url.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    captions = 0
+    passes_before = None
+    try:
+        deadline = time.monotonic() + 120
+        while not url.wait(0.5) and process.poll() is None and time.monotonic() < deadline:
+            pass
+        assert url.is_set(), "".join(stderr)
+        with ws_client.connect(found["url"], subprotocols=["foxglove.sdk.v1"],
+                               open_timeout=10) as ws:
+            passes_before = sum("crossspec drive: pass " in line for line in stderr)
+            deadline = time.monotonic() + 240
+            while process.poll() is None and time.monotonic() < deadline:
+                try:
+                    msg = ws.recv(timeout=1.0)
+                except TimeoutError:
+                    continue
+                except Exception:  # the server closed: the run ended (or it was restarted)
+                    break
+                if isinstance(msg, str):
+                    op = json.loads(msg)
+                    if op.get("op") == "advertise":
+                        ids = [c["id"] for c in op["channels"]
+                               if c["topic"] == "/crossspec/caption"]
+                        if ids:
+                            ws.send(json.dumps({"op": "subscribe", "subscriptions": [
+                                {"id": 1, "channelId": ids[0]}]}))
+                elif msg[:1] == b"\x01" and int.from_bytes(msg[1:5], "little") == 1:
+                    captions += 1  # message data of our subscription
+        assert process.wait(timeout=120) == 0, "".join(stderr)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    # connected before the first pass began; the captions came in the crossspec pass, the last
+    assert passes_before <= 1, "".join(stderr)
+    assert "pass 3/3" in "".join(stderr)
+    assert captions >= 1, "".join(stderr)
 
 
 def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:

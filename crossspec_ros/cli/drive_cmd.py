@@ -81,9 +81,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replay rate (1 = recorded speed)")
     parser.add_argument("--max-windows", type=int, default=0,
                         help="stop after N finished windows (0: the whole bag)")
+    parser.add_argument("--duration", type=float, default=None, metavar="S",
+                        help="replay at most S seconds of bag time per pass (default: all)")
+    parser.add_argument("--loop", action="store_true",
+                        help="replay the bag again and again until Ctrl-C or --max-windows "
+                        "(a window of a later pass shows as ID@PASS, its JSON row carries "
+                        "\"epoch\"); not with --compare")
     parser.add_argument("--foxglove", action="store_true",
-                        help="serve live on a Foxglove WebSocket (127.0.0.1)")
-    parser.add_argument("--foxglove-port", type=int, default=8765)
+                        help="serve live on a Foxglove WebSocket (the config's foxglove_host, "
+                        "127.0.0.1 by default): one server for the whole run, so a client "
+                        "stays connected across --compare's passes and --loop's replays (the "
+                        "crossspec pass draws on it)")
+    parser.add_argument("--foxglove-port", type=int, default=8765,
+                        help="the Foxglove server's port (default 8765; 0: any free port)")
     parser.add_argument("--record", type=Path, metavar="OUT",
                         help="record captions, annotated frames, the marker and diagnostics "
                         "as a rosbag2 bag directory OUT (MCAP, on the bag's clock: ros2 bag "
@@ -116,11 +126,12 @@ class DriveMonitor:
                  label: str = "") -> None:
         self.on_row = on_row
         self.prefix = f"[{label}] " if label else ""  # which graph (drive --compare)
-        self.rows_done: set[int] = set()
-        self.rows: dict[int, dict[str, Any]] = {}
-        self.windows: dict[int, Any] = {}  # sync.Window per verified window (lossless check)
-        self.results: dict[int, Any] = {}
-        self.drafts_shown: set[int] = set()
+        # keyed by (epoch, window id): ids repeat after a bag loop (--loop), epochs do not
+        self.rows_done: set[tuple[int, int]] = set()
+        self.rows: dict[tuple[int, int], dict[str, Any]] = {}
+        self.windows: dict[tuple[int, int], Any] = {}  # sync.Window (the lossless check)
+        self.results: dict[tuple[int, int], Any] = {}
+        self.drafts_shown: set[tuple[int, int]] = set()
         # the verifier's text -> ids, for the drafts' token agreement (set once it is loaded)
         self.tokenize: Callable[[str], Any] | None = None
         self.lock = threading.Lock()
@@ -133,12 +144,14 @@ class DriveMonitor:
 
     def on_caption(self, msg: Any) -> None:
         status = STATUS.get(msg.status, str(msg.status))
-        wid = int(msg.window_id)
+        key = (int(msg.epoch), int(msg.window_id))
+        wid = window_label(*key)
         lines = []
         with self.lock:
             self.last_activity = time.monotonic()
-            row = self.rows.setdefault(wid, {
-                "window": wid, "t0": _sec(msg.window_start), "t1": _sec(msg.window_end),
+            row = self.rows.setdefault(key, {
+                "window": key[1], "epoch": key[0], "t0": _sec(msg.window_start),
+                "t1": _sec(msg.window_end),
                 "draft_text": "", "draft_first_token_ms": None, "confirmed_text": "",
                 "confirmed_done_ms": None, "accepted": 0, "proposed": 0, "status": status})
             if row["t0"] == 0.0:
@@ -149,9 +162,9 @@ class DriveMonitor:
                 row["complete_draft"] = msg.draft_text  # as first complete: read first
             finished = status in ("FINAL", "UNVERIFIED")
             # the draft is shown once complete, or when the caption finishes before it did
-            if row["draft_text"] and wid not in self.drafts_shown and (
+            if row["draft_text"] and key not in self.drafts_shown and (
                     not math.isnan(msg.draft_done_ms) or finished):
-                self.drafts_shown.add(wid)
+                self.drafts_shown.add(key)
                 lines.append(f"[{wid}] draft     {_ms(msg.draft_first_token_ms)}  "
                              f"{row['draft_text']}")
             if status == "FINAL" and row["status"] != "FINAL":
@@ -172,7 +185,7 @@ class DriveMonitor:
                 lines.append(f"[{wid}] UNVERIFIED ({reason})  {shown}")
             if row["status"] not in ("FINAL", "UNVERIFIED"):
                 row["status"] = status
-            done = self._row_done(wid)
+            done = self._row_done(key)
         for line in lines:
             self._print(line)
         if done is not None and self.on_row is not None:
@@ -190,23 +203,24 @@ class DriveMonitor:
         return (f"; draft: token agreement {_num(score.token_agreement)}, WER "
                 f"{_num(score.word_error_rate)}")
 
-    def _row_done(self, wid: int) -> dict | None:
+    def _row_done(self, key: tuple[int, int]) -> dict | None:
         """The row, once and only once, when it is complete: UNVERIFIED, or FINAL with the
         engine's result too (they arrive on different threads, in either order)."""
-        row = self.rows[wid]
+        row = self.rows[key]
         complete = row["status"] == "UNVERIFIED" or (row["status"] == "FINAL"
-                                                    and wid in self.results)
-        if not complete or wid in self.rows_done:
+                                                    and key in self.results)
+        if not complete or key in self.rows_done:
             return None
-        self.rows_done.add(wid)
+        self.rows_done.add(key)
         return dict(row)
 
     def on_result(self, window: Any, result: Any) -> None:
         with self.lock:
-            wid = int(window.id)
-            self.windows[wid], self.results[wid] = window, result
+            key = window.key
+            self.windows[key], self.results[key] = window, result
             # status FINAL comes with the caption (printed then), which may come after this
-            row = self.rows.setdefault(wid, {"window": wid, "t0": window.t0 / 1e9,
+            row = self.rows.setdefault(key, {"window": window.id, "epoch": window.epoch,
+                                             "t0": window.t0 / 1e9,
                                              "t1": window.t1 / 1e9, "status": "PARTIAL",
                                              "draft_text": result.draft_text,
                                              "draft_first_token_ms": None})
@@ -218,7 +232,7 @@ class DriveMonitor:
                        final_draft_text=result.draft_text,
                        live_prefill_frames=s.live_prefill_frames)
             self.last_activity = time.monotonic()
-            done = self._row_done(wid)
+            done = self._row_done(key)
         if done is not None and self.on_row is not None:
             self.on_row(done)
 
@@ -242,6 +256,13 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         print("crossspec drive: --rounds must be >= 1", file=sys.stderr)
         return 2
+    if args.duration is not None and args.duration <= 0:
+        print("crossspec drive: --duration must be > 0 seconds", file=sys.stderr)
+        return 2
+    if args.loop and args.compare:
+        print("crossspec drive: --loop replays until stopped, and --compare needs passes that "
+              "end: drop one of them", file=sys.stderr)
+        return 2
     if args.record and (args.record.exists() or args.record.is_symlink()):
         if args.record.resolve() == args.bag.resolve() or \
                 args.record.resolve() in args.bag.resolve().parents:
@@ -264,9 +285,51 @@ def run(args: argparse.Namespace) -> int:
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec drive: {err}", file=sys.stderr)
         return 2
+    if args.loop and args.duration is not None:
+        from crossspec_ros.params import load_yaml_params
+
+        # a loop must jump back further than this for the nodes to see a new pass
+        threshold = load_yaml_params(args.config or default_config(),
+                                     "crossspec_verifier").get("reset_threshold_s", 2.0)
+        if args.duration <= threshold:
+            print(f"crossspec drive: with --loop, --duration must be longer than the nodes' "
+                  f"reset_threshold_s ({threshold} s): a shorter jump back in bag time reads "
+                  f"as late data, not as a new pass", file=sys.stderr)
+            return 2
     if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
         print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
     tune_process_for_models()
+    try:
+        args.foxglove_output = _start_foxglove(args) if args.foxglove else None
+    except RuntimeError as err:
+        print(f"crossspec drive: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _drive(args)
+    finally:
+        if args.foxglove_output is not None:
+            args.foxglove_output.close()
+
+
+def _start_foxglove(args: argparse.Namespace) -> Any:
+    """The run's one Foxglove server (on the config's foxglove_host, --foxglove-port), its
+    caption channel named as the viz node names it."""
+    from crossspec_ros.nodes.graph import default_config, node_parameters
+    from crossspec_ros.params import load_yaml_params
+    from crossspec_ros.viz.foxglove_out import FoxgloveOutput
+
+    values = {p.name: p.default for p in node_parameters()["crossspec_viz"]}
+    values.update(load_yaml_params(args.config or default_config(), "crossspec_viz"))
+    topic = values["caption_topic"]
+    output = FoxgloveOutput(serve=True, host=values["foxglove_host"], port=args.foxglove_port,
+                            caption_topic=topic if topic.startswith("/") else "/" + topic)
+    print(f"crossspec drive: Foxglove: ws://{values['foxglove_host']}:{output.port}",
+          file=sys.stderr)
+    return output
+
+
+def _drive(args: argparse.Namespace) -> int:
+    """The passes (one, or --compare's rounds of three), their summary and JSON."""
     order = pass_order(args.rounds) if args.compare else [(0, CROSSSPEC)]
     results: dict[tuple[str, int], list[dict]] = {}
     models: dict[str, Any] = {}
@@ -364,8 +427,8 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     from crossspec_ros.sync.agreement import text_to_ids
 
     config = args.config or default_config()
-    viz = {"foxglove": args.foxglove, "foxglove_port": args.foxglove_port,
-           "record_bag": str(args.record or "")}
+    # the run's Foxglove server, if any, is given to the viz node: it outlives the pass
+    viz = {"foxglove": False, "record_bag": str(args.record or "")}
     # the viz node is crossspec's: it runs beside crossspec's graph only, never slowing a
     # baseline (and --record / --foxglove show the crossspec pass)
     kinds = graph.kinds + (() if args.no_viz or graph is not CROSSSPEC else ("viz",))
@@ -388,7 +451,8 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
                                     "verifier": {**models_given, **graph.verifier_params,
                                                  **topics.get("verifier", {}), **sim_time}},
                              models=(models.get("verifier"), models.get("drafter")),
-                             on_result=monitor.on_result)
+                             on_result=monitor.on_result,
+                             foxglove=getattr(args, "foxglove_output", None))
         verifier_node = next(n for n in nodes if isinstance(n, VerifierNode))
         models["verifier"] = verifier_node.engine.verifier
         monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
@@ -398,7 +462,8 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
         watcher = rclpy.create_node("crossspec_drive_monitor")
         watcher.create_subscription(cs_msg.Caption, verifier_node.params["caption_topic"],
                                     monitor.on_caption, 100)
-        player = BagPlayer(args.bag, rate=args.rate)
+        player = BagPlayer(args.bag, rate=args.rate, loop=getattr(args, "loop", False),
+                           max_duration_s=getattr(args, "duration", None))
         nodes += [watcher, player]
         for node in nodes:
             executor.add_node(node)
@@ -540,7 +605,8 @@ def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> Non
               file=sys.stderr)
         return
     for row in rows:
-        window = monitor.windows.get(row["window"])
+        key = (row.get("epoch", 0), row["window"])
+        window = monitor.windows.get(key)
         if window is None or engine is None:
             continue
         t0 = time.perf_counter()
@@ -548,7 +614,7 @@ def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> Non
         row["verifier_only_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
         row["verifier_only_text"] = engine.verifier.tokenizer.decode(alone,
                                                                      skip_special_tokens=True)
-        row["lossless"] = alone == monitor.results[row["window"]].tokens
+        row["lossless"] = alone == monitor.results[key].tokens
         if not row["lossless"]:
             print(f"[{row['window']}] NOT LOSSLESS: verifier alone says "
                   f"{row['verifier_only_text']}")
@@ -607,6 +673,11 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
 def _median(values: Any) -> float | None:
     """A latency median as the JSON and the terminal show it (0.1 ms; None when none)."""
     return summaries.rounded(summaries.median(values), 1)
+
+
+def window_label(epoch: int, window_id: int) -> str:
+    """How the terminal names a window: its id, and after a bag loop the pass it came in."""
+    return str(window_id) if epoch == 0 else f"{window_id}@{epoch}"
 
 
 def _sec(t: Any) -> float:

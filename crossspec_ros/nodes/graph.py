@@ -154,7 +154,8 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
                  extra: dict[str, dict[str, Any]] | None = None,
                  models: tuple[Any, Any] | None = None,
                  on_result: Callable[[Any, Any], None] | None = None,
-                 use_overrides: bool = True, state: str = "active") -> list:
+                 use_overrides: bool = True, state: str = "active",
+                 foxglove: Any = None) -> list:
     """The graph's nodes in this process (composed mode: one CUDA context, the models loaded
     once; each model runs on its own worker thread and CUDA stream), brought to ``state``:
     "active", "inactive" (configured: models loaded) or "unconfigured" (a lifecycle manager
@@ -163,7 +164,9 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
     ``extra``: per-kind parameter values over the config's. ``models``: (verifier, drafter)
     already loaded; None loads them from the draft/verifier parameters on configure.
     ``use_overrides``: False leaves parameters to the process's --ros-args (``crossspec
-    node``). Raises what made a node's configure fail (e.g. ModelLoadError).
+    node``). ``foxglove``: a FoxgloveOutput the viz node logs to and leaves open (``crossspec
+    drive`` keeps one server over all its passes). Raises what made a node's configure fail
+    (e.g. ModelLoadError).
     """
     from crossspec_ros.nodes.draft_node import DraftNode
     from crossspec_ros.nodes.lifecycle import bring_up
@@ -201,7 +204,8 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
         if "viz" in kinds:
             from crossspec_ros.nodes.viz_node import VizNode
 
-            started(VizNode(parameter_overrides=overrides("viz"), verifier_first=verifier_first))
+            started(VizNode(parameter_overrides=overrides("viz"), verifier_first=verifier_first,
+                            foxglove=foxglove))
     except BaseException:
         for node in nodes:  # what started is stopped again: no worker outlives the error
             node.destroy_node()

@@ -31,10 +31,12 @@ class VizNode(ManagedNode):
 
     def __init__(self, *, node_name: str = "crossspec_viz",
                  parameter_overrides: list | None = None, verifier_first: Any = None,
-                 **kwargs: Any) -> None:
+                 foxglove: Any = None, **kwargs: Any) -> None:
         """``verifier_first``: shared with a verifier node in this process (composed mode):
         frames that come while it works on a closed window are not drawn, event packets
-        are decoded after (speculative/verifier_first.py)."""
+        are decoded after (speculative/verifier_first.py). ``foxglove``: a FoxgloveOutput
+        its caller owns: the node logs to it instead of starting its own server, and never
+        closes it (a client stays connected while ``crossspec drive`` replaces the graph)."""
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
         self.params = p = declare_params(self, [*VIZ_NODE_PARAMS, *FOXGLOVE_PARAMS])
         self.verifier_first = verifier_first
@@ -48,10 +50,13 @@ class VizNode(ManagedNode):
         self.not_recorded = 0
         self._frame_id = p["marker_frame"]  # the RGB camera's, once a frame came
         self.foxglove = self.recorder = None
+        self._given_foxglove = foxglove
 
     def configure_node(self) -> None:
         p = self.params
-        if p["foxglove"]:
+        if self._given_foxglove is not None:
+            self.foxglove = self._given_foxglove
+        elif p["foxglove"]:
             from crossspec_ros.viz.foxglove_out import FoxgloveOutput
 
             # Foxglove channels take the topics' full names, as a ROS bridge would show them
@@ -89,7 +94,7 @@ class VizNode(ManagedNode):
         self.add_timer(1.0 / p["event_image_hz"], self._publish_event_image)
 
     def release(self) -> None:
-        if self.foxglove is not None:
+        if self.foxglove is not None and self.foxglove is not self._given_foxglove:
             self.foxglove.close()
         if self.recorder is not None:
             self.recorder.close()
