@@ -105,3 +105,28 @@ def test_time_surface_from_last_events_equals_the_full_push() -> None:
     full = dv.TimeSurface((16, 12))
     full.accept(to_dv_event_store(batch))
     assert np.array_equal(dv_time_surface(batch), full.generateFrame().image)
+
+
+def _painted_one_event_at_a_time(batch: EventBatch, n_chunks: int) -> np.ndarray:
+    """EventGPT's event images the slow, obvious way: each event in time order (stable)
+    paints its pixel, so the latest wins."""
+    order = np.argsort(batch.t, kind="stable")
+    inside = [i for i in order if batch.x[i] < batch.width and batch.y[i] < batch.height]
+    images = np.full((n_chunks, batch.height, batch.width, 3), 255, dtype=np.uint8)
+    for k, chunk in enumerate(np.array_split(np.array(inside, dtype=np.int64), n_chunks)):
+        for i in chunk:
+            images[k, batch.y[i], batch.x[i]] = (0, 0, 255) if batch.p[i] == 0 else (255, 0, 0)
+    return images
+
+
+def test_event_image_chunks_equal_painting_one_event_at_a_time() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n, w, h = int(rng.integers(0, 80)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        batch = EventBatch(rng.integers(0, 6, n),  # ties and disorder
+                           rng.integers(0, w + 2, n).astype(np.uint16),  # some outside
+                           rng.integers(0, h + 2, n).astype(np.uint16),
+                           rng.integers(0, 3, n).astype(np.uint8), w, h)
+        for n_chunks in (1, 5, 7):
+            assert np.array_equal(event_image_chunks(batch, n_chunks),
+                                  _painted_one_event_at_a_time(batch, n_chunks))

@@ -10,6 +10,7 @@ BENCH_MODULES = [
     "crossspec_ros.bench.decode",
     "crossspec_ros.bench.distill",
     "crossspec_ros.bench.engine_cmd",
+    "crossspec_ros.bench.event_rate",
     "crossspec_ros.bench.exactness",
     "crossspec_ros.bench.fuzz",
     "crossspec_ros.bench.gpu_report",

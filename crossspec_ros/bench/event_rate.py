@@ -1,0 +1,249 @@
+"""`crossspec bench event-rate`: the event rates the draft node keeps up with, live.
+
+A live camera's driver publishes an EventPacket every millisecond or so (metavision_driver's
+and libcaer_driver's ``event_message_time_threshold`` default to 1 ms); the draft node decodes
+each one in its subscription callback, windows the events and drafts each closed window on its
+worker thread. For each rate a camera process (standing in for the driver, which is a process
+of its own) publishes synthetic evt3 packets (uniform over a 640x480 sensor, 1 ms each) in real
+time over DDS on loopback to the real draft node with the real drafter, and this reads what the
+node reports: windows drafted and dropped, late events, the first draft token after each
+window's close, and the CPU the draft node's process used. A rate is kept up with when the
+packets went out on time, no window was dropped and the first draft token's p95 stayed within
+the target (100 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from crossspec_ros import summaries
+
+TARGET_FIRST_TOKEN_MS = 100.0  # the draft node's promise: a draft within tens of ms
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "event-rate", help="the event rates the draft node keeps up with, live (packets over "
+        "DDS into the real draft node and drafter)",
+        description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser.add_argument("--rates", type=float, nargs="+", default=[1, 2, 5, 10, 20],
+                        metavar="MEV_S", help="event rates in millions of events/s "
+                        "(default 1 2 5 10 20)")
+    parser.add_argument("--seconds", type=float, default=4.0,
+                        help="seconds of events per rate (default 4: three closed windows)")
+    parser.add_argument("--drafter-model", type=Path, default=None,
+                        help="drafter directory (default: the nodes' default drafter)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the numbers as JSON")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="plot first-token latency and CPU against the event rate")
+    parser.set_defaults(func=run)
+
+
+def packets_at(rate_ev_s: float, seconds: float, seed: int = 0) -> list[Any]:
+    """``seconds`` of uniform random events at ``rate_ev_s`` as evt3 EventPacketData, 1 ms
+    each, stamped with their first event's time."""
+    from crossspec_ros.bench.decode import synthetic_batch
+    from crossspec_ros.events.encode import Evt3PacketEncoder
+
+    batch = synthetic_batch(max(int(rate_ev_s * seconds), 1), rate_ev_s, seed)
+    return Evt3PacketEncoder(batch.width, batch.height).encode(batch)
+
+
+def _to_msg(packet: Any) -> Any:
+    from event_camera_msgs.msg import EventPacket
+    from std_msgs.msg import Header
+
+    from crossspec_ros.nodes.common import ns_to_msg
+
+    return EventPacket(header=Header(stamp=ns_to_msg(packet.stamp_ns), frame_id="camera"),
+                       height=packet.height, width=packet.width, seq=packet.seq,
+                       time_base=packet.time_base, encoding=packet.encoding,
+                       is_bigendian=False, events=packet.events_bytes())
+
+
+def publish_packets(rate_ev_s: float, seconds: float, topic: str, depth: int,
+                    results: Any) -> None:
+    """The camera driver's side, in a process of its own (a driver is one): build the
+    packets, wait for the draft node's subscription, publish them on their own schedule; put
+    (seconds it took, packets sent late and by how much in ms) on ``results``."""
+    import rclpy
+    from event_camera_msgs.msg import EventPacket
+
+    from crossspec_ros.nodes.common import sensor_qos
+
+    packets = packets_at(rate_ev_s, seconds)
+    messages = [_to_msg(p) for p in packets]
+    rclpy.init()
+    try:
+        node = rclpy.create_node("crossspec_bench_camera")
+        publisher = node.create_publisher(EventPacket, topic, sensor_qos(depth))
+        deadline = time.monotonic() + 30
+        while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        late_ms = []
+        start = time.monotonic()
+        for packet, msg in zip(packets, messages, strict=True):
+            ahead = start + (packet.stamp_ns - packets[0].stamp_ns) / 1e9 - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+            else:
+                late_ms.append(-ahead * 1e3)
+            publisher.publish(msg)
+        results.put((time.monotonic() - start, late_ms, len(messages)))
+        node.destroy_node()
+    finally:
+        rclpy.shutdown()
+
+
+def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: Path | None,
+                 log: Any = print) -> tuple[dict[str, Any], Any]:
+    """One rate: a camera process publishes the packets in real time to a fresh draft node
+    in this process; (the rate's row, the drafter, loaded once and handed to the next
+    rate)."""
+    import multiprocessing
+
+    import rclpy
+    from crossspec import msg as cs_msg
+
+    from crossspec_ros.nodes.graph import create_nodes, make_executor, spin_in_thread
+
+    events = int(rate_ev_s * seconds)
+    rclpy.init()
+    executor = make_executor()
+    nodes: list = []
+    stop_spinning = None
+    camera = None
+    first_token: dict[int, float] = {}
+    try:
+        extra = {"drafter_model": str(drafter_model)} if drafter_model else {}
+        nodes = create_nodes(("draft",), extra={"draft": extra}, models=(None, drafter))
+        draft = nodes[0]
+        drafter = draft.drafter
+        listener = rclpy.create_node("crossspec_bench_event_rate")
+
+        def on_draft(msg: Any) -> None:
+            if msg.window_id not in first_token and msg.token_ids:
+                first_token[msg.window_id] = float(msg.first_token_latency_ms)
+
+        listener.create_subscription(cs_msg.DraftTokens, draft.params["draft_topic"],
+                                     on_draft, 100)
+        nodes.append(listener)
+        for node in nodes:
+            executor.add_node(node)
+        stop_spinning = spin_in_thread(executor)
+        spawn = multiprocessing.get_context("spawn")
+        results = spawn.Queue()
+        camera = spawn.Process(target=publish_packets, daemon=True, args=(
+            rate_ev_s, seconds, "/" + draft.params["event_topic"].lstrip("/"),
+            draft.params["sensor_qos_depth"], results))
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        camera.start()
+        sent_s, late_ms, packets = results.get(timeout=seconds * 20 + 120)
+        camera.join(timeout=30)
+        # the last window closes max_lateness_s after its end; wait for its draft too
+        time.sleep(draft.params["max_lateness_s"] + draft.params["window_length_s"] + 1.5)
+        cpu_s = time.process_time() - cpu0
+        wall_s = time.monotonic() - wall0
+        sync, decoder = draft.sync.stats, draft.decoder.stats
+        latencies = list(first_token.values())
+        row = {
+            "rate_mev_s": rate_ev_s / 1e6, "events": events, "packets": packets,
+            "sent_rate_mev_s": round(events / sent_s / 1e6, 2),
+            "packets_late": len(late_ms),
+            "packets_late_ms_p95": summaries.rounded(summaries.percentile(late_ms, 95), 1)
+            if late_ms else 0.0,
+            "draft_node_cpu_cores": round(cpu_s / wall_s, 2),
+            "windows_with_a_draft": len(latencies),
+            "dropped_windows": draft.queue.dropped + sync.dropped_windows,
+            "late_events": sync.late_events, "bad_packets": decoder.bad_packets,
+            "first_token_ms_p50": summaries.rounded(statistics.median(latencies), 1)
+            if latencies else None,
+            "first_token_ms_p95": summaries.rounded(summaries.percentile(latencies, 95), 1)
+            if latencies else None}
+        row["keeps_up"] = bool(
+            latencies and row["dropped_windows"] == 0
+            and row["sent_rate_mev_s"] >= 0.95 * row["rate_mev_s"]
+            and row["first_token_ms_p95"] <= TARGET_FIRST_TOKEN_MS)
+        log(f"  {row['rate_mev_s']:5.1f} M ev/s: sent {row['sent_rate_mev_s']} M ev/s, "
+            f"{row['windows_with_a_draft']} windows drafted, {row['dropped_windows']} dropped, "
+            f"first token p50 {row['first_token_ms_p50']} / p95 {row['first_token_ms_p95']} "
+            f"ms, draft node {row['draft_node_cpu_cores']} cores")
+        return row, drafter
+    finally:
+        if camera is not None and camera.is_alive():
+            camera.kill()
+        if stop_spinning is not None:
+            stop_spinning()
+        executor.shutdown(timeout_sec=2.0)
+        for node in nodes:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [r["rate_mev_s"] for r in rows]
+    fig, left = plt.subplots(figsize=(6, 3.5))
+    left.plot(rates, [r["first_token_ms_p95"] or float("nan") for r in rows], "o-",
+              label="first draft token p95 (ms)")
+    left.axhline(TARGET_FIRST_TOKEN_MS, color="grey", linestyle="--", label="target")
+    left.set_xlabel("event rate (M events/s)")
+    left.set_ylabel("ms after the window's close")
+    right = left.twinx()
+    right.plot(rates, [r["draft_node_cpu_cores"] for r in rows], "s:", color="tab:red",
+               label="draft node CPU (cores)")
+    right.set_ylabel("CPU cores used")
+    fig.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seconds < 2.5 or any(r <= 0 for r in args.rates):
+        print("crossspec bench event-rate: --seconds must be >= 2.5 (two closed windows) and "
+              "every rate > 0", file=sys.stderr)
+        return 2
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from crossspec_ros.process_tuning import tune_process_for_models
+
+    tune_process_for_models()
+    print(f"crossspec bench event-rate: {args.seconds} s of events per rate into the draft "
+          f"node, live", file=sys.stderr)
+    rows, drafter = [], None
+    for rate in args.rates:
+        row, drafter = measure_rate(rate * 1e6, args.seconds, drafter, args.drafter_model,
+                                    log=lambda s: print(s, file=sys.stderr))
+        rows.append(row)
+    print(f"{'M ev/s':>7} {'sent':>6} {'drafted':>8} {'dropped':>8} {'p50 ms':>7} "
+          f"{'p95 ms':>7} {'cores':>6}  keeps up")
+    for r in rows:
+        print(f"{r['rate_mev_s']:>7.1f} {r['sent_rate_mev_s']:>6.2f} "
+              f"{r['windows_with_a_draft']:>8} {r['dropped_windows']:>8} "
+              f"{r['first_token_ms_p50'] or float('nan'):>7.1f} "
+              f"{r['first_token_ms_p95'] or float('nan'):>7.1f} "
+              f"{r['draft_node_cpu_cores']:>6.2f}  "
+              f"{'yes' if r['keeps_up'] else 'NO'}")
+    kept = [r["rate_mev_s"] for r in rows if r["keeps_up"]]
+    print(f"keeps up with up to {max(kept) if kept else 0} M events/s (first draft token p95 "
+          f"<= {TARGET_FIRST_TOKEN_MS:.0f} ms, no window dropped, packets sent on time)")
+    report = {"seconds": args.seconds, "target_first_token_ms": TARGET_FIRST_TOKEN_MS,
+              "cpu_count": os.cpu_count(), "rows": rows}
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        _plot(rows, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
