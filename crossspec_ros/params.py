@@ -255,8 +255,11 @@ TOPIC_PARAMS = [
     Param("diagnostics_period_s", 1.0, "how often health is published [s]", positive, "> 0"),
     Param("max_queued_windows", 2, "windows waiting for a busy model; beyond, the oldest "
           "is dropped and counted", positive, ">= 1"),
-    Param("sensor_qos_depth", 50, "queue depth of the camera subscriptions (sensor-data QoS)",
-          positive, ">= 1"),
+    Param("sensor_qos_depth", 50, "queue depth of the RGB camera subscriptions (sensor-data "
+          "QoS)", positive, ">= 1"),
+    Param("event_qos_depth", 500, "queue depth of the event subscription (sensor-data QoS): "
+          "packets a busy draft node can fall behind by before DDS drops them (drivers send "
+          "one per ms; gaps are counted in /diagnostics missing_packets)", positive, ">= 1"),
     Param("latest_caption_topic", "crossspec/caption/latest",
           "crossspec/Caption: the latest FINAL or UNVERIFIED caption, latched (reliable, "
           "transient local, depth 1): a late subscriber gets it at once"),

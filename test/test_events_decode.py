@@ -134,3 +134,27 @@ def test_decoder_accepts_array_payloads_like_bytes() -> None:
     decoder = EventPacketDecoder()
     arrays = [replace(p, events=np.frombuffer(p.events, np.uint8)) for p in packets]
     assert EventBatch.concat([decoder.decode(p) for p in arrays]).equals(batch)
+
+
+def test_packets_skipped_in_the_seq_numbers_are_counted_missing_and_warned_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    _, packets = packets_of()
+    assert [p.seq for p in packets] == list(range(len(packets)))  # the encoder counts them
+    kept = [p for p in packets if p.seq not in (5, 6, 7, 40)]
+    decoder = EventPacketDecoder(name="/cam/events")
+    with caplog.at_level(logging.WARNING):
+        for packet in kept:
+            decoder.decode(packet)
+    assert decoder.stats.missing_packets == 4
+    warned = [w for w in warnings_in(caplog) if "missing" in w]
+    assert len(warned) == 1 and "seq 8 follows 4" in warned[0] and "/cam/events" in warned[0]
+
+
+@pytest.mark.parametrize("seqs", [[0, 0, 0, 0], [10, 11, 3, 4], [5, 6, 10**7, 10**7 + 1]],
+                         ids=["always zero", "a loop", "a restarted driver"])
+def test_seq_numbers_that_stay_go_back_or_leap_are_no_loss(seqs: list[int]) -> None:
+    _, packets = packets_of()
+    decoder = EventPacketDecoder()
+    for packet, seq in zip(packets, seqs, strict=False):
+        decoder.decode(replace(packet, seq=seq))
+    assert decoder.stats.missing_packets == 0

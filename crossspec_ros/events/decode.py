@@ -77,6 +77,9 @@ class DecodeStats:
     unknown_words: int = 0       # evt2 / evt21 / libcaer_cmp words of no type of the format
     untimed_events: int = 0      # evt2 / evt21 events before the stream's first time word
     unsupported_words: int = 0   # libcaer_cmp VECT_12 (no driver writes it)
+    # packets the stream's seq numbers skipped: lost on the way (a best-effort subscription
+    # whose queue overflowed drops them where the node cannot see it)
+    missing_packets: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -85,6 +88,10 @@ class DecodeStats:
     def bad_packets(self) -> int:
         """Packets whose events were dropped entirely (not counting empty packets)."""
         return self.unsupported_encoding + self.big_endian + self.invalid_size + self.decoder_errors
+
+
+# a larger forward jump of an EventPacket's seq is a restarted driver, not lost packets
+MAX_SEQ_GAP = 100_000
 
 
 class EventPacketDecoder:
@@ -105,6 +112,7 @@ class EventPacketDecoder:
         self._encoding: str | None = None
         self._triggers = TriggerWordCounter() if count_triggers else None
         self._warned: set[str] = set()
+        self._last_seq: int | None = None
 
     def _problem(self, kind: str, msg: str, *args: object) -> None:
         """Warn the first time a kind of problem shows up in this stream, then log at debug."""
@@ -157,9 +165,23 @@ class EventPacketDecoder:
             self._restart(enc, w, h)
         return enc
 
+    def _count_gap(self, seq: int) -> None:
+        """Count the packets a forward jump of ``seq`` skipped. A seq that stays (drivers
+        that leave it 0) or goes back (a bag loop, a restarted driver) is no loss, nor is a
+        jump too large to be one."""
+        last, self._last_seq = self._last_seq, int(seq)
+        if last is None or not 1 < self._last_seq - last <= MAX_SEQ_GAP:
+            return
+        self.stats.missing_packets += self._last_seq - last - 1
+        self._problem("missing", "packets missing from the stream (seq %d follows %d): lost "
+                      "on the way, e.g. a subscription queue that overflowed (raise "
+                      "event_qos_depth); further gaps are only counted in missing_packets",
+                      self._last_seq, last)
+
     def decode(self, packet: EventPacketData) -> EventBatch:
         """Decode one packet (in stream order) into events on the ROS clock."""
         self.stats.packets += 1
+        self._count_gap(packet.seq)
         enc = self._accept(packet)
         if enc is None:
             return EventBatch.empty(max(packet.width, 0), max(packet.height, 0))

@@ -103,7 +103,7 @@ class DraftNode(ManagedNode):
                                             reliable_qos())
         self.pub_diag = self.add_publisher(DiagnosticArray, p["diagnostics_topic"], 10)
         self.add_subscription(EventPacket, p["event_topic"], self._on_events,
-                              sensor_qos(p["sensor_qos_depth"]))
+                              sensor_qos(p["event_qos_depth"]))
         self.add_subscription(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                               self._on_confirmed, reliable_qos())
         self.add_timer(0.1, self._tick)
@@ -293,7 +293,10 @@ class DraftNode(ManagedNode):
                   self.windows_drafted, "late_events": s.late_events, "resets": s.resets,
                   "windows_cut_short": self.windows_cut_short,
                   "bad_packets": self.decoder.stats.bad_packets,
+                  "missing_packets": self.decoder.stats.missing_packets,
                   "last_first_token_ms": round(self.last_first_token_ms, 1)}
-        level = 1 if self.queue.dropped or self.decoder.stats.bad_packets else 0
-        self.pub_diag.publish(diagnostics(self, "crossspec: draft", values, level,
-                                          "dropping windows" if self.queue.dropped else "ok"))
+        stats = self.decoder.stats
+        level = 1 if self.queue.dropped or stats.bad_packets or stats.missing_packets else 0
+        message = "dropping windows" if self.queue.dropped else \
+            "event packets missing (raise event_qos_depth)" if stats.missing_packets else "ok"
+        self.pub_diag.publish(diagnostics(self, "crossspec: draft", values, level, message))
