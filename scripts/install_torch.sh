@@ -13,10 +13,11 @@ VENV=$1
 CUDA=${CUDA:-0}
 TORCH_VERSION=2.13.0
 CPU_INDEX_URL=${CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
-PIP_QUIET=${PIP_QUIET:--q}
+# pip reads PIP_* variables itself (PIP_QUIET must be a number there): not one of those
+SETUP_QUIET=${SETUP_QUIET:--q}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
-pip_() { "$VENV/bin/python" -m pip "$@" $PIP_QUIET --disable-pip-version-check; }
+pip_() { "$VENV/bin/python" -m pip "$@" $SETUP_QUIET --disable-pip-version-check; }
 # which torch the venv has: none, cpu or cuda
 torch_build() {
   "$VENV/bin/python" -c "import torch; print('cuda' if torch.version.cuda else 'cpu')" \

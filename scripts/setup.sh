@@ -9,11 +9,12 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=$ROOT/.venv
 PYTHON=${PYTHON:-python3}
-PIP_QUIET=${PIP_QUIET:--q}
+# pip reads PIP_* variables itself (PIP_QUIET must be a number there): not one of those
+SETUP_QUIET=${SETUP_QUIET:--q}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
-pip_install() { "$VENV/bin/python" -m pip install $PIP_QUIET --disable-pip-version-check "$@" 2>&1 \
+pip_install() { "$VENV/bin/python" -m pip install $SETUP_QUIET --disable-pip-version-check "$@" 2>&1 \
   | grep -v -E "is ignored: it is neither a file nor a directory" || true; }
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -22,7 +23,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 # torch first (CPU build; CUDA=1: a CUDA build), so nothing below pulls another one
-PIP_QUIET=$PIP_QUIET bash "$ROOT/scripts/install_torch.sh" "$VENV"
+SETUP_QUIET=$SETUP_QUIET bash "$ROOT/scripts/install_torch.sh" "$VENV"
 
 REQ_HASH=$(hash_of requirements.txt requirements-ros.txt)
 if [ "$(cat "$VENV/.crossspec-requirements" 2>/dev/null)" != "$REQ_HASH" ]; then
