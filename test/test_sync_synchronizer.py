@@ -421,3 +421,29 @@ def test_rgb_only_synchronizer_closes_windows_on_the_frame_watermark() -> None:
 def test_unknown_stream_names_are_rejected() -> None:
     with pytest.raises(ValueError, match="streams"):
         sync(streams=("lidar",))
+
+
+@pytest.mark.parametrize("case", ["in order", "ties at the seams", "one late chunk"])
+def test_a_windows_events_equal_the_merge_of_its_chunks_however_they_were_buffered(
+        case: str) -> None:
+    from crossspec_ros.sync.synchronizer import _merge_chunks
+
+    rng = np.random.default_rng(5)
+    chunks = []
+    for start in range(30, 930, 30):  # 30 chunks in one window [0, 1000), 3 ns each
+        t = np.sort(rng.integers(start, start + 3, 40))
+        if case == "ties at the seams" and chunks and start % 60 == 0:
+            t[0] = chunks[-1].t[-1]  # starts where the last one ended: the list, merged
+        chunks.append(EventBatch(t, rng.integers(0, 8, 40), rng.integers(0, 6, 40),
+                                 rng.integers(0, 2, 40), 8, 6))
+    if case == "one late chunk":
+        chunks.insert(20, chunks.pop(5))
+    s = sync()
+    s._last_window_events = 50  # a small first buffer: it has to grow
+    for chunk in chunks:
+        s.add_events(chunk)
+    # buffered as one run only while every chunk began after the last one ended
+    assert (s._pending[0].run is not None) == (case == "in order")
+    window = s.flush()[0]
+    assert window.events.equals(_merge_chunks(chunks, 8, 6))
+    assert len(window.events) == 30 * 40 and window.events.is_sorted()

@@ -71,11 +71,60 @@ class SyncStats:
     pending_events: int = 0
 
 
+class _EventRun:
+    """A window's event chunks copied into one growing buffer as they come. While every chunk
+    starts strictly after the previous one ended (a live camera's packets in order), the
+    buffer is already their time-sorted union, so closing the window copies nothing: a second
+    of a busy camera is millions of events, and their merge delayed the draft by tens of ms.
+    The chunk bounds are kept, so a chunk that comes out of order turns the run back into
+    the chunk list ``_merge_chunks`` orders (the same result either way)."""
+
+    def __init__(self, first: EventBatch, capacity: int) -> None:
+        size = max(capacity, len(first))
+        self.columns = [np.empty(size, dtype=a.dtype) for a in _columns(first)]
+        self.width, self.height = first.width, first.height
+        self.n = 0
+        self.bounds = [0]
+        self.append(first)
+
+    def follows(self, chunk: EventBatch) -> bool:
+        """``chunk`` starts strictly after the run's last event."""
+        return int(chunk.t[0]) > int(self.columns[0][self.n - 1])
+
+    def append(self, chunk: EventBatch) -> None:
+        end = self.n + len(chunk)
+        if end > len(self.columns[0]):
+            grown = []
+            for column in self.columns:
+                bigger = np.empty(max(end, 2 * len(column)), dtype=column.dtype)
+                bigger[:self.n] = column[:self.n]
+                grown.append(bigger)
+            self.columns = grown
+        for column, values in zip(self.columns, _columns(chunk), strict=True):
+            column[self.n:end] = values
+        self.n = end
+        self.bounds.append(end)
+
+    def batch(self) -> EventBatch:
+        return EventBatch(*(c[:self.n] for c in self.columns), self.width, self.height)
+
+    def chunks(self) -> list[EventBatch]:
+        return [EventBatch(*(c[a:b] for c in self.columns), self.width, self.height)
+                for a, b in pairwise(self.bounds)]
+
+
+def _columns(batch: EventBatch) -> tuple[np.ndarray, ...]:
+    return batch.t, batch.x, batch.y, batch.p
+
+
 @dataclass
 class _Pending:
-    """Data buffered for one window that is not closed yet."""
+    """Data buffered for one window that is not closed yet: its events in ``run`` while each
+    chunk starts after the last one ended, in ``chunks`` (merged at the close) once one does
+    not."""
 
     chunks: list[EventBatch] = field(default_factory=list)
+    run: _EventRun | None = None
     frames: dict[int, StampedFrame] = field(default_factory=dict)
     n_events: int = 0
     announced: int = 0  # slots whose frame was announced (announce_frames)
@@ -150,6 +199,7 @@ class WindowSynchronizer:
         self._stats = SyncStats()
         self._pending: dict[int, _Pending] = {}
         self._pending_events = 0
+        self._last_window_events = 0  # the size a new window's event buffer starts with
         self._ev_max: int | None = None   # latest event time seen (this epoch)
         self._rgb_max: int | None = None  # latest frame stamp seen (this epoch)
         self._closed_before: int | None = None  # every id below this is closed
@@ -225,7 +275,7 @@ class WindowSynchronizer:
             bounds = [start, *cuts.tolist(), len(ev)]
             for a, b in pairwise(bounds):
                 pend = self._pending_for(int(ids[a]))
-                pend.chunks.append(ev.take(slice(a, b)))
+                self._buffer(pend, ev.take(slice(a, b)))
                 pend.n_events += b - a
                 self._pending_events += b - a
         self._ev_max = t_last if self._ev_max is None else max(self._ev_max, t_last)
@@ -332,6 +382,18 @@ class WindowSynchronizer:
                            size[0], size[1], *self._sensor)
         return False
 
+    def _buffer(self, pend: _Pending, chunk: EventBatch) -> None:
+        """Keep ``chunk`` for its window: appended to the window's run while the chunks come
+        in time order (room for as many events as the last window had), else in the list."""
+        if pend.run is None and not pend.chunks:
+            pend.run = _EventRun(chunk, self._last_window_events)
+        elif pend.run is not None and pend.run.follows(chunk):
+            pend.run.append(chunk)
+        else:
+            if pend.run is not None:
+                pend.chunks, pend.run = pend.run.chunks(), None
+            pend.chunks.append(chunk)
+
     def _pending_for(self, wid: int) -> _Pending:
         pend = self._pending.get(wid)
         if pend is None:
@@ -400,8 +462,11 @@ class WindowSynchronizer:
         self._pending_events -= pend.n_events
         t0, t1 = window_bounds(wid, self.window_len_ns)
         frames = sample_frames(pend.frames.values(), t0, t1, self.frames_per_window)
+        self._last_window_events = pend.n_events
         win = Window(
-            id=wid, t0=t0, t1=t1, events=_merge_chunks(pend.chunks, *self._sensor),
+            id=wid, t0=t0, t1=t1,
+            events=pend.run.batch() if pend.run is not None else _merge_chunks(pend.chunks,
+                                                                               *self._sensor),
             frames=frames, n_distinct_frames=len({id(f) for f in frames}),
             epoch=self._stats.epoch, closed_by=reason,
         )
