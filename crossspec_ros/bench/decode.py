@@ -14,7 +14,6 @@ words; a real sensor's column readout shares them and uses vector words) and for
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import evt3
 import numpy as np
 
+from crossspec_ros.bench.outputs import save_outputs
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.encode import encode_evt3_packets
@@ -179,10 +179,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name:<22} {r['mev_s']:8.1f} M events/s  ({r['seconds'] * 1e3:.1f} ms, "
               f"{r['bytes_per_event']:.2f} bytes/event){verdict}")
     print(f"target: >= {TARGET_MEV_S:.0f} M events/s for each of crossspec's decode paths")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.plot:
-        _plot(report, args.plot)
-        print(f"wrote {args.plot}")
+    save_outputs(report, args.json, args.plot, lambda path: _plot(report, path))
     return 0

@@ -15,7 +15,6 @@ draft token's p95 stayed within the target (100 ms).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crossspec_ros import summaries
+from crossspec_ros.bench.outputs import save_outputs
 
 TARGET_FIRST_TOKEN_MS = 100.0  # the draft node's promise: a draft within tens of ms
 
@@ -258,10 +258,5 @@ def run(args: argparse.Namespace) -> int:
           f"and received)")
     report = {"seconds": args.seconds, "target_first_token_ms": TARGET_FIRST_TOKEN_MS,
               "cpu_count": os.cpu_count(), "keeps_up_to_mev_s": kept, "rows": rows}
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.plot:
-        _plot(rows, args.plot)
-        print(f"wrote {args.plot}")
+    save_outputs(report, args.json, args.plot, lambda path: _plot(rows, path))
     return 0
