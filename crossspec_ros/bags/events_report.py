@@ -26,7 +26,8 @@ from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES, EventArrayData
 # Decoder counters that mean a problem (shown in the table when non-zero).
 PROBLEMS = ("empty_packets", "unsupported_encoding", "big_endian", "invalid_size",
             "size_changes", "odd_length", "decoder_errors", "out_of_bounds_events",
-            "clock_resets", "unknown_words", "untimed_events", "unsupported_words")
+            "clock_resets", "unknown_words", "untimed_events", "unsupported_words",
+            "missing_packets")
 
 
 @dataclass
