@@ -244,6 +244,10 @@ ENGINE_PARAMS = [
     Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "
           "selected, while the window is still open (Video-LLaVA verifiers; false: the whole "
           "prefill after the window closes)"),
+    Param("early_start", True, "verifier node, with live prefill: caption a window as soon as "
+          "every frame it reads is decided (usually tens of ms before it closes) and publish "
+          "the caption at the close when the closed window reads the same frames (else it is "
+          "discarded and the window captioned again); false: start at the close"),
 ]
 
 TOPIC_PARAMS = [

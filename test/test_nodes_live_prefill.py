@@ -4,6 +4,8 @@ window's prefill start over (counted), never a wrong caption."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,57 @@ def test_the_next_windows_frames_are_prefilled_between_the_rounds_of_this_one(no
     second, result = node.results[1]
     assert second.id == 1 and result.stats.live_prefill_frames >= pipelined
     assert result.tokens == node.engine.verifier_only(second)
+
+
+def idle_steps(node, steps: int = 3) -> None:
+    """The worker with nothing closed: it prefills queued frames and starts early."""
+    for _ in range(steps):
+        node.queue.wake()
+        node._step()
+
+
+def test_a_window_whose_frames_are_decided_is_captioned_before_it_closes_published_at_the_close(
+        node):
+    for k, t in enumerate(range(0, 1050, 50)):  # the frame at 1000 ms decides slot 7 (950)
+        node._on_image(image(t, k))
+    idle_steps(node)
+    assert node.held._held and not node.results  # decoded, held, nothing published
+    assert node.book.counters["windows_final"] == 0
+    node._on_image(image(1050, 99))  # the watermark passes 1 s: the window closes
+    run_worker(node, 1)
+    [(window, result)] = node.results
+    assert window.closed_by == "watermark" and node.held.counters["early_published"] == 1
+    assert node.book.counters["windows_final"] == 1
+    assert result.tokens == node.engine.verifier_only(window)
+    assert result.stats.ready_before_close_ms > 0  # it was complete before the close
+    assert 0 <= result.stats.confirmed_done_ms < result.stats.ready_before_close_ms + 1e3
+
+
+def test_a_held_caption_whose_frames_a_late_frame_changed_is_discarded_and_redone(node):
+    for k, t in enumerate(range(0, 1050, 50)):
+        node._on_image(image(t, k))
+    idle_steps(node)
+    assert node.held._held
+    node._on_image(image(190, 99))  # nearer slot 1's target (187.5 ms), later than the slack
+    node._on_image(image(1050, 98))
+    run_worker(node, 1)
+    [(window, result)] = node.results
+    assert 190 * MS in [f.stamp_ns for f in window.frames]
+    assert node.held.counters == {"early_published": 0, "early_discarded": 1,
+                                  "early_dropped": 0}
+    assert math.isnan(result.stats.ready_before_close_ms)  # captioned after the close
+    assert result.tokens == node.engine.verifier_only(window)
+
+
+def test_without_early_start_a_window_is_captioned_at_its_close(node):
+    node.params["early_start"] = False
+    for k, t in enumerate(range(0, 1050, 50)):
+        node._on_image(image(t, k))
+    idle_steps(node)
+    assert not node.held._held and node.live.live_windows()[0].complete
+    node._on_image(image(1050, 99))
+    run_worker(node, 1)
+    [(window, result)] = node.results
+    assert math.isnan(result.stats.ready_before_close_ms)
+    assert result.stats.live_prefill_frames == 8
+    assert result.tokens == node.engine.verifier_only(window)

@@ -9,11 +9,15 @@ from crossspec_ros.sync.window import StampedFrame
 
 
 class FakePrefill:
-    """Counts the frames added, in slot order, as LivePrefill does."""
+    """Counts the frames added, in slot order, as LivePrefill does (three slots)."""
 
     def __init__(self) -> None:
         self.frames = 0
         self.stamps: list[int] = []
+
+    @property
+    def complete(self) -> bool:
+        return self.frames == 3
 
     def add_frame(self, image, stamp_ns: int) -> None:
         self.frames += 1
@@ -75,3 +79,16 @@ def test_epochs_keep_windows_with_the_same_id_apart():
     s.add([selection(5, 0, epoch=0), selection(5, 0, epoch=1)])
     s.prefill_queued()
     assert s.take((0, 5)).frames == 1 and s.take((1, 5)).frames == 1
+
+
+def test_a_window_is_taken_complete_only_once_every_slot_is_in_with_its_frames():
+    s = scheduler()
+    s.add([selection(1, 0), selection(1, 1), selection(2, 0)])
+    s.prefill_queued()
+    assert s.take_complete() is None  # window 1 has 2 of 3 slots
+    s.add([selection(1, 2)])
+    s.prefill_queued()
+    key, live, frames = s.take_complete()
+    assert key == (0, 1) and live.stamps == [100, 101, 102]
+    assert [f.stamp_ns for f in frames] == [100, 101, 102]
+    assert s.take((0, 1)) is None and s.take_complete() is None  # taken once

@@ -54,9 +54,10 @@ ALONE = GraphPass("alone", ("verifier",), {"max_proposal": 0, "live_prefill": Fa
                   "the verifier node alone, prefill after the close, no speculation (what a "
                   "user without crossspec runs)")
 LIVE_ALONE = GraphPass("live_alone", ("verifier",), {"max_proposal": 0, "step_rows": 1},
-                       "the verifier node alone with live prefill, no speculation")
+                       "the verifier node alone with live prefill and early start, no "
+                       "speculation")
 CROSSSPEC = GraphPass("crossspec", ("draft", "verifier"), {},
-                      "draft and verifier nodes, live prefill and speculation")
+                      "draft and verifier nodes, live prefill, early start and speculation")
 COMPARED = (ALONE, LIVE_ALONE, CROSSSPEC)
 
 
@@ -230,7 +231,8 @@ class DriveMonitor:
                        verifier_prefill_ms=_num(s.verifier_prefill_ms),
                        confirmed_first_ms=_num(s.confirmed_first_ms),
                        final_draft_text=result.draft_text,
-                       live_prefill_frames=s.live_prefill_frames)
+                       live_prefill_frames=s.live_prefill_frames,
+                       ready_before_close_ms=_num(s.ready_before_close_ms))
             self.last_activity = time.monotonic()
             done = self._row_done(key)
         if done is not None and self.on_row is not None:
@@ -518,7 +520,11 @@ def compare_graphs(results: dict[tuple[str, int], list[dict]], rounds: range
         passes[graph.name] = {
             "graph": list(graph.kinds), "about": graph.about,
             "confirmed_ms_median": _median(v for d in values for v in d.values()),
-            "confirmed_ms_median_rounds": [_median(d.values()) for d in values]}
+            "confirmed_ms_median_rounds": [_median(d.values()) for d in values],
+            # early start: how long before the close each caption was complete
+            "ready_before_close_ms_median": _median(
+                r["ready_before_close_ms"] for k in rounds for r in results[(graph.name, k)]
+                if r["status"] == "FINAL" and r.get("ready_before_close_ms") is not None)}
     same = [r["confirmed_text"] == other.get(r["window"]) for k in rounds
             for name in (ALONE.name, LIVE_ALONE.name)
             for other in [{o["window"]: o["confirmed_text"] for o in results[(name, k)]
@@ -543,8 +549,18 @@ def compare_line(compare: dict[str, Any]) -> str:
             f"{_x(live['paired_speedup_median'])}; confirmed median after the close: alone "
             f"{passes['alone']['confirmed_ms_median']} ms, live_alone "
             f"{passes['live_alone']['confirmed_ms_median']} ms, crossspec "
-            f"{passes['crossspec']['confirmed_ms_median']} ms; same captions "
+            f"{passes['crossspec']['confirmed_ms_median']} ms{_ahead(passes)}; same captions "
             f"{compare['same_captions']}/{compare['compared_captions']}")
+
+
+def _ahead(passes: dict[str, Any]) -> str:
+    """How long before the close the early-started passes had their captions complete."""
+    ahead = {name: p["ready_before_close_ms_median"] for name, p in passes.items()
+             if p.get("ready_before_close_ms_median") is not None}
+    if not ahead:
+        return ""
+    return "; complete before the close (early start, median): " + ", ".join(
+        f"{name} {ms} ms" for name, ms in ahead.items())
 
 
 def _x(value: float | None) -> str:
@@ -639,6 +655,11 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
         "confirmed_done_ms_median": _median(done),
         "acceptance": round(accepted / proposed, 3) if proposed else None,
         "accepted": accepted, "proposed": proposed}
+    # early start: captions decoded before their window closed, and how long before
+    ahead = [r["ready_before_close_ms"] for r in final
+             if r.get("ready_before_close_ms") is not None]
+    summary["early_started"] = len(ahead)
+    summary["ready_before_close_ms_median"] = _median(ahead)
     scored = [r for r in final if r.get("draft_word_error_rate") is not None]
     summary["draft_agreement_windows"] = len(scored)
     summary["draft_token_agreement_median"] = summaries.rounded(summaries.median(
@@ -660,6 +681,10 @@ def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
             f"{summary['draft_first_token_ms_p95']} ms; confirmed after the close median "
             f"{summary['confirmed_done_ms_median']} ms; accepted draft tokens {accepted} of "
             f"{proposed} proposed ({_pct(summary['acceptance'] or math.nan)})")
+    if ahead:
+        line += (f"; {len(ahead)} of {len(final)} captions decoded before the close (early "
+                 f"start), complete a median {summary['ready_before_close_ms_median']} ms "
+                 f"before it")
     if scored:
         line += (f"; complete drafts against their final captions ({len(scored)} windows): "
                  f"token agreement median {summary['draft_token_agreement_median']}, word "

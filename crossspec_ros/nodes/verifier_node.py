@@ -7,7 +7,9 @@ Publishes crossspec/ConfirmedTokens after each verification round (the draft nod
 to them) and crossspec/Caption for consumers, as the caption protocol (sync/captions.py)
 decides: DRAFT while only the draft exists, PARTIAL with a confirmed prefix and the draft's
 unconfirmed tail, FINAL when done, UNVERIFIED (the draft) for windows the verifier never
-captions. This node only converts messages and runs the engine.
+captions. With live prefill each frame is prefilled as soon as it is selected, and with early
+start a window whose frames are all decided is captioned before it closes and published at the
+close (speculative/early_start.py). This node only converts messages and runs the engine.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from crossspec_ros.nodes.common import (
 from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import VERIFIER_NODE_PARAMS
 from crossspec_ros.speculative.drafting import DraftChannel
+from crossspec_ros.speculative.early_start import HeldCaption, HeldCaptions, provisional_window
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
@@ -107,6 +110,7 @@ class VerifierNode(ManagedNode):
         self._finished_seen = (0, 0)
         self.live_prefill = False
         self.live: LivePrefillScheduler | None = None  # with live prefill (configure)
+        self.held = HeldCaptions()  # early start: captions decoded before their close
 
     def configure_node(self) -> None:
         p = self.params
@@ -181,6 +185,7 @@ class VerifierNode(ManagedNode):
             self.worker.stop()  # the window in progress ends first
         if self.live is not None:
             self.live.clear()  # their KV caches go with them
+        self.held.clear()
         with self._lock:  # the windows left open will never be verified: say so now
             stopped = self.book.stop(time.monotonic())
             if self.context.ok():  # not when the whole process is going down
@@ -285,27 +290,25 @@ class VerifierNode(ManagedNode):
         if item is None:
             if self.live is not None:
                 self.live.prefill_queued()
+                if self.params["early_start"]:
+                    self._start_early()
             return
-        with self._lock:
-            config, self._next_config = self._next_config, None
-        if config is not None:
-            self.engine.reconfigure(config)
+        self._take_config()
         window, t_close = item
         key = window.key
+        held = self.held.claim(window)
+        if held is not None:
+            self._release(held, window, t_close)
+            return
         live = self.live.take(key) if self.live is not None else None
         with self._lock:
             if not self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic()):
                 self.channels.pop(key, None)
                 return  # its caption already finished without RGB: one caption per window
             channel = self.channels.setdefault(key, DraftChannel())
-        turn = self.verifier_first.turn() if self.verifier_first is not None else nullcontext()
         try:
-            with turn:
-                result = self.engine.run_window(
-                    window, on_event=lambda e: self._on_engine(window, e), t_close=t_close,
-                    draft=channel, live=live,
-                    look=channel.wait_window_state if self.engine.head is not None else None,
-                    between_rounds=self.live.between_rounds if self.live is not None else None)
+            result = self._run_engine(window, channel, live, t_close,
+                                      on_event=lambda e: self._on_engine(window, e))
         finally:
             with self._lock:
                 self.channels.pop(key, None)
@@ -313,6 +316,57 @@ class VerifierNode(ManagedNode):
                     self._publish(self.book.on_verifier_gave_up(
                         key, window.t0, window.t1, time.monotonic(),
                         UnverifiedReason.VERIFIER_FAILED))
+        self._finish(window, result)
+
+    def _take_config(self) -> None:
+        """A live parameter change, from this window on."""
+        with self._lock:
+            config, self._next_config = self._next_config, None
+        if config is not None:
+            self.engine.reconfigure(config)
+
+    def _run_engine(self, window: Any, channel: DraftChannel, live: Any, t_close: float,
+                    on_event: Callable[[EngineEvent], None]) -> WindowResult:
+        turn = self.verifier_first.turn() if self.verifier_first is not None else nullcontext()
+        with turn:
+            return self.engine.run_window(
+                window, on_event=on_event, t_close=t_close, draft=channel, live=live,
+                look=channel.wait_window_state if self.engine.head is not None else None,
+                between_rounds=self.live.between_rounds if self.live is not None else None)
+
+    def _start_early(self) -> None:
+        """Caption a window whose frames are all decided and prefilled, before it closes; the
+        caption is held for the close (speculative/early_start.py)."""
+        taken = self.live.take_complete()
+        if taken is None:
+            return
+        key, live, frames = taken
+        window = provisional_window(key, frames, self.sync.window_len_ns)
+        with self._lock:
+            if self.book.is_finished(key):
+                return
+            channel = self.channels.setdefault(key, DraftChannel())
+        self._take_config()
+        held = HeldCaption(window)
+        try:
+            held.done(self._run_engine(window, channel, live, time.monotonic(), held.keep))
+        finally:
+            with self._lock:
+                self.channels.pop(key, None)
+        self.held.hold(held)
+
+    def _release(self, held: HeldCaption, window: Any, t_close: float) -> None:
+        """Publish the held caption of the closed ``window`` (it read the same frames)."""
+        key, now = window.key, time.monotonic()
+        with self._lock:
+            if not self.book.on_verifier_start(key, window.t0, window.t1, now):
+                return  # its caption already finished without RGB: one caption per window
+        stats = held.result.stats
+        for event in held.release(t_close, now):
+            self._on_engine(window, event, stats)
+        self._finish(window, held.result)
+
+    def _finish(self, window: Any, result: WindowResult) -> None:
         self.counters["windows_verified"] += 1
         s = result.stats
         self.counters["live_redone"] += s.live_prefill_frames < 0
@@ -322,10 +376,10 @@ class VerifierNode(ManagedNode):
         if self.on_result is not None:
             self.on_result(window, result)
 
-    def _on_engine(self, window: Any, event: EngineEvent) -> None:
+    def _on_engine(self, window: Any, event: EngineEvent, stats: Any = None) -> None:
         if event.kind is not EventKind.CONFIRMED:
             return
-        stats = self.engine.current_stats
+        stats = stats if stats is not None else self.engine.current_stats
         with self._lock:
             self._publish(self.book.on_confirmed(
                 window.key, event.text, event.done, event.t_ms,
@@ -367,6 +421,7 @@ class VerifierNode(ManagedNode):
                   "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
                   "resets": s.resets, **self.counters, **self.book.counters,
                   **(self.live.counters if self.live is not None else {}),
+                  **self.held.counters,
                   **{k: round(v, 3) for k, v in self.last_stats.items()},
                   **self.agreement.summary()}
         finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])

@@ -9,6 +9,8 @@ prefill and only the question is left.
 
     selections --> [queue] --prefill_queued()--> LivePrefill per window (at most ``keep``)
                                     \\--take(key)--> the engine, at the close
+                                    \\--take_complete()--> the engine, every frame in
+                                                          (early start, before the close)
 
 - A window whose slot 0 was missed (announced before this scheduler started, or dropped) is
   not prefilled live: the engine prefills it in one shot at the close.
@@ -32,6 +34,7 @@ from typing import Any
 
 from crossspec_ros.sync.captions import WindowKey
 from crossspec_ros.sync.synchronizer import FrameSelection
+from crossspec_ros.sync.window import StampedFrame
 
 KEEP_WINDOWS = 2  # live prefills held at once (each holds a KV cache of a whole prompt)
 PIPELINE_BACKLOG = 4  # queued frames that make a decoding window make room for one
@@ -46,6 +49,7 @@ class LivePrefillScheduler:
         self.keep, self.backlog = keep, backlog
         self._queued: deque[FrameSelection] = deque()
         self._live: OrderedDict[WindowKey, Any] = OrderedDict()
+        self._frames: dict[WindowKey, list[StampedFrame]] = {}  # in each held prefill
         self.counters = {"live_frames": 0, "live_dropped": 0, "live_frames_pipelined": 0}
 
     def add(self, selections: Iterable[FrameSelection]) -> None:
@@ -70,18 +74,31 @@ class LivePrefillScheduler:
             live = self._live.get(key)
             if live is None and job.slot == 0:
                 live = self._live[key] = self.new_prefill()
+                self._frames[key] = []
                 while len(self._live) > self.keep:
-                    self._live.popitem(last=False)
+                    self._frames.pop(self._live.popitem(last=False)[0], None)
                     self.counters["live_dropped"] += 1
             if live is not None and job.slot == live.frames:
                 live.add_frame(job.frame.image, job.frame.stamp_ns)
+                self._frames[key].append(job.frame)
                 self.counters["live_frames"] += 1
         return done
 
     def take(self, key: WindowKey) -> Any | None:
         """The closed window ``key``'s live prefill (its own queued frames first), or None."""
         self.prefill_queued(up_to=key)
+        self._frames.pop(key, None)
         return self._live.pop(key, None)
+
+    def take_complete(self) -> tuple[WindowKey, Any, list[StampedFrame]] | None:
+        """The oldest held prefill whose every frame is in, with its frames (slot order),
+        taken as ``take`` takes one: its window can be captioned before it closes
+        (``speculative/early_start.py``); None when no held window is complete."""
+        for key, live in self._live.items():
+            if live.complete:
+                del self._live[key]
+                return key, live, self._frames.pop(key)
+        return None
 
     def between_rounds(self) -> None:
         """Between a decoding window's rounds: one later frame when the backlog is deep."""
@@ -96,3 +113,4 @@ class LivePrefillScheduler:
         """Forget everything queued and held (their KV caches go with them)."""
         self._queued.clear()
         self._live.clear()
+        self._frames.clear()

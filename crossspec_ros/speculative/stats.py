@@ -29,6 +29,8 @@ class WindowStats:
     draft_done_ms: float = NAN
     confirmed_first_ms: float = NAN
     confirmed_done_ms: float = NAN
+    ready_before_close_ms: float = NAN  # early start: the caption was complete this long
+    #                                     before the close (NaN: decoded after the close)
 
     def record_round(self, proposer: str | None, proposed: int, accepted: int) -> None:
         self.rounds += 1
@@ -97,4 +99,5 @@ class WindowStats:
             "draft_done_ms": num(self.draft_done_ms),
             "confirmed_first_ms": num(self.confirmed_first_ms),
             "confirmed_done_ms": num(self.confirmed_done_ms),
+            "ready_before_close_ms": num(self.ready_before_close_ms),
         }
