@@ -185,3 +185,29 @@ def test_sampling_with_a_proposal_on_the_prefill_keeps_the_first_token_distribut
     assert proposed == n
     # 1500 samples: per-token standard error <= 0.013; tolerance 0.06 is > 4 sigma
     assert torch.max(torch.abs(counts / n - p)).item() < 0.06
+
+
+def test_a_relaxed_acceptance_rule_accepts_more_marks_its_captions_and_exact_stays_lossless():
+    verifier, drafter = ToyModel(), ToyModel(noise=1.5)
+    exact, relaxed = (SpeculativeEngine(verifier, drafter, EngineConfig(
+        max_new_tokens=16, proposers=("draft_stream",), adaptive=False, acceptance=rule))
+        for rule in ("exact", "top_k:4"))
+    accepted = {"exact": 0, "relaxed": 0}
+    differs = 0
+    for window_id in range(6):
+        window = ToyWindow(window_id, 40 + window_id)
+        a, b = exact.run_window(window), relaxed.run_window(window)
+        assert a.tokens == plain_greedy(verifier, window, 16) and a.stats.acceptance_rule == ""
+        assert b.stats.acceptance_rule == "top_k:4"
+        accepted["exact"] += a.stats.total_accepted
+        accepted["relaxed"] += b.stats.total_accepted
+        differs += b.tokens != a.tokens
+    assert accepted["relaxed"] > accepted["exact"]
+    assert differs >= 1  # lossy: that is why it is marked
+
+
+def test_a_relaxed_rule_with_sampling_is_refused():
+    with pytest.raises(ValueError, match="needs greedy"):
+        EngineConfig(mode="sampling", acceptance="top_k:2")
+    with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
+        EngineConfig(acceptance="top_k")

@@ -71,3 +71,49 @@ def test_sampling_never_accepts_a_token_the_verifier_cannot_produce():
     for _ in range(200):
         verdict = verify_sampling([2], torch.stack([p_logits, p_logits]), generator=gen)
         assert verdict.n_accepted == 0 and verdict.next_token in (0, 1)
+
+
+def test_exact_acceptance_rule_is_greedy_verification():
+    from crossspec_ros.speculative.verify import AcceptanceRule, verify_relaxed
+
+    logits = torch.randn(5, 8, generator=torch.Generator().manual_seed(3))
+    for proposals in ([], [0, 1, 2, 3], logits.argmax(-1).tolist()[:4]):
+        rows = logits[:len(proposals) + 1]
+        assert verify_relaxed(proposals, rows, AcceptanceRule()) == \
+            verify_greedy(proposals, rows)
+
+
+def test_top_k_accepts_a_proposal_within_the_k_likeliest_and_stops_at_the_first_outside():
+    from crossspec_ros.speculative.verify import AcceptanceRule, verify_relaxed
+
+    logits = torch.tensor([[5.0, 4.0, 3.0, 0.0], [0.0, 1.0, 9.0, 2.0], [1.0, 0.0, 0.0, 0.0]])
+    # token 1 is second at row 0, token 3 second at row 1: both pass top-2, not greedy
+    assert verify_relaxed([1, 3], logits, AcceptanceRule.parse("top_k:2")) == Verdict(2, 0)
+    assert verify_greedy([1, 3], logits) == Verdict(0, 0)
+    # token 2 is third at row 0: top-2 rejects it and the verifier's own token follows
+    assert verify_relaxed([2, 3], logits, AcceptanceRule.parse("top_k:2")) == Verdict(0, 0)
+    assert verify_relaxed([2, 3], logits, AcceptanceRule.parse("top_k:3")) == Verdict(2, 0)
+
+
+def test_typical_acceptance_lets_more_through_a_flat_distribution_than_a_peaked_one():
+    from crossspec_ros.speculative.verify import AcceptanceRule, verify_relaxed
+
+    rule = AcceptanceRule.parse("typical:0.09")
+    flat = torch.tensor([[1.0, 0.9, 0.8, 0.7], [0.0, 0.0, 0.0, 0.0]])  # token 3: p ~ 0.21
+    peaked = torch.tensor([[6.0, 0.0, 0.0, 2.6], [0.0, 0.0, 0.0, 0.0]])  # token 3: p ~ 0.03
+    assert verify_relaxed([3], flat, rule).n_accepted == 1
+    assert verify_relaxed([3], peaked, rule).n_accepted == 0
+
+
+def test_acceptance_rules_parse_and_name_themselves_and_bad_ones_say_what_is_allowed():
+    import pytest
+
+    from crossspec_ros.speculative.verify import AcceptanceRule
+
+    assert AcceptanceRule.parse("exact").lossless and AcceptanceRule.parse("exact").name == ""
+    assert AcceptanceRule.parse("top_k:3").name == "top_k:3"
+    assert AcceptanceRule.parse("typical:0.3").name == "typical:0.3"
+    assert not AcceptanceRule.parse("typical:0.3").lossless
+    for bad in ("top_k:1", "top_k:x", "typical:1.5", "loose", "exact:2"):
+        with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
+            AcceptanceRule.parse(bad)

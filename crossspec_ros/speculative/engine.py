@@ -51,10 +51,12 @@ from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.suffix import SuffixIndex
 from crossspec_ros.speculative.tree import DraftTree
 from crossspec_ros.speculative.verify import (
+    AcceptanceRule,
     Verdict,
     sample_token,
     verify_greedy,
     verify_greedy_tree,
+    verify_relaxed,
     verify_sampling,
 )
 from crossspec_ros.speculative.vocab import VocabularyBridge, make_bridge
@@ -81,6 +83,8 @@ class EngineConfig:
     drafter_gate: bool = True            # with adaptive: a local drafter runs only while it
     #                                      measurably pays (DrafterGate)
     keep_sessions: bool = False          # keep both KV caches on the result (tests, debugging)
+    acceptance: str = "exact"            # greedy: "exact" (lossless), or a lossy relaxed rule
+    #                                      "top_k:K" / "typical:EPS" (verify.AcceptanceRule)
 
     def __post_init__(self) -> None:
         if self.mode not in ("greedy", "sampling"):
@@ -93,6 +97,12 @@ class EngineConfig:
         unknown = set(self.proposers) - set(PROPOSERS)
         if unknown:
             raise ValueError(f"unknown proposers {sorted(unknown)}")
+        if not AcceptanceRule.parse(self.acceptance).lossless and self.mode != "greedy":
+            raise ValueError("a relaxed acceptance rule needs greedy decoding")
+
+    @property
+    def acceptance_rule(self) -> AcceptanceRule:
+        return AcceptanceRule.parse(self.acceptance)
 
 
 @dataclass
@@ -173,7 +183,8 @@ class SpeculativeEngine:
         window_id = int(getattr(window, "id", 0))
         events: list[EngineEvent] = []
         emit = self._emitter(window_id, t_close, events, on_event)
-        stats = WindowStats(proposer_names=list(self.config.proposers))
+        stats = WindowStats(proposer_names=list(self.config.proposers),
+                            acceptance_rule=self.config.acceptance_rule.name)
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
@@ -325,7 +336,8 @@ class SpeculativeEngine:
         # one: in a one-shot prefill the mask takes every prompt row off attention's causal
         # fast path (bundled pair: +0.3-0.5 ms a window on 146 rows, while make bench saw
         # 0 of 38 branch tokens taken there), and the search for branches costs ~0.3 ms
-        branches = live_finish and cfg.mode == "greedy" and self.verifier.supports_tree_prefill
+        branches = live_finish and cfg.mode == "greedy" and cfg.acceptance_rule.lossless and \
+            self.verifier.supports_tree_prefill
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
                                           self.verifier.info.proposable_ids,
                                           self._model_chains(head_run, []), branches)
@@ -362,7 +374,7 @@ class SpeculativeEngine:
                                    self._model_chains(head_run, confirmed))
         t_round = time.perf_counter()
         branching = session.supports_tree and self.config.mode == "greedy" and \
-            not tree.is_chain()
+            self.config.acceptance_rule.lossless and not tree.is_chain()
         if not branching:
             tree = tree.best_path()
             if session.max_rows is not None:
@@ -399,7 +411,9 @@ class SpeculativeEngine:
     def _verify_chain(self, proposal: list[int], rows: torch.Tensor,
                       generator: torch.Generator | None) -> Verdict:
         if self.config.mode == "greedy":
-            return verify_greedy(proposal, rows)
+            rule = self.config.acceptance_rule
+            return verify_greedy(proposal, rows) if rule.lossless else \
+                verify_relaxed(proposal, rows, rule)
         return verify_sampling(proposal, rows, temperature=self.config.temperature,
                                generator=generator)
 

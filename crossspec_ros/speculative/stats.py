@@ -13,6 +13,7 @@ class WindowStats:
     """Counts and latencies of one window (latencies: ms after the window closed)."""
 
     proposer_names: list[str] = field(default_factory=list)
+    acceptance_rule: str = ""        # "" lossless; else the relaxed rule that made the caption
     proposed: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
     rounds: int = 0                  # verifier forwards after the prefill
@@ -82,6 +83,7 @@ class WindowStats:
             return None if isinstance(x, float) and math.isnan(x) else round(x, 3)
 
         return {
+            "acceptance_rule": self.acceptance_rule,
             "rounds": self.rounds, "plain_rounds": self.plain_rounds,
             "prefill_accepted": self.prefill_accepted,
             "prefill_fed": self.prefill_fed,

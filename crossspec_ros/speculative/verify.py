@@ -5,7 +5,8 @@ the verifier's distribution after the confirmed prefix plus the first i proposal
 returns how many proposals are accepted and the verifier's own next token (the correction
 after a rejection, or the bonus token when all k were accepted). Both rules are lossless:
 greedy reproduces the verifier's argmax sequence exactly; speculative sampling reproduces
-its sampling distribution exactly (Leviathan et al. 2023, Chen et al. 2023).
+its sampling distribution exactly (Leviathan et al. 2023, Chen et al. 2023). The relaxed
+rules (``AcceptanceRule``, ``verify_relaxed``) are not: opt-in, and their captions are marked.
 """
 
 from __future__ import annotations
@@ -39,6 +40,80 @@ def verify_greedy(proposals: Sequence[int], target_logits: torch.Tensor) -> Verd
     while n < len(proposals) and proposals[n] == argmax[n]:
         n += 1
     return Verdict(n, int(argmax[n]))
+
+
+@dataclass(frozen=True)
+class AcceptanceRule:
+    """Which proposed tokens greedy verification accepts. ``exact`` (the default): only the
+    verifier's argmax, so the caption is the verifier's own. The relaxed rules are lossy, for
+    users who trade exactness for speed, and every caption they make is marked:
+
+    - ``top_k:K``: a proposal within the verifier's K likeliest tokens at its position;
+    - ``typical:EPS``: a proposal whose probability is at least min(EPS, sqrt(EPS) *
+      exp(-entropy)) (typical acceptance, Cai et al. 2024, Medusa: a flat distribution lets
+      more through than a peaked one).
+
+    After the first proposal the rule rejects, the verifier's argmax follows, as in greedy."""
+
+    kind: str = "exact"
+    k: int = 1
+    epsilon: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> AcceptanceRule:
+        """``exact``, ``top_k:K`` (K >= 2) or ``typical:EPS`` (0 < EPS < 1)."""
+        kind, _, value = text.strip().partition(":")
+        try:
+            if kind == "exact" and not value:
+                return cls()
+            if kind == "top_k" and int(value) >= 2:
+                return cls("top_k", k=int(value))
+            if kind == "typical" and 0.0 < float(value) < 1.0:
+                return cls("typical", epsilon=float(value))
+        except ValueError:
+            pass
+        raise ValueError(f"acceptance must be 'exact', 'top_k:K' (K >= 2) or 'typical:EPS' "
+                         f"(0 < EPS < 1), got '{text}'")
+
+    @property
+    def lossless(self) -> bool:
+        return self.kind == "exact"
+
+    @property
+    def name(self) -> str:
+        """How captions are marked: "" for exact, else the rule (``top_k:3``)."""
+        if self.kind == "top_k":
+            return f"top_k:{self.k}"
+        return f"typical:{self.epsilon:g}" if self.kind == "typical" else ""
+
+    def accepted(self, logits: torch.Tensor) -> torch.Tensor:
+        """[rows, vocab] logits -> [rows, vocab] bool: which tokens the rule accepts at each
+        row (the argmax always)."""
+        argmax = torch.zeros_like(logits, dtype=torch.bool)
+        argmax.scatter_(-1, logits.argmax(-1, keepdim=True), True)
+        if self.kind == "top_k":
+            top = torch.zeros_like(argmax)
+            top.scatter_(-1, logits.topk(self.k, dim=-1).indices, True)
+            return top | argmax
+        if self.kind == "typical":
+            logp = torch.log_softmax(logits.double(), dim=-1)
+            entropy = -(logp.exp() * logp).sum(-1, keepdim=True)
+            floor = torch.minimum(torch.full_like(entropy, self.epsilon),
+                                  self.epsilon ** 0.5 * torch.exp(-entropy))
+            return (logp.exp() >= floor) | argmax
+        return argmax
+
+
+def verify_relaxed(proposals: Sequence[int], target_logits: torch.Tensor,
+                   rule: AcceptanceRule) -> Verdict:
+    """Accept the longest prefix ``rule`` accepts, then the verifier's argmax (with
+    ``AcceptanceRule()`` exactly ``verify_greedy``). Lossy unless the rule is exact."""
+    _check_shapes(proposals, target_logits)
+    accepted = rule.accepted(target_logits)
+    n = 0
+    while n < len(proposals) and bool(accepted[n, int(proposals[n])]):
+        n += 1
+    return Verdict(n, int(torch.argmax(target_logits[n])))
 
 
 def verify_sampling(proposals: Sequence[int], target_logits: torch.Tensor,
