@@ -29,6 +29,7 @@ bench: setup
 	@mkdir -p build/bench
 	$(CROSSSPEC) bench decode --json build/bench/decode.json --plot build/bench/decode.png
 	$(CROSSSPEC) bench event-rate --json build/bench/event_rate.json --plot build/bench/event_rate.png
+	$(CROSSSPEC) bench lossy --json build/bench/lossy.json --plot build/bench/lossy.png
 	$(CROSSSPEC) bench engine --out build/bench --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head
 
 clean:

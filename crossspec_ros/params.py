@@ -166,6 +166,16 @@ def one_of(*choices: str) -> Callable[[Any], bool]:
     return lambda x: x in choices
 
 
+def _acceptance_rule(x: Any) -> bool:
+    from crossspec_ros.speculative.verify import AcceptanceRule  # torch: only when checked
+
+    try:
+        AcceptanceRule.parse(x)
+    except (ValueError, AttributeError):
+        return False
+    return True
+
+
 # Models: empty paths mean the bundled tiny pair (crossspec train-tiny).
 MODEL_PARAMS = [
     Param("verifier_model", "", "Video-LLaVA: local directory or hub id in the local cache "
@@ -225,6 +235,12 @@ ENGINE_PARAMS = [
           lambda x: bool(x) and set(x.split(",")) <= set(PROPOSERS),
           "a comma-separated subset of " + ", ".join(PROPOSERS) + " (draft_head: with the "
           "parameter draft_head; added by it when missing)", live=True),
+    Param("acceptance", "exact", "which proposed tokens the verifier accepts: exact (its own "
+          "argmax: lossless, the default) or a relaxed, LOSSY rule for a latency budget: "
+          "top_k:K (within its K likeliest tokens) or typical:EPS (probability at least "
+          "min(EPS, sqrt(EPS) * exp(-entropy))); greedy decoding only; every caption made "
+          "under a relaxed rule names it (Caption.acceptance_rule)", _acceptance_rule,
+          "exact, top_k:K (K >= 2) or typical:EPS (0 < EPS < 1)", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
     Param("caption_corpus", "", "the verifier's captions of earlier drives, one per line "

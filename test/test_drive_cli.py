@@ -75,7 +75,7 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
 
 
 def _caption(wid: int, status: int, draft: str, draft_done_ms: float, confirmed: str = "",
-             done_ms: float = float("nan")):
+             done_ms: float = float("nan"), acceptance_rule: str = ""):
     from types import SimpleNamespace
 
     stamp = SimpleNamespace(sec=wid, nanosec=0)
@@ -85,7 +85,7 @@ def _caption(wid: int, status: int, draft: str, draft_done_ms: float, confirmed:
                            draft_text=draft, draft_first_token_ms=5.0,
                            draft_done_ms=draft_done_ms, confirmed_text=confirmed,
                            confirmed_done_ms=done_ms, acceptance=0.5, unverified_reason=0,
-                           draft_state=3)
+                           draft_state=3, acceptance_rule=acceptance_rule)
 
 
 def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_skips_a_late_one():
@@ -117,6 +117,38 @@ def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_ski
                                                                     abs=0.001)
     assert "complete drafts against their final captions (1 windows)" in summary["line"]
     assert summary["early_started"] == 0 and "early start" not in summary["line"]
+
+
+def test_a_lossy_caption_is_marked_in_the_terminal_and_the_json_and_checked_apart(capsys):
+    import io
+    from types import SimpleNamespace
+
+    from crossspec_ros.cli.drive_cmd import DriveMonitor, _check_lossless, summarize
+
+    out = io.StringIO()
+    monitor = DriveMonitor(out=out)
+    monitor.on_caption(_caption(1, 2, "", float("nan"), "a car turns", 3.0))
+    monitor.on_caption(_caption(2, 2, "", float("nan"), "a car waits", 3.0,
+                                acceptance_rule="top_k:3"))
+    assert "[1] confirmed " in out.getvalue() and "[2] LOSSY (top_k:3) " in out.getvalue()
+    rows = [monitor.rows[(0, 1)], monitor.rows[(0, 2)]]
+    assert [r["acceptance_rule"] for r in rows] == ["", "top_k:3"]
+    # the verifier alone says "a car turns" for both windows (token ids 7 and 8)
+    for wid, tokens in ((1, [7]), (2, [8])):
+        monitor.windows[(0, wid)] = object()
+        monitor.results[(0, wid)] = SimpleNamespace(tokens=tokens)
+    engine = SimpleNamespace(config=SimpleNamespace(mode="greedy"), verifier_only=lambda w: [7],
+                             verifier=SimpleNamespace(tokenizer=SimpleNamespace(
+                                 decode=lambda ids, skip_special_tokens: "a car turns")))
+    _check_lossless(engine, monitor, rows)
+    assert rows[0]["lossless"] is True and "lossless" not in rows[1]
+    assert rows[1]["lossy_same_as_verifier"] is False
+    assert "NOT LOSSLESS" not in capsys.readouterr().out  # lossy by choice, not a fault
+    summary = summarize(rows, dropped=0)
+    assert (summary["lossless"], summary["lossless_checked"]) == (1, 1)
+    assert summary["lossy_windows"] == 1 and summary["acceptance_rules"] == ["top_k:3"]
+    assert "LOSSY (top_k:3): 1 captions under a relaxed acceptance rule, 0 of them the " \
+        "verifier's own" in summary["line"]
 
 
 def test_the_summary_says_how_many_captions_were_decoded_before_their_close():

@@ -166,3 +166,34 @@ def test_without_early_start_a_window_is_captioned_at_its_close(node):
     assert math.isnan(result.stats.ready_before_close_ms)
     assert result.stats.live_prefill_frames == 8
     assert result.tokens == node.engine.verifier_only(window)
+
+
+def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
+    from rclpy.parameter import Parameter
+
+    rclpy.init()
+    node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=[
+        Parameter("acceptance", value="top_k:3")]))
+    node.worker.stop()
+    published = []
+    node.pub_caption.publish = published.append
+    try:
+        for k, t in enumerate(range(0, 1100, 50)):
+            node._on_image(image(t, k))
+        run_worker(node, 2)
+        final = [m for m in published if m.status == 2]
+        assert len(final) == 1 and final[0].acceptance_rule == "top_k:3"
+        assert all(m.acceptance_rule == "top_k:3" for m in published if m.confirmed_text)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+def test_exact_captions_carry_no_acceptance_rule(node):
+    published = []
+    node.pub_caption.publish = published.append
+    for k, t in enumerate(range(0, 1100, 50)):
+        node._on_image(image(t, k))
+    run_worker(node, 2)
+    final = [m for m in published if m.status == 2]
+    assert len(final) == 1 and final[0].acceptance_rule == ""

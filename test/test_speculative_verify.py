@@ -117,3 +117,13 @@ def test_acceptance_rules_parse_and_name_themselves_and_bad_ones_say_what_is_all
     for bad in ("top_k:1", "top_k:x", "typical:1.5", "loose", "exact:2"):
         with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
             AcceptanceRule.parse(bad)
+
+
+def test_a_relaxed_rule_never_runs_a_caption_on_where_the_verifier_ends_it():
+    from crossspec_ros.speculative.verify import AcceptanceRule, verify_relaxed
+
+    eos = 1
+    logits = torch.tensor([[0.0, 5.0, 4.9, 0.0], [0.0, 0.0, 0.0, 3.0]])  # the verifier stops
+    rule = AcceptanceRule.parse("top_k:3")
+    assert verify_relaxed([2], logits, rule) == Verdict(1, 3)  # without a stop token: on
+    assert verify_relaxed([2], logits, rule, stop_token=eos) == Verdict(0, eos)

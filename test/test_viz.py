@@ -327,3 +327,13 @@ def test_rviz_config_shows_annotated_image_and_caption_marker_in_camera_frame():
     assert image["Topic"]["Value"] == "/crossspec/annotated_image"
     marker = displays["rviz_default_plugins/Marker"]
     assert marker["Topic"]["Value"] == "/crossspec/caption_marker"
+
+
+def test_a_lossy_caption_says_so_in_the_marker_and_on_the_frame():
+    assert marker_text("A car turns", "", "FINAL", lossy="top_k:3").startswith(
+        "[FINAL, LOSSY top_k:3] A car")
+    assert marker_text("A car turns", "", "FINAL").startswith("[FINAL] A car")
+    rgb = np.zeros((120, 160, 3), np.uint8)
+    plain = annotate_frame(rgb, "A car turns", "", "FINAL", 3)
+    lossy = annotate_frame(rgb, "A car turns", "", "FINAL", 3, lossy="top_k:3")
+    assert not np.array_equal(plain, lossy)  # the header carries the mark

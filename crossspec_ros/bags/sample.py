@@ -48,7 +48,8 @@ def ground_truth_caption(store: Any, t0: int, t1: int, text: str) -> Any:
         window_start=ns_to_time(t0), window_end=ns_to_time(t1),
         status=STATUS_FINAL, confirmed_text=text, unconfirmed_text="", draft_text="",
         draft_first_token_ms=nan, draft_done_ms=nan, confirmed_first_ms=nan,
-        confirmed_done_ms=nan, acceptance=nan, unverified_reason=0, draft_state=0)
+        confirmed_done_ms=nan, acceptance=nan, unverified_reason=0, draft_state=0,
+        acceptance_rule="")
 
 
 SAMPLE_DRIVE_SEED = 23  # the simulated drive in the committed rosbags/sample

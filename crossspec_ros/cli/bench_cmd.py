@@ -13,6 +13,7 @@ BENCH_MODULES = [
     "crossspec_ros.bench.event_rate",
     "crossspec_ros.bench.exactness",
     "crossspec_ros.bench.fuzz",
+    "crossspec_ros.bench.lossy",
     "crossspec_ros.bench.gpu_report",
     "crossspec_ros.bench.passes",
     "crossspec_ros.bench.split",

@@ -70,7 +70,8 @@ def engine_config(p: dict[str, Any]) -> EngineConfig:
     return EngineConfig(max_new_tokens=p["max_new_tokens"], mode=p["decoding"],
                         temperature=p["temperature"], max_proposal=p["max_proposal"],
                         max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],
-                        proposers=proposers, history_windows=p["history_windows"])
+                        proposers=proposers, history_windows=p["history_windows"],
+                        acceptance=p["acceptance"])
 
 
 class VerifierNode(ManagedNode):
@@ -383,7 +384,8 @@ class VerifierNode(ManagedNode):
         with self._lock:
             self._publish(self.book.on_confirmed(
                 window.key, event.text, event.done, event.t_ms,
-                stats.acceptance if stats is not None else NAN, time.monotonic()))
+                stats.acceptance if stats is not None else NAN, time.monotonic(),
+                acceptance_rule=stats.acceptance_rule if stats is not None else ""))
         msg = cs_msg.ConfirmedTokens(
             window_id=int(window.id), epoch=int(window.epoch), window_start=ns_to_msg(window.t0),
             window_end=ns_to_msg(window.t1), base_index=event.base,
@@ -455,4 +457,5 @@ def caption_msg(caption: WindowCaption) -> Any:
         draft_first_token_ms=caption.draft_first_token_ms,
         draft_done_ms=caption.draft_done_ms, confirmed_first_ms=caption.confirmed_first_ms,
         confirmed_done_ms=caption.confirmed_done_ms, acceptance=caption.acceptance,
-        unverified_reason=int(caption.unverified_reason), draft_state=int(caption.draft_state))
+        unverified_reason=int(caption.unverified_reason), draft_state=int(caption.draft_state),
+        acceptance_rule=caption.acceptance_rule)

@@ -108,7 +108,8 @@ class VizNode(ManagedNode):
         with self._lock:
             self._latest = msg
         marker = Marker(ns="crossspec", id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD,
-                        text=marker_text(msg.confirmed_text, msg.unconfirmed_text, msg.status))
+                        text=marker_text(msg.confirmed_text, msg.unconfirmed_text, msg.status,
+                                         lossy=msg.acceptance_rule))
         marker.header.frame_id = self._frame_id
         marker.header.stamp = msg.header.stamp
         marker.pose.position.z = 2.0
@@ -118,7 +119,8 @@ class VizNode(ManagedNode):
         self.pub_marker.publish(marker)
         if self.foxglove is not None:
             self.foxglove.log_caption(msg.window_id, msg.status, msg.confirmed_text,
-                                      msg.unconfirmed_text, _latencies(msg),
+                                      msg.unconfirmed_text,
+                                      {**_latencies(msg), "acceptance_rule": msg.acceptance_rule},
                                       msg_to_ns(msg.header.stamp))
 
     def _on_image(self, msg: Image) -> None:
@@ -145,7 +147,8 @@ class VizNode(ManagedNode):
         except UnsupportedImageError:
             return  # the verifier node counts and reports bad frames
         out = annotate_frame(rgb, caption.confirmed_text, caption.unconfirmed_text,
-                             caption.status, caption.window_id, _latencies(caption))
+                             caption.status, caption.window_id, _latencies(caption),
+                             lossy=caption.acceptance_rule)
         image = Image(height=out.shape[0], width=out.shape[1], encoding="rgb8", is_bigendian=0,
                       step=out.shape[1] * 3, data=out.tobytes())
         image.header = msg.header

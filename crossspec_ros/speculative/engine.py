@@ -413,7 +413,7 @@ class SpeculativeEngine:
         if self.config.mode == "greedy":
             rule = self.config.acceptance_rule
             return verify_greedy(proposal, rows) if rule.lossless else \
-                verify_relaxed(proposal, rows, rule)
+                verify_relaxed(proposal, rows, rule, self.verifier.info.eos_token_id)
         return verify_sampling(proposal, rows, temperature=self.config.temperature,
                                generator=generator)
 

@@ -106,6 +106,7 @@ class WindowCaption:
     confirmed_first_ms: float = NAN
     confirmed_done_ms: float = NAN
     acceptance: float = NAN
+    acceptance_rule: str = ""        # "" lossless; else the relaxed rule: a LOSSY caption
     verifying: bool = False          # the verifier has taken the window
     given_up_at: float | None = None  # the verifier will never caption it (since when)
     reason: UnverifiedReason = UnverifiedReason.NONE  # why, once given up
@@ -215,13 +216,16 @@ class CaptionBook:
         return True
 
     def on_confirmed(self, key: WindowKey, text: str, done: bool, t_ms: float,
-                     acceptance: float, now: float) -> list[WindowCaption]:
-        """A verification round confirmed ``text`` (the whole confirmed caption so far)."""
+                     acceptance: float, now: float, acceptance_rule: str = ""
+                     ) -> list[WindowCaption]:
+        """A verification round confirmed ``text`` (the whole confirmed caption so far);
+        ``acceptance_rule``: the relaxed rule it was accepted under ("" exact: lossless)."""
         state = self.windows.get(key)
         if state is None:
             return []
         state.confirmed_text = text
         state.acceptance = float(acceptance)
+        state.acceptance_rule = acceptance_rule
         if math.isnan(state.confirmed_first_ms):
             state.confirmed_first_ms = float(t_ms)
         if done:

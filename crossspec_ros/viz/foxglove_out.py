@@ -82,6 +82,7 @@ CAPTION_SCHEMA: dict[str, Any] = {
         "confirmed_first_ms": _NUMBER_OR_NULL,
         "confirmed_done_ms": _NUMBER_OR_NULL,
         "acceptance": _NUMBER_OR_NULL,
+        "acceptance_rule": {"type": "string"},  # "": lossless; else the relaxed rule (LOSSY)
     },
 }
 

@@ -228,6 +228,7 @@ def annotate_frame(
     status: int | str,
     window_id: int,
     latency_ms: Mapping[str, object] | None = None,
+    lossy: str = "",
 ) -> np.ndarray:
     """A copy of `rgb` with a caption band drawn over its bottom rows.
 
@@ -264,7 +265,9 @@ def annotate_frame(
     tag = f" {name} "
     gap = small.getlength("  ")
     # the tag is measured with its pill padding so the header wraps where it is drawn
-    header_items = [tag, f"#{int(window_id)}", *_format_latencies(latency_ms)]
+    # a caption made under a relaxed acceptance rule (Caption.acceptance_rule) says so first
+    header_items = [tag, *([f"LOSSY {lossy}"] if lossy else []), f"#{int(window_id)}",
+                    *_format_latencies(latency_ms)]
     header_lines = _greedy_lines(header_items, small.getlength, gap, avail - 2 * tag_pad)
 
     words = _styled_words(confirmed or "", unconfirmed or "")
@@ -333,8 +336,10 @@ def annotate_frame(
     return out
 
 
-def marker_text(confirmed: str, unconfirmed: str, status: int | str, width: int = 48) -> str:
-    """Text for an RViz TEXT_VIEW_FACING marker: "[STATUS] confirmed [unconfirmed tail]".
+def marker_text(confirmed: str, unconfirmed: str, status: int | str, width: int = 48,
+                lossy: str = "") -> str:
+    """Text for an RViz TEXT_VIEW_FACING marker: "[STATUS] confirmed [unconfirmed tail]"
+    ("[STATUS, LOSSY rule]" for a caption made under a relaxed acceptance rule ``lossy``).
 
     RViz draws one colour per marker, so brackets mark the unconfirmed tail; lines are wrapped
     at `width` characters because RViz does not wrap.
@@ -347,5 +352,6 @@ def marker_text(confirmed: str, unconfirmed: str, status: int | str, width: int 
     at_word_break = raw_confirmed[-1:].isspace() or raw_tail[:1].isspace()
     lead = " " if at_word_break and confirmed else ""
     body = confirmed + (f"{lead}[{tail}]" if tail else "")
-    text = f"[{status_name(status)}] {body}".rstrip()
+    mark = f", LOSSY {lossy}" if lossy else ""
+    text = f"[{status_name(status)}{mark}] {body}".rstrip()
     return "\n".join(textwrap.wrap(text, width=max(8, width), break_long_words=True)) or text

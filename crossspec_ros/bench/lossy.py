@@ -1,0 +1,239 @@
+"""`crossspec bench lossy`: what each relaxed acceptance rule buys, and what it costs.
+
+Every window of a bag (the sample bag by default, whose ground-truth captions say what the
+simulator put in each scene) goes through lossless crossspec (``exact``) and crossspec under
+each relaxed rule (``top_k:K``, ``typical:EPS``, ``speculative/verify.py``), in a fresh
+order per window, each as the live graph runs it: frames prefilled as the synchronizer would
+announce them, the latency taken from the close (``bench/engine.py`` ``live_runner``). Per
+rule:
+
+- speed: confirmed latency after the close, paired window by window against ``exact``;
+- quality against the simulator: attribute accuracy of the caption, parsed back to the
+  scene's attributes (``sim/captions.parse_caption``), against the ground-truth caption's, as
+  ``crossspec eval-tiny`` scores the verifier;
+- fidelity to the verifier: windows whose caption is the verifier's own, and the share of
+  caption positions holding the verifier's token.
+
+The rules are opt-in (parameter ``acceptance``); lossless crossspec is always the first row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crossspec_ros import summaries
+from crossspec_ros.paths import sample_bag
+
+DEFAULT_RULES = ("top_k:2", "top_k:3", "top_k:5", "typical:0.3", "typical:0.1")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lossy", help="relaxed (lossy) acceptance rules against lossless crossspec: speed, "
+        "attribute accuracy, agreement with the verifier",
+        description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser.add_argument("--rules", nargs="+", default=list(DEFAULT_RULES), metavar="RULE",
+                        help="relaxed rules, top_k:K or typical:EPS (default: "
+                        + " ".join(DEFAULT_RULES) + ")")
+    parser.add_argument("--bag", type=Path, default=sample_bag(),
+                        help="bag with a /crossspec/ground_truth Caption topic (default: the "
+                        "bundled sample bag)")
+    parser.add_argument("--windows", type=int, default=24)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="plot attribute accuracy against latency, one point per rule")
+    parser.set_defaults(func=run)
+
+
+@dataclass
+class RuleRun:
+    """One rule's windows: latency after the close, caption tokens, window ids."""
+
+    latency_ms: list[float] = field(default_factory=list)
+    captions: list[list[int]] = field(default_factory=list)
+    window_ids: list[int] = field(default_factory=list)
+    accepted_per_pass: list[float] = field(default_factory=list)
+
+
+def position_agreement(a: list[int], b: list[int]) -> tuple[int, int]:
+    """(positions holding the same token, positions): over the longer caption."""
+    return sum(x == y for x, y in zip(a, b, strict=False)), max(len(a), len(b))
+
+
+def score(runs: dict[str, RuleRun], decode: Any, parse: Any, truth: dict[int, str]
+          ) -> dict[str, Any]:
+    """Per rule: latency, paired speedup against ``exact``, attribute accuracy against the
+    ground truth, and agreement with the exact (the verifier's own) captions."""
+    from crossspec_ros.train.evaluate import attribute_accuracy
+
+    exact = runs["exact"]
+    rows: dict[str, Any] = {}
+    for name, run in runs.items():
+        ok = total = same = pos_ok = pos_n = 0
+        for wid, tokens, reference in zip(run.window_ids, run.captions, exact.captions,
+                                          strict=True):
+            if wid in truth:
+                got, n = attribute_accuracy(parse(decode(tokens)), parse(truth[wid]))
+                ok, total = ok + got, total + n
+            same += tokens == reference
+            agree, n = position_agreement(tokens, reference)
+            pos_ok, pos_n = pos_ok + agree, pos_n + n
+        ratios = summaries.paired_ratios(dict(enumerate(exact.latency_ms)),
+                                         dict(enumerate(run.latency_ms)))
+        spread = summaries.spread(ratios.values())
+        rows[name] = {
+            "lossless": name == "exact",
+            "latency_ms_median": summaries.rounded(summaries.median(run.latency_ms), 2),
+            "latency_ms_p95": summaries.rounded(summaries.percentile(run.latency_ms, 95), 2),
+            "paired_speedup_vs_exact": spread["median"],
+            "paired_speedup_vs_exact_q25": spread["q25"],
+            "paired_speedup_vs_exact_q75": spread["q75"],
+            "attribute_accuracy": round(ok / total, 4) if total else None,
+            "attributes_scored": total,
+            "same_as_verifier": f"{same}/{len(run.captions)}",
+            "token_agreement": round(pos_ok / pos_n, 4) if pos_n else None,
+            "accepted_per_pass_mean": summaries.rounded(
+                sum(run.accepted_per_pass) / len(run.accepted_per_pass), 2)
+            if run.accepted_per_pass else None,
+        }
+    base = rows["exact"]["attribute_accuracy"]
+    for row in rows.values():
+        acc = row["attribute_accuracy"]
+        row["accuracy_points_lost"] = round(100 * (base - acc), 2) \
+            if base is not None and acc is not None else None
+    return rows
+
+
+def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
+              max_new_tokens: int, warmup: int, corpus: Any = (), log: Any = print
+              ) -> dict[str, RuleRun]:
+    """Every window through ``exact`` and each rule, shuffled per window; warm-up windows
+    are not kept."""
+    from crossspec_ros.bench.engine import bench_runtimes, live_runner
+    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+
+    runtimes = bench_runtimes(verifier, drafter, RuntimeOptions(compile=True), max_new_tokens,
+                              log)
+    runners = {}
+    for name in ("exact", *rules):
+        config = EngineConfig(max_new_tokens=max_new_tokens, acceptance=name)
+        engine = SpeculativeEngine(runtimes.verifier, runtimes.drafter, config, corpus=corpus)
+        runners[name] = live_runner(runtimes.verifier, engine)
+    runs = {name: RuleRun() for name in runners}
+    shuffle = random.Random(0)
+    for index, window in enumerate(windows):
+        results = {name: runners[name](window)
+                   for name in shuffle.sample(list(runners), len(runners))}
+        if index < warmup:
+            log(f"window {index + 1}/{len(windows)}: warm-up, not counted")
+            continue
+        for name, (tokens, latency, stats) in results.items():
+            run = runs[name]
+            run.latency_ms.append(latency)
+            run.captions.append(list(tokens))
+            run.window_ids.append(int(window.id))
+            run.accepted_per_pass.append(stats.total_accepted / (stats.rounds + 1))
+        log(f"window {index + 1}/{len(windows)}: " + ", ".join(
+            f"{name} {results[name][1]:.1f}" for name in runners) + " ms")
+    return runs
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    lines = ["| rule | lossless | median ms after the close | p95 ms | paired speedup vs exact "
+             "(IQR) | attribute accuracy | points lost | same as the verifier | token "
+             "agreement | accepted per pass |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for name, row in report["rules"].items():
+        lines.append(
+            f"| {name} | {'yes' if row['lossless'] else '**no**'} | "
+            f"{row['latency_ms_median']} | {row['latency_ms_p95']} | "
+            f"{_x(row['paired_speedup_vs_exact'])} ({_x(row['paired_speedup_vs_exact_q25'])}-"
+            f"{_x(row['paired_speedup_vs_exact_q75'])}) | {row['attribute_accuracy']} | "
+            f"{row['accuracy_points_lost']} | {row['same_as_verifier']} | "
+            f"{row['token_agreement']} | {row['accepted_per_pass_mean']} |")
+    return "\n".join(lines)
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Attribute accuracy against median latency after the close, one point per rule."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for name, row in report["rules"].items():
+        if row["attribute_accuracy"] is None:
+            continue
+        ax.scatter(row["latency_ms_median"], 100 * row["attribute_accuracy"],
+                   marker="o" if row["lossless"] else "x", s=60,
+                   color="tab:green" if row["lossless"] else "tab:red")
+        ax.annotate(name + (" (lossless)" if row["lossless"] else ""),
+                    (row["latency_ms_median"], 100 * row["attribute_accuracy"]),
+                    textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel("confirmed caption, median ms after the window's close")
+    ax.set_ylabel("attribute accuracy against the simulator (%)")
+    ax.set_title(f"relaxed acceptance: quality against latency ({report['windows']} windows)",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from crossspec_ros.bags.inputs import read_ground_truth
+    from crossspec_ros.bench import engine as bench
+    from crossspec_ros.bench.outputs import save_outputs
+    from crossspec_ros.models.pair import load_corpus
+    from crossspec_ros.process_tuning import tune_process_for_models
+    from crossspec_ros.sim.captions import parse_caption
+    from crossspec_ros.speculative.verify import AcceptanceRule
+
+    try:
+        rules = [AcceptanceRule.parse(r).name for r in args.rules]
+    except ValueError as err:
+        print(f"crossspec bench lossy: {err}", file=sys.stderr)
+        return 2
+    if "" in rules:
+        print("crossspec bench lossy: exact is always measured; list relaxed rules only",
+              file=sys.stderr)
+        return 2
+    if args.windows <= args.warmup or args.warmup < 0:
+        print("crossspec bench lossy: need --windows > --warmup >= 0", file=sys.stderr)
+        return 2
+    truth = read_ground_truth(args.bag)
+    if not truth:
+        print(f"crossspec bench lossy: {args.bag} has no /crossspec/ground_truth captions to "
+              "score against (the sample bag and `crossspec make-sample` bags have them)",
+              file=sys.stderr)
+        return 2
+    tune_process_for_models("cpu")
+    verifier, drafter, label = bench.bundled_pair("cpu")
+    windows = bench.bag_windows(args.bag, args.windows)
+    if len(windows) <= args.warmup:
+        print(f"crossspec bench lossy: {args.bag} has {len(windows)} windows with RGB; need "
+              f"more than --warmup {args.warmup}", file=sys.stderr)
+        return 2
+    corpus = load_corpus("", verifier)
+    runs = run_rules(verifier, drafter, windows, rules, args.max_new_tokens, args.warmup,
+                     corpus.captions if corpus else (),
+                     log=lambda s: print(s, file=sys.stderr, flush=True))
+    decode = lambda ids: verifier.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    report = {"models": label, "bag": str(args.bag), "windows": len(runs["exact"].latency_ms),
+              "rules": score(runs, decode, parse_caption, truth)}
+    print(markdown_table(report))
+    save_outputs(report, args.json, args.plot, lambda path: plot(report, path))
+    return 0

@@ -1,0 +1,61 @@
+"""`crossspec bench lossy`: relaxed acceptance rules scored against lossless crossspec, the
+simulator's ground truth and the verifier's own captions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from crossspec_ros.bench.lossy import RuleRun, position_agreement, score
+from crossspec_ros.models.pair import BUNDLED_PAIR
+
+BENCH = [sys.executable, "-m", "crossspec_ros.cli.main", "bench", "lossy"]
+
+
+def test_position_agreement_counts_equal_tokens_over_the_longer_caption():
+    assert position_agreement([1, 2, 3], [1, 5, 3, 4]) == (2, 4)
+    assert position_agreement([], []) == (0, 0)
+
+
+def test_score_pairs_each_rule_with_exact_and_scores_attributes_against_the_ground_truth():
+    words = {1: "a", 2: "car", 3: "truck", 4: "waits"}
+    decode = lambda ids: " ".join(words[i] for i in ids)  # noqa: E731
+    parse = lambda text: {"vehicle": text.split()[1]}  # noqa: E731
+    truth = {10: "a car waits", 11: "a truck waits"}
+    runs = {"exact": RuleRun([4.0, 8.0], [[1, 2, 4], [1, 3, 4]], [10, 11], [3.0, 3.0]),
+            "top_k:3": RuleRun([2.0, 2.0], [[1, 2, 4], [1, 2, 4]], [10, 11], [3.0, 3.0])}
+    rows = score(runs, decode, parse, truth)
+    assert rows["exact"]["lossless"] and not rows["top_k:3"]["lossless"]
+    assert rows["exact"]["attribute_accuracy"] == 1.0
+    assert rows["top_k:3"]["attribute_accuracy"] == 0.5  # window 11: "car", truth "truck"
+    assert rows["top_k:3"]["accuracy_points_lost"] == 50.0
+    assert rows["top_k:3"]["paired_speedup_vs_exact"] == 3.0  # ratios 2 and 4
+    assert rows["top_k:3"]["same_as_verifier"] == "1/2"
+    assert rows["top_k:3"]["token_agreement"] == pytest.approx(5 / 6, abs=1e-4)
+
+
+def test_a_bad_rule_is_refused_before_any_model_loads():
+    result = subprocess.run([*BENCH, "--rules", "top_k:1"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "'exact', 'top_k:K'" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (BUNDLED_PAIR / "verifier").is_dir(), reason="no bundled pair")
+def test_bench_lossy_measures_a_rule_on_the_sample_bag(tmp_path):
+    out = tmp_path / "lossy.json"
+    result = subprocess.run([*BENCH, "--rules", "top_k:3", "--windows", "4", "--warmup", "1",
+                             "--json", str(out), "--plot", str(tmp_path / "lossy.png")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["windows"] == 3 and set(report["rules"]) == {"exact", "top_k:3"}
+    exact, relaxed = report["rules"]["exact"], report["rules"]["top_k:3"]
+    assert exact["same_as_verifier"] == "3/3" and exact["token_agreement"] == 1.0
+    assert exact["attributes_scored"] > 0 and 0.0 <= relaxed["attribute_accuracy"] <= 1.0
+    assert relaxed["latency_ms_median"] > 0 and relaxed["paired_speedup_vs_exact"] > 0
+    assert "| top_k:3 | **no** |" in result.stdout
+    assert (tmp_path / "lossy.png").stat().st_size > 0
