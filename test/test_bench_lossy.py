@@ -59,3 +59,15 @@ def test_bench_lossy_measures_a_rule_on_the_sample_bag(tmp_path):
     assert relaxed["latency_ms_median"] > 0 and relaxed["paired_speedup_vs_exact"] > 0
     assert "| top_k:3 | **no** |" in result.stdout
     assert (tmp_path / "lossy.png").stat().st_size > 0
+
+
+def test_bench_change_signal_scores_the_sample_bag(tmp_path):
+    out = tmp_path / "change.json"
+    result = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "bench",
+                             "change-signal", "--json", str(out)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    [bag] = json.loads(out.read_text())["bags"].values()
+    assert bag["pairs"] == 23 and 0 < bag["caption_changed"] < 23
+    assert 0.0 <= bag["rate"]["auc"] <= 1.0 and 0.0 <= bag["layout"]["auc"] <= 1.0
+    assert "ROC AUC rate" in result.stdout

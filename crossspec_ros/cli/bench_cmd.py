@@ -7,6 +7,7 @@ import importlib
 
 # Each module exposes register(subparsers) like the top-level commands.
 BENCH_MODULES = [
+    "crossspec_ros.bench.change_signal",
     "crossspec_ros.bench.decode",
     "crossspec_ros.bench.distill",
     "crossspec_ros.bench.engine_cmd",
