@@ -147,6 +147,9 @@ def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
 
 
 def markdown_table(report: dict[str, Any]) -> str:
+    def _x(value: float | None) -> str:
+        return summaries.shown(value, ".2f", "x")
+
     lines = ["| rule | lossless | median ms after the close | p95 ms | paired speedup vs exact "
              "(IQR) | attribute accuracy | points lost | same as the verifier | token "
              "agreement | accepted per pass |",
@@ -160,10 +163,6 @@ def markdown_table(report: dict[str, Any]) -> str:
             f"{row['accuracy_points_lost']} | {row['same_as_verifier']} | "
             f"{row['token_agreement']} | {row['accepted_per_pass_mean']} |")
     return "\n".join(lines)
-
-
-def _x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
 
 
 def plot(report: dict[str, Any], path: Path) -> None:

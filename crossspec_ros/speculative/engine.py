@@ -132,6 +132,7 @@ class SpeculativeEngine:
         of earlier drives, in its ids (proposer ``corpus_ngram``; ``speculative/corpus.py``)."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.config = config or EngineConfig()
+        self.rule = self.config.acceptance_rule  # parsed once: read in every verification
         assign_cuda_streams(verifier, drafter)
         self.bridge: VocabularyBridge = make_bridge(verifier, drafter)
         cfg = self.config
@@ -155,7 +156,7 @@ class SpeculativeEngine:
         self.policy.max_depth, self.policy.max_nodes = config.max_proposal, config.max_tree_nodes
         self.policy.adaptive = config.adaptive
         self.history.max_sources = config.history_windows
-        self.config = config
+        self.config, self.rule = config, config.acceptance_rule
 
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
@@ -184,7 +185,7 @@ class SpeculativeEngine:
         events: list[EngineEvent] = []
         emit = self._emitter(window_id, t_close, events, on_event)
         stats = WindowStats(proposer_names=list(self.config.proposers),
-                            acceptance_rule=self.config.acceptance_rule.name)
+                            acceptance_rule=self.rule.name)
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
@@ -336,7 +337,7 @@ class SpeculativeEngine:
         # one: in a one-shot prefill the mask takes every prompt row off attention's causal
         # fast path (bundled pair: +0.3-0.5 ms a window on 146 rows, while make bench saw
         # 0 of 38 branch tokens taken there), and the search for branches costs ~0.3 ms
-        branches = live_finish and cfg.mode == "greedy" and cfg.acceptance_rule.lossless and \
+        branches = live_finish and cfg.mode == "greedy" and self.rule.lossless and \
             self.verifier.supports_tree_prefill
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
                                           self.verifier.info.proposable_ids,
@@ -374,7 +375,7 @@ class SpeculativeEngine:
                                    self._model_chains(head_run, confirmed))
         t_round = time.perf_counter()
         branching = session.supports_tree and self.config.mode == "greedy" and \
-            self.config.acceptance_rule.lossless and not tree.is_chain()
+            self.rule.lossless and not tree.is_chain()
         if not branching:
             tree = tree.best_path()
             if session.max_rows is not None:
@@ -411,9 +412,8 @@ class SpeculativeEngine:
     def _verify_chain(self, proposal: list[int], rows: torch.Tensor,
                       generator: torch.Generator | None) -> Verdict:
         if self.config.mode == "greedy":
-            rule = self.config.acceptance_rule
-            return verify_greedy(proposal, rows) if rule.lossless else \
-                verify_relaxed(proposal, rows, rule, self.verifier.info.eos_token_id)
+            return verify_greedy(proposal, rows) if self.rule.lossless else \
+                verify_relaxed(proposal, rows, self.rule, self.verifier.info.eos_token_id)
         return verify_sampling(proposal, rows, temperature=self.config.temperature,
                                generator=generator)
 
