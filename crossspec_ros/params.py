@@ -237,10 +237,12 @@ ENGINE_PARAMS = [
           "parameter draft_head; added by it when missing)", live=True),
     Param("acceptance", "exact", "which proposed tokens the verifier accepts: exact (its own "
           "argmax: lossless, the default) or a relaxed, LOSSY rule for a latency budget: "
-          "top_k:K (within its K likeliest tokens) or typical:EPS (probability at least "
-          "min(EPS, sqrt(EPS) * exp(-entropy))); greedy decoding only; every caption made "
-          "under a relaxed rule names it (Caption.acceptance_rule)", _acceptance_rule,
-          "exact, top_k:K (K >= 2) or typical:EPS (0 < EPS < 1)", live=True),
+          "top_k:K (within its K likeliest tokens), typical:EPS (probability at least "
+          "min(EPS, sqrt(EPS) * exp(-entropy))) or cosine:T (feature-level: its output "
+          "embedding within cosine T of the argmax's); greedy decoding only; every caption "
+          "made under a relaxed rule names it (Caption.acceptance_rule)", _acceptance_rule,
+          "exact, top_k:K (K >= 2), typical:EPS (0 < EPS < 1) or cosine:T (0 < T < 1)",
+          live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
     Param("caption_corpus", "", "the verifier's captions of earlier drives, one per line "

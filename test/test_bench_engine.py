@@ -24,7 +24,9 @@ def test_every_mode_runs_on_every_counted_window_and_matches_the_verifier():
     report = run_engine_bench(verifier, drafter, pattern_windows(4), max_new_tokens=6,
                               oracle_acceptances=(0.5,), warmup=1, log=logged.append)
     assert set(report["modes"]) == {"hf_generate", "verifier_alone", "prompt_lookup",
-                                    "history_only", "draft_only", "crossspec", "oracle@a=0.5"}
+                                    "history_only", "draft_only", "crossspec", "oracle@a=0.5",
+                                    "crossspec_event", "crossspec_event_acceptance",
+                                    "crossspec_event_cascade"}
     assert report["windows"] == 3 and len(logged) == 4 and "warm-up" in logged[0]
     assert report["lossless"] is True
     for mode, entry in report["modes"].items():
@@ -41,6 +43,15 @@ def test_every_mode_runs_on_every_counted_window_and_matches_the_verifier():
     assert table.count("\n| ") == 2 + len(report["modes"]) - 1  # header, rule, one per mode
     vs = report["modes"]["crossspec"]["paired_speedup_vs_history_only"]
     assert f"crossspec against history_only, paired: {vs['median']:.2f}x" in table
+    # the event-aware ablation: paired with crossspec, its windows by change level (the
+    # pattern's windows follow one another: all but the first have a level)
+    event = report["modes"]["crossspec_event"]
+    levels = event["by_change_level"]
+    assert sum(v["windows"] for v in levels.values()) == 3 and set(levels) <= {
+        "", "steady", "changed"}
+    assert f"crossspec_event against crossspec, paired: " \
+        f"{event['paired_speedup_vs_crossspec']['median']:.2f}x" in table
+    assert "event-aware: acceptance + cascade; by level: " in table
     pauses = report["collector_pauses"]
     assert pauses["collections"] >= pauses["full_collections"] >= 0
     assert f"{pauses['collections']} collections, {pauses['full_collections']} full" in table

@@ -32,9 +32,23 @@ def test_score_pairs_each_rule_with_exact_and_scores_attributes_against_the_grou
     assert rows["exact"]["attribute_accuracy"] == 1.0
     assert rows["top_k:3"]["attribute_accuracy"] == 0.5  # window 11: "car", truth "truck"
     assert rows["top_k:3"]["accuracy_points_lost"] == 50.0
-    assert rows["top_k:3"]["paired_speedup_vs_exact"] == 3.0  # ratios 2 and 4
+    assert rows["top_k:3"]["paired_speedup_vs_baseline"] == 3.0  # ratios 2 and 4
     assert rows["top_k:3"]["same_as_verifier"] == "1/2"
     assert rows["top_k:3"]["token_agreement"] == pytest.approx(5 / 6, abs=1e-4)
+
+
+def test_pruning_modes_are_paired_with_exact_prefilled_after_the_close_too():
+    words = {1: "a", 2: "car", 4: "waits"}
+    decode = lambda ids: " ".join(words[i] for i in ids)  # noqa: E731
+    parse = lambda text: {"vehicle": text.split()[1]}  # noqa: E731
+    caption = [[1, 2, 4]]
+    runs = {"exact": RuleRun([2.0], caption, [10], [3.0]),
+            "exact_after_close": RuleRun([12.0], caption, [10], [3.0]),
+            "visual_keep:0.5": RuleRun([8.0], caption, [10], [3.0])}
+    rows = score(runs, decode, parse, {10: "a car waits"})
+    assert rows["exact_after_close"]["lossless"] and not rows["visual_keep:0.5"]["lossless"]
+    assert rows["visual_keep:0.5"]["baseline"] == "exact_after_close"
+    assert rows["visual_keep:0.5"]["paired_speedup_vs_baseline"] == 1.5  # 12 / 8, not 2 / 8
 
 
 def test_a_bad_rule_is_refused_before_any_model_loads():
@@ -47,17 +61,23 @@ def test_a_bad_rule_is_refused_before_any_model_loads():
 @pytest.mark.skipif(not (BUNDLED_PAIR / "verifier").is_dir(), reason="no bundled pair")
 def test_bench_lossy_measures_a_rule_on_the_sample_bag(tmp_path):
     out = tmp_path / "lossy.json"
-    result = subprocess.run([*BENCH, "--rules", "top_k:3", "--windows", "4", "--warmup", "1",
+    result = subprocess.run([*BENCH, "--rules", "top_k:3", "--visual-keep", "0.5",
+                             "--windows", "4", "--warmup", "1",
                              "--json", str(out), "--plot", str(tmp_path / "lossy.png")],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
-    assert report["windows"] == 3 and set(report["rules"]) == {"exact", "top_k:3"}
+    assert report["windows"] == 3 and set(report["rules"]) == {
+        "exact", "top_k:3", "exact_after_close", "visual_keep:0.5"}
+    assert report["rules"]["exact_after_close"]["same_as_verifier"] == "3/3"
+    pruned = report["rules"]["visual_keep:0.5"]
+    assert pruned["baseline"] == "exact_after_close" and pruned["paired_speedup_vs_baseline"] > 0
     exact, relaxed = report["rules"]["exact"], report["rules"]["top_k:3"]
     assert exact["same_as_verifier"] == "3/3" and exact["token_agreement"] == 1.0
     assert exact["attributes_scored"] > 0 and 0.0 <= relaxed["attribute_accuracy"] <= 1.0
-    assert relaxed["latency_ms_median"] > 0 and relaxed["paired_speedup_vs_exact"] > 0
+    assert relaxed["latency_ms_median"] > 0 and relaxed["paired_speedup_vs_baseline"] > 0
     assert "| top_k:3 | **no** |" in result.stdout
+    assert "| visual_keep:0.5 | **no** |" in result.stdout
     assert (tmp_path / "lossy.png").stat().st_size > 0
 
 

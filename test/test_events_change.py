@@ -61,3 +61,26 @@ def test_consecutive_windows_are_paired_with_whether_their_captions_differ():
     assert result["pairs"] == 2 and result["caption_changed"] == 1
     assert result["rate"]["auc"] == 1.0 and result["layout"]["auc"] == 1.0
     assert result["layout"]["median_unchanged"] == 0.0
+
+
+def test_the_detector_compares_each_window_with_the_one_right_before_it():
+    from crossspec_ros.events.change import CHANGED, STEADY, ChangeDetector
+
+    detector = ChangeDetector(threshold=0.5)
+    few, many = events([5] * 10, [5] * 10), events([5] * 40, [5] * 40)
+    assert detector.level(0, few) is None          # nothing to compare with
+    assert detector.level(1, few) == STEADY        # the same count: rate 0
+    assert detector.level(2, many) == CHANGED      # log(41 / 11) = 1.3 > 0.5
+    assert detector.level(4, many) is None         # window 3 is missing: no neighbour
+    assert detector.level(5, EventBatch.empty(80, 60)) is None  # no events: no signal
+    assert detector.level(6, many) is None         # ... and none for the window after it
+    assert detector.level(7, many) == STEADY
+
+
+def test_the_best_threshold_separates_the_labels_as_well_as_any_cut():
+    from crossspec_ros.bench.change_signal import best_threshold
+
+    assert best_threshold([0.1, 0.2, 0.8, 0.9], [False, False, True, True]) == 0.5
+    # one changed window scores low: the cut still keeps the other two above it
+    assert best_threshold([0.1, 0.2, 0.3, 0.8, 0.9], [True, False, False, True, True]) == 0.55
+    assert best_threshold([0.1, 0.2], [False, False]) is None

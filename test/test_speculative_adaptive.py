@@ -178,3 +178,14 @@ def test_the_corpus_opens_a_drive_and_leaves_the_first_proposal_to_the_last_capt
     history.add_source([10, 14, 2])
     assert policy.propose_first(None, 0, history, room=20, proposable=100).tokens == [
         10, 14, 2]
+
+
+def test_each_change_level_keeps_its_own_measured_acceptance():
+    policy = ProposalPolicy(("history_ngram",), max_depth=8, max_nodes=16)
+    policy.set_level("changed")
+    for _ in range(20):
+        policy.trackers["history_ngram"].observe(8, 0)  # history wrong where scenes change
+    policy.set_level("steady")
+    assert policy.trackers["history_ngram"].rate == 0.5  # untouched: the prior
+    policy.set_level("changed")
+    assert policy.trackers["history_ngram"].rate < 0.1

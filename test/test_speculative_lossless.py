@@ -170,3 +170,39 @@ def test_a_caption_corpus_right_in_parts_keeps_every_caption_the_verifiers_own()
             corpus_proposed += result.stats.proposed.get("corpus_ngram", 0)
             corpus_accepted += result.stats.accepted.get("corpus_ngram", 0)
     assert 0 < corpus_accepted < corpus_proposed
+
+
+def test_event_aware_windows_keep_every_caption_the_verifiers_own_at_both_change_levels():
+    # Consecutive windows with 0-400 random events each: the event-count change marks some
+    # steady and some changed; each level keeps its own acceptance and drafter gate.
+    levels = []
+    for seed in range(3):
+        rng = np.random.default_rng(120 + seed)
+        verifier = model("verifier", seed % 4)
+        engine = SpeculativeEngine(verifier, model("eventgpt", seed % 3), EngineConfig(
+            max_new_tokens=int(rng.integers(8, 25)), event_aware=("acceptance", "cascade")))
+        windows = [random_window(rng, k) for k in range(8)]
+        for window in [*windows, *windows]:
+            reference = verifier.reference_generate(verifier.prepare(window),
+                                                    engine.config.max_new_tokens)
+            result = engine.run_window(window)
+            assert result.tokens == reference, (seed, window.id)
+            levels.append(result.stats.change_level)
+        assert set(engine.gates) <= {None, "steady", "changed"} and len(engine.gates) >= 2
+    assert {"steady", "changed", ""} <= set(levels)  # "": the first window, and window 0
+    #                                                   again after window 7 (no neighbour)
+
+
+def test_cosine_acceptance_reads_the_verifiers_token_features_and_marks_its_captions():
+    from toy_models import ToyModel
+
+    verifier = model("verifier", 0)
+    engine = SpeculativeEngine(verifier, None, EngineConfig(
+        max_new_tokens=12, acceptance="cosine:0.5", proposers=("history_ngram",)))
+    assert engine.features.shape[0] == verifier.info.vocab_size
+    rng = np.random.default_rng(7)
+    for k in range(3):
+        result = engine.run_window(random_window(rng, k))
+        assert result.stats.acceptance_rule == "cosine:0.5" and result.tokens
+    with pytest.raises(ValueError, match="needs a transformers verifier"):
+        SpeculativeEngine(ToyModel(), None, EngineConfig(acceptance="cosine:0.5"))

@@ -105,6 +105,23 @@ def test_typical_acceptance_lets_more_through_a_flat_distribution_than_a_peaked_
     assert verify_relaxed([3], peaked, rule).n_accepted == 0
 
 
+def test_cosine_acceptance_takes_a_token_whose_feature_lies_near_the_argmaxs():
+    import pytest
+
+    from crossspec_ros.speculative.verify import AcceptanceRule, token_features, verify_relaxed
+
+    # token 1's feature is 6 degrees from token 0's (cosine 0.994), token 2's orthogonal
+    features = token_features(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]))
+    logits = torch.tensor([[5.0, 0.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0]])
+    rule = AcceptanceRule.parse("cosine:0.8")
+    assert verify_relaxed([1, 0], logits, rule, features=features) == Verdict(1, 2)
+    assert verify_relaxed([2], logits[:2], rule, features=features) == Verdict(0, 0)
+    assert verify_relaxed([1], logits[:2], AcceptanceRule.parse("cosine:0.999"),
+                          features=features) == Verdict(0, 0)
+    with pytest.raises(ValueError, match="token features"):
+        verify_relaxed([1], logits[:2], rule)
+
+
 def test_acceptance_rules_parse_and_name_themselves_and_bad_ones_say_what_is_allowed():
     import pytest
 
@@ -114,7 +131,8 @@ def test_acceptance_rules_parse_and_name_themselves_and_bad_ones_say_what_is_all
     assert AcceptanceRule.parse("top_k:3").name == "top_k:3"
     assert AcceptanceRule.parse("typical:0.3").name == "typical:0.3"
     assert not AcceptanceRule.parse("typical:0.3").lossless
-    for bad in ("top_k:1", "top_k:x", "typical:1.5", "loose", "exact:2"):
+    assert AcceptanceRule.parse("cosine:0.8").name == "cosine:0.8"
+    for bad in ("top_k:1", "top_k:x", "typical:1.5", "loose", "exact:2", "cosine:1"):
         with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
             AcceptanceRule.parse(bad)
 

@@ -5,14 +5,16 @@ every pair of consecutive windows gets the two scene-change signals of
 ``events/change.py`` (event rate, event layout) and a label: does the window's ground-truth
 caption differ from the window before's? Per bag and signal: the ROC AUC (0.5: no better than
 chance, 1: perfect), the share of windows whose caption changed, and the signal's median on
-changed and unchanged windows. This is the calibration event-aware speculation would start
-from (how far to trust the last caption); nothing in the engine reads the signal yet.
+changed and unchanged windows, and the threshold that separates them best (largest true-positive
+minus false-positive rate): the calibration of the engine's event-aware mode
+(``events/change.py``'s ``CHANGE_RATE_THRESHOLD``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,23 @@ def roc_auc(scores: list[float], labels: list[bool]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
+def best_threshold(scores: list[float], labels: list[bool]) -> float | None:
+    """The cut (midway between two neighbouring scores) with the largest true-positive minus
+    false-positive rate when "score > cut" predicts a positive (None without both classes)."""
+    positives = sum(labels)
+    negatives = len(labels) - positives
+    if not positives or not negatives:
+        return None
+    ranked = sorted(set(scores))
+    cuts = [(a + b) / 2 for a, b in pairwise(ranked)] or [ranked[0]]
+
+    def youden(cut: float) -> float:
+        tp = sum(s > cut for s, y in zip(scores, labels, strict=True) if y)
+        fp = sum(s > cut for s, y in zip(scores, labels, strict=True) if not y)
+        return tp / positives - fp / negatives
+    return max(cuts, key=youden)
+
+
 def window_pairs(windows: list[Any], truth: dict[int, str]) -> list[dict[str, Any]]:
     """Consecutive windows (ids one apart, both with ground truth): signals and label."""
     from crossspec_ros.events.change import EventLayout, scene_change
@@ -66,8 +85,10 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for name in SIGNALS:
         values = [r[name] for r in rows]
         auc = roc_auc(values, labels)
+        cut = best_threshold(values, labels)
         out[name] = {
             "auc": None if auc is None else round(auc, 3),
+            "best_threshold": summaries.rounded(cut, 3),
             "median_changed": summaries.rounded(summaries.median(
                 v for v, y in zip(values, labels, strict=True) if y), 3),
             "median_unchanged": summaries.rounded(summaries.median(
@@ -99,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{bag}: caption changed in {result['caption_changed']} of {result['pairs']} "
               "window pairs; ROC AUC " + ", ".join(
                   f"{name} {result[name]['auc']} (median changed {result[name]['median_changed']}"
-                  f", unchanged {result[name]['median_unchanged']})" for name in SIGNALS))
+                  f", unchanged {result[name]['median_unchanged']}, best threshold "
+                  f"{result[name]['best_threshold']})" for name in SIGNALS))
     save_outputs(report, args.json)
     return 0

@@ -27,7 +27,11 @@ HEAD_PROPOSERS = ("history_ngram", "corpus_ngram", "draft_head")  # the crossspe
 # decoder (what a user would run instead), verifier_alone today's eager one; live_alone is the
 # live graph without speculation, so crossspec_live over it is what speculation adds there
 BASELINES = ("verifier_alone_compiled", "verifier_alone", "hf_generate", "history_only",
-             "live_alone")
+             "live_alone", "crossspec")
+# crossspec with EngineConfig.event_aware: both choices, then each alone (the ablation)
+EVENT_MODES = {"crossspec_event": ("acceptance", "cascade"),
+               "crossspec_event_acceptance": ("acceptance",),
+               "crossspec_event_cascade": ("cascade",)}
 
 
 @dataclass
@@ -356,6 +360,8 @@ def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
             verifier, drafter, variant(proposers=("draft_stream", "draft_ngram"),
                                        drafter_gate=False)))
         runners["crossspec"] = engine_runner(crossspec(drafter))
+        for name, choices in EVENT_MODES.items():
+            runners[name] = engine_runner(crossspec(drafter, variant(event_aware=choices)))
         if distilled is not None:
             runners["draft_only_distilled"] = engine_runner(SpeculativeEngine(
                 verifier, distilled, variant(proposers=("draft_stream", "draft_ngram"),
@@ -390,6 +396,8 @@ def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
                     variant(proposers=("draft_stream",), drafter_gate=False)))
     else:
         runners["crossspec"] = engine_runner(crossspec(None))
+        runners["crossspec_event"] = engine_runner(crossspec(None, variant(
+            event_aware=("acceptance",))))  # without a drafter there is nothing to cascade
     if live and getattr(verifier, "tokens_per_frame", None):  # Video-LLaVA verifiers
         runners["live_alone"] = live_runner(verifier, SpeculativeEngine(
             verifier, None, variant(max_proposal=0)))
@@ -526,10 +534,25 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
         "draft_first_token_ms_p95": crossspec.get("draft_first_token_ms_p95"),
         "acceptance": crossspec.get("acceptance"),
     })
+    for name in (m for m in EVENT_MODES if m in runs):
+        report["modes"][name]["by_change_level"] = by_change_level(
+            runs["crossspec"].latency_ms, runs[name])
     live = report["modes"].get("crossspec_live", {}).get("paired_speedup_vs_live_alone")
     if live is not None:  # speculation's own share in the live graph (both prefill live)
         report["paired_speedup_live"] = live["median"]
     return report
+
+
+def by_change_level(baseline: list[float], run: ModeRun) -> dict[str, dict[str, Any]]:
+    """The event-aware mode's windows per change level ("" for a window with none: the
+    first, or one without events): how many, and its paired speedup over ``baseline``'s
+    latencies of the same windows."""
+    levels: dict[str, list[int]] = {}
+    for i, stats in enumerate(run.stats):
+        levels.setdefault(stats.change_level, []).append(i)
+    return {level: {"windows": len(idx), "paired_speedup": paired(
+        [baseline[i] for i in idx], [run.latency_ms[i] for i in idx])}
+        for level, idx in sorted(levels.items())}
 
 
 def _engine_summary(stats: list[WindowStats], alone_prefill: list[float]) -> dict[str, Any]:
@@ -652,12 +675,24 @@ def _against_history(report: dict[str, Any]) -> list[str]:
             ("crossspec", "history_only", ""),
             ("crossspec_live", "live_alone",
              " (both prefill the frames as they come: what speculation adds in the live "
-             "graph)")):
+             "graph)"),
+            *((name, "crossspec", _levels_text(report["modes"].get(name), choices))
+              for name, choices in EVENT_MODES.items())):
         vs = report["modes"].get(mode, {}).get(f"paired_speedup_vs_{baseline}")
         if vs is not None:
             lines += [f"{mode} against {baseline}, paired: {_ratio(vs['median'])} "
                       f"(IQR {_ratio(vs['q25'], '')}-{_ratio(vs['q75'], '')}){why}.", ""]
     return lines
+
+
+def _levels_text(entry: dict[str, Any] | None, choices: tuple[str, ...]) -> str:
+    """An event-aware mode's choices and its windows per change level, for its line."""
+    if not entry or not entry.get("by_change_level"):
+        return ""
+    parts = [f"{level or 'no level'} {v['windows']} windows "
+             f"{_ratio(v['paired_speedup']['median'])}"
+             for level, v in entry["by_change_level"].items()]
+    return f" (event-aware: {' + '.join(choices)}; by level: " + ", ".join(parts) + ")"
 
 
 def _cell(value: float | None, unit: str = "") -> str:

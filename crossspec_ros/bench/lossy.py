@@ -1,20 +1,29 @@
-"""`crossspec bench lossy`: what each relaxed acceptance rule buys, and what it costs.
+"""`crossspec bench lossy`: what each lossy mode buys, and what it costs.
 
 Every window of a bag (the sample bag by default, whose ground-truth captions say what the
-simulator put in each scene) goes through lossless crossspec (``exact``) and crossspec under
-each relaxed rule (``top_k:K``, ``typical:EPS``, ``speculative/verify.py``), in a fresh
-order per window, each as the live graph runs it: frames prefilled as the synchronizer would
-announce them, the latency taken from the close (``bench/engine.py`` ``live_runner``). Per
-rule:
+simulator put in each scene) goes through lossless crossspec (``exact``) and crossspec in
+each lossy mode, in a fresh order per window:
 
-- speed: confirmed latency after the close, paired window by window against ``exact``;
+- relaxed acceptance rules (``top_k:K``, ``typical:EPS``, ``speculative/verify.py``), each
+  as the live graph runs it: frames prefilled as the synchronizer would announce them, the
+  latency taken from the close (``bench/engine.py`` ``live_runner``), against ``exact`` run
+  the same way;
+- event-guided pruning of the verifier's visual tokens (``visual_keep:F``,
+  ``models/pruning.py``): a pruned prompt cannot be prefilled before the window's events are
+  all in, so these run the whole prefill after the close, against ``exact_after_close``
+  (lossless crossspec, prefilled after the close too).
+
+Per mode:
+
+- speed: confirmed latency after the close, paired window by window against its baseline;
 - quality against the simulator: attribute accuracy of the caption, parsed back to the
   scene's attributes (``sim/captions.parse_caption``), against the ground-truth caption's, as
   ``crossspec eval-tiny`` scores the verifier;
 - fidelity to the verifier: windows whose caption is the verifier's own, and the share of
   caption positions holding the verifier's token.
 
-The rules are opt-in (parameter ``acceptance``); lossless crossspec is always the first row.
+The modes are opt-in (parameter ``acceptance``; ``EngineConfig.visual_keep``); lossless
+crossspec is always the first row.
 """
 
 from __future__ import annotations
@@ -29,7 +38,15 @@ from typing import Any
 from crossspec_ros import summaries
 from crossspec_ros.paths import sample_bag
 
-DEFAULT_RULES = ("top_k:2", "top_k:3", "top_k:5", "typical:0.3", "typical:0.1")
+DEFAULT_RULES = ("top_k:2", "top_k:3", "top_k:5", "typical:0.3", "typical:0.1", "cosine:0.8",
+                 "cosine:0.6")
+DEFAULT_KEEPS = (0.75, 0.5, 0.25)
+AFTER_CLOSE = "exact_after_close"  # the pruning modes' baseline
+
+
+def baseline_of(mode: str) -> str:
+    """The lossless run a mode's speed is paired against (see the module docstring)."""
+    return AFTER_CLOSE if mode.startswith("visual_keep:") else "exact"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,8 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "attribute accuracy, agreement with the verifier",
         description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("--rules", nargs="+", default=list(DEFAULT_RULES), metavar="RULE",
-                        help="relaxed rules, top_k:K or typical:EPS (default: "
+                        help="relaxed rules, top_k:K, typical:EPS or cosine:T (default: "
                         + " ".join(DEFAULT_RULES) + ")")
+    parser.add_argument("--visual-keep", nargs="*", type=float, default=list(DEFAULT_KEEPS),
+                        metavar="F", help="event-guided pruning: the share of each frame's "
+                        "patches the verifier reads (default: "
+                        + " ".join(map(str, DEFAULT_KEEPS)) + "; none: no pruning rows)")
     parser.add_argument("--bag", type=Path, default=sample_bag(),
                         help="bag with a /crossspec/ground_truth Caption topic (default: the "
                         "bundled sample bag)")
@@ -73,7 +94,7 @@ def score(runs: dict[str, RuleRun], decode: Any, parse: Any, truth: dict[int, st
     ground truth, and agreement with the exact (the verifier's own) captions."""
     from crossspec_ros.train.evaluate import attribute_accuracy
 
-    exact = runs["exact"]
+    exact = runs["exact"]  # the verifier's own captions
     rows: dict[str, Any] = {}
     for name, run in runs.items():
         ok = total = same = pos_ok = pos_n = 0
@@ -85,16 +106,18 @@ def score(runs: dict[str, RuleRun], decode: Any, parse: Any, truth: dict[int, st
             same += tokens == reference
             agree, n = position_agreement(tokens, reference)
             pos_ok, pos_n = pos_ok + agree, pos_n + n
-        ratios = summaries.paired_ratios(dict(enumerate(exact.latency_ms)),
+        baseline = baseline_of(name)
+        ratios = summaries.paired_ratios(dict(enumerate(runs[baseline].latency_ms)),
                                          dict(enumerate(run.latency_ms)))
         spread = summaries.spread(ratios.values())
         rows[name] = {
-            "lossless": name == "exact",
+            "lossless": name in ("exact", AFTER_CLOSE),
+            "baseline": baseline,
             "latency_ms_median": summaries.rounded(summaries.median(run.latency_ms), 2),
             "latency_ms_p95": summaries.rounded(summaries.percentile(run.latency_ms, 95), 2),
-            "paired_speedup_vs_exact": spread["median"],
-            "paired_speedup_vs_exact_q25": spread["q25"],
-            "paired_speedup_vs_exact_q75": spread["q75"],
+            "paired_speedup_vs_baseline": spread["median"],
+            "paired_speedup_vs_baseline_q25": spread["q25"],
+            "paired_speedup_vs_baseline_q75": spread["q75"],
             "attribute_accuracy": round(ok / total, 4) if total else None,
             "attributes_scored": total,
             "same_as_verifier": f"{same}/{len(run.captions)}",
@@ -112,21 +135,33 @@ def score(runs: dict[str, RuleRun], decode: Any, parse: Any, truth: dict[int, st
 
 
 def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
-              max_new_tokens: int, warmup: int, corpus: Any = (), log: Any = print
-              ) -> dict[str, RuleRun]:
-    """Every window through ``exact`` and each rule, shuffled per window; warm-up windows
-    are not kept."""
+              max_new_tokens: int, warmup: int, corpus: Any = (), log: Any = print,
+              keeps: tuple[float, ...] = ()) -> dict[str, RuleRun]:
+    """Every window through ``exact``, each rule and each pruning share (``keeps``, with
+    ``exact_after_close``), shuffled per window; warm-up windows are not kept."""
     from crossspec_ros.bench.engine import bench_runtimes, live_runner
     from crossspec_ros.models.static_runtime import RuntimeOptions
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
     runtimes = bench_runtimes(verifier, drafter, RuntimeOptions(compile=True), max_new_tokens,
                               log)
-    runners = {}
-    for name in ("exact", *rules):
-        config = EngineConfig(max_new_tokens=max_new_tokens, acceptance=name)
-        engine = SpeculativeEngine(runtimes.verifier, runtimes.drafter, config, corpus=corpus)
-        runners[name] = live_runner(runtimes.verifier, engine)
+
+    def engine(**changes: Any) -> SpeculativeEngine:
+        return SpeculativeEngine(runtimes.verifier, runtimes.drafter, EngineConfig(
+            max_new_tokens=max_new_tokens, **changes), corpus=corpus)
+
+    def after_close(engine: SpeculativeEngine) -> Any:
+        def run(window: Any) -> tuple[list[int], float, Any]:
+            result = engine.run_window(window)  # the close is now: every frame is in
+            return result.tokens, result.stats.confirmed_done_ms, result.stats
+        return run
+
+    runners = {name: live_runner(runtimes.verifier, engine(acceptance=name))
+               for name in ("exact", *rules)}
+    if keeps:
+        runners[AFTER_CLOSE] = after_close(engine())
+        for keep in keeps:
+            runners[f"visual_keep:{keep:g}"] = after_close(engine(visual_keep=keep))
     runs = {name: RuleRun() for name in runners}
     shuffle = random.Random(0)
     for index, window in enumerate(windows):
@@ -150,16 +185,17 @@ def markdown_table(report: dict[str, Any]) -> str:
     def _x(value: float | None) -> str:
         return summaries.shown(value, ".2f", "x")
 
-    lines = ["| rule | lossless | median ms after the close | p95 ms | paired speedup vs exact "
-             "(IQR) | attribute accuracy | points lost | same as the verifier | token "
+    lines = ["| mode | lossless | median ms after the close | p95 ms | paired speedup vs "
+             "baseline (IQR) | attribute accuracy | points lost | same as the verifier | token "
              "agreement | accepted per pass |",
              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for name, row in report["rules"].items():
         lines.append(
             f"| {name} | {'yes' if row['lossless'] else '**no**'} | "
             f"{row['latency_ms_median']} | {row['latency_ms_p95']} | "
-            f"{_x(row['paired_speedup_vs_exact'])} ({_x(row['paired_speedup_vs_exact_q25'])}-"
-            f"{_x(row['paired_speedup_vs_exact_q75'])}) | {row['attribute_accuracy']} | "
+            f"{_x(row['paired_speedup_vs_baseline'])} vs {row['baseline']} "
+            f"({_x(row['paired_speedup_vs_baseline_q25'])}-"
+            f"{_x(row['paired_speedup_vs_baseline_q75'])}) | {row['attribute_accuracy']} | "
             f"{row['accuracy_points_lost']} | {row['same_as_verifier']} | "
             f"{row['token_agreement']} | {row['accepted_per_pass_mean']} |")
     return "\n".join(lines)
@@ -176,16 +212,18 @@ def plot(report: dict[str, Any], path: Path) -> None:
     for name, row in report["rules"].items():
         if row["attribute_accuracy"] is None:
             continue
+        # prefilled after the close: squares; lossless: filled green, lossy: red
+        after = AFTER_CLOSE in (name, baseline_of(name))
         ax.scatter(row["latency_ms_median"], 100 * row["attribute_accuracy"],
-                   marker="o" if row["lossless"] else "x", s=60,
+                   marker="s" if after else ("o" if row["lossless"] else "x"), s=50,
                    color="tab:green" if row["lossless"] else "tab:red")
         ax.annotate(name + (" (lossless)" if row["lossless"] else ""),
                     (row["latency_ms_median"], 100 * row["attribute_accuracy"]),
                     textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xlabel("confirmed caption, median ms after the window's close")
     ax.set_ylabel("attribute accuracy against the simulator (%)")
-    ax.set_title(f"relaxed acceptance: quality against latency ({report['windows']} windows)",
-                 fontsize=10)
+    ax.set_title(f"lossy modes: quality against latency ({report['windows']} windows; "
+                 "squares: prefilled after the close)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -210,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
         print("crossspec bench lossy: exact is always measured; list relaxed rules only",
               file=sys.stderr)
         return 2
+    if any(not 0.0 < keep < 1.0 for keep in args.visual_keep):
+        print("crossspec bench lossy: --visual-keep shares must lie in (0, 1)",
+              file=sys.stderr)
+        return 2
     if args.windows <= args.warmup or args.warmup < 0:
         print("crossspec bench lossy: need --windows > --warmup >= 0", file=sys.stderr)
         return 2
@@ -229,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
     corpus = load_corpus("", verifier)
     runs = run_rules(verifier, drafter, windows, rules, args.max_new_tokens, args.warmup,
                      corpus.captions if corpus else (),
-                     log=lambda s: print(s, file=sys.stderr, flush=True))
+                     log=lambda s: print(s, file=sys.stderr, flush=True),
+                     keeps=tuple(args.visual_keep))
     decode = lambda ids: verifier.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     report = {"models": label, "bag": str(args.bag), "windows": len(runs["exact"].latency_ms),
               "rules": score(runs, decode, parse_caption, truth)}

@@ -33,6 +33,8 @@ class VisionTextInputs:
 
     input_ids: torch.Tensor       # [1, L] int64
     pixel_values: torch.Tensor    # [1, F, 3, S, S] video frames, or [K, 3, S, S] images
+    keep: torch.Tensor | None = None  # [F, tokens per frame] bool: the visual tokens the
+    #                                   prompt holds (models/pruning.py; None: all of them)
 
 
 def expand_placeholder(ids: list[int], token_id: int, copies: int) -> list[int]:
@@ -156,6 +158,9 @@ class HFLlavaFamilyModel(CaptionModel):
             if parents is not None:
                 raise ValueError("the static runtime checks chains, not trees")
             return self._static_prefill(inputs, proposal)
+        if inputs.keep is not None:
+            raise ValueError("pruned visual tokens (visual_keep < 1) need the static runtime "
+                             "(node parameter runtime: static)")
         watch = Stopwatch(self.device, self.stream)
         with inference(self.device, self.stream):
             pixels = inputs.pixel_values.to(self.device, self.vision_dtype, non_blocking=True)
@@ -200,11 +205,15 @@ class HFLlavaFamilyModel(CaptionModel):
         prompt_len, chunks = self.prompt_layout()
         return max(0, self.runtime.max_rows - (prompt_len - sum(chunks)))  # beside the tail
 
-    def merged_embeds(self, ids: torch.Tensor, encoded: Any) -> torch.Tensor:
+    def merged_embeds(self, ids: torch.Tensor, encoded: Any,
+                      keep: torch.Tensor | None = None) -> torch.Tensor:
         """[1, L, d] prompt embeddings with the vision features in the placeholders' places,
-        as the model's own forward merges them (masked_scatter)."""
+        as the model's own forward merges them (masked_scatter); ``keep``: only those
+        features (``VisionTextInputs.keep``)."""
         embeds = self.model.get_input_embeddings()(ids)
         features = encoded.pooler_output.to(embeds.device, embeds.dtype)
+        if keep is not None:  # [F, T, d] -> the kept [K, d], frame by frame
+            features = features[keep.to(features.device)]
         where = (ids == self.placeholder_id).unsqueeze(-1).expand_as(embeds)
         return embeds.masked_scatter(where, features)
 
@@ -245,12 +254,20 @@ class HFLlavaFamilyModel(CaptionModel):
                 pixels = inputs.pixel_values.to(self.device, self.vision_dtype,
                                                 non_blocking=True)
                 ids = inputs.input_ids.to(self.device)
-                embeds = self.merged_embeds(ids, self._encode(pixels))
+                embeds = self.merged_embeds(ids, self._encode(pixels), inputs.keep)
                 vision_ms = watch.lap_ms()
                 pos = 0
-                for size in self.prompt_chunks(inputs.input_ids[0].tolist()):
-                    rt.chain(slot, pos, embeds[:, pos:pos + size], last_only=True)
-                    pos += size
+                prompt = inputs.input_ids[0].tolist()
+                if inputs.keep is None:
+                    for size in self.prompt_chunks(prompt):
+                        rt.chain(slot, pos, embeds[:, pos:pos + size], last_only=True)
+                        pos += size
+                else:  # a pruned prompt's length varies: in the steps' own compiled shape
+                    end = len(prompt) - prompt[::-1].index(self.placeholder_id)
+                    while pos < end:
+                        size = min(rt.max_rows, end - pos)
+                        rt.chain(slot, pos, embeds[:, pos:pos + size], rows=rt.max_rows)
+                        pos += size
                 session, rows = self.static_finish(slot, pos, embeds[:, pos:], proposal,
                                                    PrefillTiming(vision_ms, 0.0))
             session.timing.prefill_ms = watch.lap_ms()

@@ -18,6 +18,7 @@ from transformers import VideoLlavaForConditionalGeneration
 from crossspec_ros.models.hf_backend import HFLlavaFamilyModel, VisionTextInputs
 from crossspec_ros.models.loading import load_hf_model, load_tokenizer, resolve_source
 from crossspec_ros.models.preprocess import ClipPreprocess, uniform_indices
+from crossspec_ros.models.pruning import event_keep_mask
 
 HUB_ID = "LanguageBind/Video-LLaVA-7B-hf"
 VIDEO_TOKEN = "<video>"
@@ -36,6 +37,7 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         self.num_frames = num_frames
         self.preprocess = preprocess or ClipPreprocess(vision.image_size)
         side = (self.preprocess.crop or self.preprocess.size) // vision.patch_size
+        self.patch_side = side
         self.tokens_per_frame = side * side + 1  # the video path keeps CLS
         self.info.extra.update(num_frames=num_frames, tokens_per_frame=self.tokens_per_frame)
         self.directory: Path | None = None  # where ``load`` found it (None: built in memory)
@@ -76,11 +78,23 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
     def _pixel_kwargs(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"pixel_values_videos": pixel_values}
 
-    def prepare(self, window: Any, question: str | None = None) -> VisionTextInputs:
-        """A sync.Window (its ``frames[i].image``: H x W x 3 uint8 RGB) -> model inputs."""
+    def prepare(self, window: Any, question: str | None = None,
+                visual_keep: float = 1.0) -> VisionTextInputs:
+        """A sync.Window (its ``frames[i].image``: H x W x 3 uint8 RGB) -> model inputs.
+        ``visual_keep`` < 1 (lossy): each frame's CLS and that share of its patches, where
+        the window's events fired nearest the frame (``models/pruning.py``)."""
         if not window.frames:
             raise ValueError("window has no RGB frames; the verifier cannot caption it")
-        return self.prepare_frames([f.image for f in window.frames], question)
+        inputs = self.prepare_frames([f.image for f in window.frames], question)
+        if visual_keep >= 1.0:
+            return inputs
+        picked = [window.frames[i] for i in uniform_indices(len(window.frames),
+                                                            self.num_frames)]
+        keep = torch.from_numpy(event_keep_mask(
+            window.events, [f.stamp_ns for f in picked], picked[0].image.shape[:2],
+            self.preprocess, self.patch_side, visual_keep))
+        return VisionTextInputs(self.prompt_ids(int(keep.sum()), question),
+                                inputs.pixel_values, keep)
 
     def prepare_frames(self, frames: Sequence[np.ndarray],
                        question: str | None = None) -> VisionTextInputs:

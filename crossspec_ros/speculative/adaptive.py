@@ -141,11 +141,26 @@ class ProposalPolicy:
         self.corpus = corpus  # corpus_ngram's and the branches' index; None: nothing
         self._proposers = make_proposers(proposers, corpus)
         self.max_depth, self.max_nodes, self.adaptive = max_depth, max_nodes, adaptive
-        self.trackers = {name: AcceptanceTracker() for name in proposers}
+        # measured acceptance per change level (``set_level``; None: levels not told)
+        self._trackers: dict[str | None, dict[str, AcceptanceTracker]] = {}
+        self.level: str | None = None
         self.cost = CostModel()
         self.branch_calibration = BranchCalibration()
         self._branch_mass = 0.0  # the offered branches' summed probability, this window
         self._offered: dict[str, list[int]] = {}  # each proposer's best chain this round
+
+    @property
+    def trackers(self) -> dict[str, AcceptanceTracker]:
+        """Each proposer's measured acceptance at the current change level."""
+        if self.level not in self._trackers:
+            self._trackers[self.level] = {name: AcceptanceTracker() for name in self.proposers}
+        return self._trackers[self.level]
+
+    def set_level(self, level: str | None) -> None:
+        """The change level of the window about to be decoded (``events/change.py``): each
+        level keeps its own measured acceptance, so history and the corpus, trusted where the
+        scene stays, need not be trusted where it changed (None: one set for every window)."""
+        self.level = level
 
     def propose(self, confirmed: Sequence[int], draft: Sequence[int] | None, draft_base: int,
                 history: SuffixIndex, room: int,

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from crossspec_ros.events.change import STEADY, ChangeDetector
 from crossspec_ros.models.base import CaptionModel, ModelSession
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
@@ -54,6 +55,7 @@ from crossspec_ros.speculative.verify import (
     AcceptanceRule,
     Verdict,
     sample_token,
+    token_features,
     verify_greedy,
     verify_greedy_tree,
     verify_relaxed,
@@ -63,6 +65,16 @@ from crossspec_ros.speculative.vocab import VocabularyBridge, make_bridge
 
 if TYPE_CHECKING:  # the Video-LLaVA backend imports transformers: only when used
     from crossspec_ros.models.live_prefill import LivePrefill
+
+
+# What the change level (events/change.py) may decide, each lossless (EngineConfig.event_aware):
+EVENT_CHOICES = (
+    "acceptance",  # each level keeps its own measured acceptance per proposer (and so its
+    #                own proposal sizes and chain choice)
+    "cascade",     # the drafter is only asked in windows that changed: where the scene
+    #                stays, the last caption and the corpus (free) are left to propose; where
+    #                it changed, the drafter gate decides from what it measured there
+)
 
 
 @dataclass
@@ -85,6 +97,11 @@ class EngineConfig:
     keep_sessions: bool = False          # keep both KV caches on the result (tests, debugging)
     acceptance: str = "exact"            # greedy: "exact" (lossless), or a lossy relaxed rule
     #                                      "top_k:K" / "typical:EPS" (verify.AcceptanceRule)
+    visual_keep: float = 1.0             # < 1: lossy, the verifier reads that share of each
+    #                                      frame's patches, where events fired
+    #                                      (models/pruning.py; static runtime, no live prefill)
+    event_aware: tuple[str, ...] = ()    # choices a window's change level, read from its
+    #                                      events (events/change.py), makes: EVENT_CHOICES
 
     def __post_init__(self) -> None:
         if self.mode not in ("greedy", "sampling"):
@@ -97,12 +114,26 @@ class EngineConfig:
         unknown = set(self.proposers) - set(PROPOSERS)
         if unknown:
             raise ValueError(f"unknown proposers {sorted(unknown)}")
+        unknown = set(self.event_aware) - set(EVENT_CHOICES)
+        if unknown:
+            raise ValueError(f"unknown event-aware choices {sorted(unknown)}; known: "
+                             f"{', '.join(EVENT_CHOICES)}")
+        if not 0.0 < self.visual_keep <= 1.0:
+            raise ValueError(f"visual_keep must be in (0, 1], got {self.visual_keep}")
         if not AcceptanceRule.parse(self.acceptance).lossless and self.mode != "greedy":
             raise ValueError("a relaxed acceptance rule needs greedy decoding")
 
     @property
     def acceptance_rule(self) -> AcceptanceRule:
         return AcceptanceRule.parse(self.acceptance)
+
+    @property
+    def lossy_mode(self) -> str:
+        """How its captions are marked: "" (lossless: the verifier's own), else each lossy
+        choice, joined by "+" (``top_k:5``, ``visual_keep:0.5``)."""
+        parts = [self.acceptance_rule.name,
+                 f"visual_keep:{self.visual_keep:g}" if self.visual_keep < 1.0 else ""]
+        return "+".join(p for p in parts if p)
 
 
 @dataclass
@@ -133,6 +164,7 @@ class SpeculativeEngine:
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.config = config or EngineConfig()
         self.rule = self.config.acceptance_rule  # parsed once: read in every verification
+        self.features = self._features(self.rule)
         assign_cuda_streams(verifier, drafter)
         self.bridge: VocabularyBridge = make_bridge(verifier, drafter)
         cfg = self.config
@@ -141,7 +173,10 @@ class SpeculativeEngine:
         self.policy = ProposalPolicy(cfg.proposers, max_depth=cfg.max_proposal,
                                      max_nodes=cfg.max_tree_nodes, adaptive=cfg.adaptive,
                                      corpus=self.corpus)
-        self.gate = DrafterGate()
+        # one gate per change level with the cascade (else the None level's only): the
+        # drafter runs at a level only while it measurably pays there
+        self.gates: dict[str | None, DrafterGate] = {}
+        self.detector = ChangeDetector()
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
         self.current_stats: WindowStats | None = None
 
@@ -157,6 +192,17 @@ class SpeculativeEngine:
         self.policy.adaptive = config.adaptive
         self.history.max_sources = config.history_windows
         self.config, self.rule = config, config.acceptance_rule
+        self.features = self._features(self.rule)
+
+    def _features(self, rule: AcceptanceRule) -> torch.Tensor | None:
+        """The verifier's token features, for cosine acceptance only."""
+        if rule.kind != "cosine":
+            return None
+        model = getattr(self.verifier, "model", None)
+        if model is None or not hasattr(model, "get_output_embeddings"):
+            raise ValueError(f"{rule.name} acceptance needs a transformers verifier (its "
+                             "output embedding holds the token features)")
+        return token_features(model.get_output_embeddings().weight)
 
     # ---------------------------------------------------------------- public API
     def run_window(self, window: Any, on_event: Callable[[EngineEvent], None] | None = None,
@@ -185,14 +231,21 @@ class SpeculativeEngine:
         events: list[EngineEvent] = []
         emit = self._emitter(window_id, t_close, events, on_event)
         stats = WindowStats(proposer_names=list(self.config.proposers),
-                            acceptance_rule=self.rule.name)
+                            acceptance_rule=self.config.lossy_mode)
+        aware = self.config.event_aware
+        level = self.detector.level(window_id, getattr(window, "events", None)) \
+            if aware else None
+        stats.change_level = level or ""
+        self.policy.set_level(level if "acceptance" in aware else None)
+        steady = "cascade" in aware and level == STEADY
+        gate = self.gates.setdefault(level if "cascade" in aware else None, DrafterGate())
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
         proposers = set(self.config.proposers)
-        local_draft = self.drafter is not None and draft is None and bool(
+        local_draft = self.drafter is not None and draft is None and not steady and bool(
             proposers & {"draft_stream", "draft_ngram"}) and (
-            not (self.config.adaptive and self.config.drafter_gate) or self.gate.should_draft())
+            not (self.config.adaptive and self.config.drafter_gate) or gate.should_draft())
         head_run = None
         if self.head is not None and "draft_head" in proposers and (
                 look is not None or self.drafter is not None):
@@ -224,7 +277,7 @@ class SpeculativeEngine:
         if math.isnan(stats.confirmed_done_ms):  # no final confirm came
             stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
-            self.gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
+            gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
         if channel.session is not None:
             sessions["drafter"] = channel.session
         result = WindowResult(window_id, tokens, text, draft_tokens, draft_text, stats, events,
@@ -322,13 +375,16 @@ class SpeculativeEngine:
         cfg = self.config
         t0 = time.perf_counter()
         before_close = live.frames if live is not None else 0
-        live_finish = live is not None and live.extend_to(window.frames)
+        pruned = cfg.visual_keep < 1.0  # a live prefill read every token: set aside
+        live_finish = live is not None and not pruned and live.extend_to(window.frames)
         if live_finish:
             stats.live_prefill_frames = before_close
             prefill = live.finish  # only the frames still missing and the question are left
         else:
             stats.live_prefill_frames = -1 if live is not None else 0
-            prefill = partial(self.verifier.prefill_with_proposal, self.verifier.prepare(window))
+            inputs = self.verifier.prepare(window, visual_keep=cfg.visual_keep) if pruned \
+                else self.verifier.prepare(window)
+            prefill = partial(self.verifier.prefill_with_proposal, inputs)
         t1 = time.perf_counter()
         stats.verifier_prepare_ms = (t1 - t0) * 1e3
         draft, base = self._draft_in_verifier_ids(channel, [])
@@ -413,7 +469,8 @@ class SpeculativeEngine:
                       generator: torch.Generator | None) -> Verdict:
         if self.config.mode == "greedy":
             return verify_greedy(proposal, rows) if self.rule.lossless else \
-                verify_relaxed(proposal, rows, self.rule, self.verifier.info.eos_token_id)
+                verify_relaxed(proposal, rows, self.rule, self.verifier.info.eos_token_id,
+                               self.features)
         return verify_sampling(proposal, rows, temperature=self.config.temperature,
                                generator=generator)
 

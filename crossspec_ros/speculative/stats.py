@@ -14,6 +14,7 @@ class WindowStats:
 
     proposer_names: list[str] = field(default_factory=list)
     acceptance_rule: str = ""        # "" lossless; else the relaxed rule that made the caption
+    change_level: str = ""           # event_aware: "steady" or "changed" (events/change.py)
     proposed: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
     rounds: int = 0                  # verifier forwards after the prefill
@@ -84,6 +85,7 @@ class WindowStats:
 
         return {
             "acceptance_rule": self.acceptance_rule,
+            "change_level": self.change_level,
             "rounds": self.rounds, "plain_rounds": self.plain_rounds,
             "prefill_accepted": self.prefill_accepted,
             "prefill_fed": self.prefill_fed,

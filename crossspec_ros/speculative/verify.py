@@ -51,7 +51,10 @@ class AcceptanceRule:
     - ``top_k:K``: a proposal within the verifier's K likeliest tokens at its position;
     - ``typical:EPS``: a proposal whose probability is at least min(EPS, sqrt(EPS) *
       exp(-entropy)) (typical acceptance, Cai et al. 2024, Medusa: a flat distribution lets
-      more through than a peaked one).
+      more through than a peaked one);
+    - ``cosine:T``: feature-level acceptance, a proposal whose feature in the verifier's own
+      output space (its row of the output embedding, the vector that scores it) has cosine
+      similarity at least T with the argmax's: a near-synonym passes (``token_features``).
 
     After the first proposal the rule rejects, the verifier's argmax follows, as in greedy.
     Where the verifier's argmax is the end of the caption (``stop_token``), only it is
@@ -62,10 +65,12 @@ class AcceptanceRule:
     kind: str = "exact"
     k: int = 1
     epsilon: float = 0.0
+    threshold: float = 0.0
 
     @classmethod
     def parse(cls, text: str) -> AcceptanceRule:
-        """``exact``, ``top_k:K`` (K >= 2) or ``typical:EPS`` (0 < EPS < 1)."""
+        """``exact``, ``top_k:K`` (K >= 2), ``typical:EPS`` (0 < EPS < 1) or ``cosine:T``
+        (0 < T < 1)."""
         kind, _, value = text.strip().partition(":")
         try:
             if kind == "exact" and not value:
@@ -74,10 +79,12 @@ class AcceptanceRule:
                 return cls("top_k", k=int(value))
             if kind == "typical" and 0.0 < float(value) < 1.0:
                 return cls("typical", epsilon=float(value))
+            if kind == "cosine" and 0.0 < float(value) < 1.0:
+                return cls("cosine", threshold=float(value))
         except ValueError:
             pass
-        raise ValueError(f"acceptance must be 'exact', 'top_k:K' (K >= 2) or 'typical:EPS' "
-                         f"(0 < EPS < 1), got '{text}'")
+        raise ValueError(f"acceptance must be 'exact', 'top_k:K' (K >= 2), 'typical:EPS' "
+                         f"(0 < EPS < 1) or 'cosine:T' (0 < T < 1), got '{text}'")
 
     @property
     def lossless(self) -> bool:
@@ -88,11 +95,15 @@ class AcceptanceRule:
         """How captions are marked: "" for exact, else the rule (``top_k:3``)."""
         if self.kind == "top_k":
             return f"top_k:{self.k}"
+        if self.kind == "cosine":
+            return f"cosine:{self.threshold:g}"
         return f"typical:{self.epsilon:g}" if self.kind == "typical" else ""
 
-    def accepted(self, logits: torch.Tensor, stop_token: int | None = None) -> torch.Tensor:
+    def accepted(self, logits: torch.Tensor, stop_token: int | None = None,
+                 features: torch.Tensor | None = None) -> torch.Tensor:
         """[rows, vocab] logits -> [rows, vocab] bool: which tokens the rule accepts at each
-        row (the argmax always; only it where it is ``stop_token``)."""
+        row (the argmax always; only it where it is ``stop_token``). ``features``: [vocab, d]
+        unit vectors (``token_features``), for ``cosine``."""
         best = logits.argmax(-1, keepdim=True)
         argmax = torch.zeros_like(logits, dtype=torch.bool)
         argmax.scatter_(-1, best, True)
@@ -105,6 +116,11 @@ class AcceptanceRule:
             floor = torch.minimum(torch.full_like(entropy, self.epsilon),
                                   self.epsilon ** 0.5 * torch.exp(-entropy))
             relaxed = logp.exp() >= floor
+        elif self.kind == "cosine":
+            if features is None:
+                raise ValueError("cosine acceptance needs the verifier's token features")
+            features = features.to(logits.device)
+            relaxed = features[best[:, 0]] @ features.T >= self.threshold
         else:
             return argmax
         if stop_token is not None:
@@ -112,12 +128,19 @@ class AcceptanceRule:
         return relaxed | argmax
 
 
+def token_features(output_embedding: torch.Tensor) -> torch.Tensor:
+    """[vocab, d] unit rows of a model's output embedding (float32): the features ``cosine``
+    acceptance compares."""
+    return torch.nn.functional.normalize(output_embedding.detach().float(), dim=-1)
+
+
 def verify_relaxed(proposals: Sequence[int], target_logits: torch.Tensor,
-                   rule: AcceptanceRule, stop_token: int | None = None) -> Verdict:
+                   rule: AcceptanceRule, stop_token: int | None = None,
+                   features: torch.Tensor | None = None) -> Verdict:
     """Accept the longest prefix ``rule`` accepts, then the verifier's argmax (with
     ``AcceptanceRule()`` exactly ``verify_greedy``). Lossy unless the rule is exact."""
     _check_shapes(proposals, target_logits)
-    accepted = rule.accepted(target_logits, stop_token)
+    accepted = rule.accepted(target_logits, stop_token, features)
     n = 0
     while n < len(proposals) and bool(accepted[n, int(proposals[n])]):
         n += 1
