@@ -51,8 +51,13 @@ class SceneChange:
 
 def scene_change(before: EventLayout, now: EventLayout) -> SceneChange:
     """How much ``now`` differs from ``before`` (see the module docstring)."""
-    rate = abs(float(np.log((now.count + 1) / (before.count + 1))))
-    return SceneChange(rate, float(np.abs(now.grid - before.grid).sum()))
+    return SceneChange(count_change(before.count, now.count),
+                       float(np.abs(now.grid - before.grid).sum()))
+
+
+def count_change(before: int, now: int) -> float:
+    """The ``rate`` signal: |log((now + 1) / (before + 1))| of two windows' event counts."""
+    return abs(float(np.log((now + 1) / (before + 1))))
 
 
 # The rate above which a window counts as changed: the threshold with the best true-positive
@@ -81,5 +86,4 @@ class ChangeDetector:
         before, self._before = self._before, (window_id, len(batch))
         if before is None or before[0] != window_id - 1:
             return None
-        rate = abs(float(np.log((len(batch) + 1) / (before[1] + 1))))
-        return CHANGED if rate > self.threshold else STEADY
+        return CHANGED if count_change(before[1], len(batch)) > self.threshold else STEADY

@@ -196,8 +196,11 @@ class HFLlavaFamilyModel(CaptionModel):
     def prompt_chunks(self, ids: list[int]) -> list[int]:
         """Sizes of the chunks the prompt is prefilled in, up to the question's tail (the ids
         after the last placeholder): here one chunk; Video-LLaVA one per frame."""
-        last = len(ids) - 1 - ids[::-1].index(self.placeholder_id)
-        return [last + 1]
+        return [self.question_tail_start(ids)]
+
+    def question_tail_start(self, ids: list[int]) -> int:
+        """Where the question's tail begins: right after the prompt's last placeholder."""
+        return len(ids) - ids[::-1].index(self.placeholder_id)
 
     def first_proposal_room(self) -> int | None:
         if self.runtime is None:
@@ -263,7 +266,7 @@ class HFLlavaFamilyModel(CaptionModel):
                         rt.chain(slot, pos, embeds[:, pos:pos + size], last_only=True)
                         pos += size
                 else:  # a pruned prompt's length varies: in the steps' own compiled shape
-                    end = len(prompt) - prompt[::-1].index(self.placeholder_id)
+                    end = self.question_tail_start(prompt)
                     while pos < end:
                         size = min(rt.max_rows, end - pos)
                         rt.chain(slot, pos, embeds[:, pos:pos + size], rows=rt.max_rows)

@@ -83,11 +83,15 @@ class ClipPreprocess:
         h, w = image.shape[:2]
         if h == 0 or w == 0:
             raise ValueError(f"cannot preprocess an empty {w}x{h} image")
-        short, long = (w, h) if w <= h else (h, w)
-        new_long = int(self.size * long / short)
-        new_w, new_h = (self.size, new_long) if w <= h else (new_long, self.size)
+        new_h, new_w = self.resized_size(h, w)
         resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.BICUBIC))
         return _center_crop(resized, self.crop_size)
+
+    def resized_size(self, h: int, w: int) -> tuple[int, int]:
+        """(height, width) of an h x w image after the shortest-edge resize."""
+        short, long = (w, h) if w <= h else (h, w)
+        new_long = int(self.size * long / short)
+        return (new_long, self.size) if w <= h else (self.size, new_long)
 
     def normalized(self, crops: np.ndarray) -> np.ndarray:
         """[N, 3, crop, crop] float32 from N crop x crop x 3 uint8 crops (rescale, normalize),

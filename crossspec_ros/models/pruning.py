@@ -50,8 +50,7 @@ def patch_counts(events: EventBatch, part: slice, frame_hw: tuple[int, int],
         return counts  # (``part`` may step: every k-th event)
     h, w = frame_hw
     scale = preprocess.size / min(h, w)
-    new_w = preprocess.size if w <= h else int(preprocess.size * w / h)
-    new_h = preprocess.size if h < w else int(preprocess.size * h / w)
+    new_h, new_w = preprocess.resized_size(h, w)
     crop = preprocess.crop_size
     left, top = (new_w - crop) // 2, (new_h - crop) // 2
     x = (events.x[part].astype(np.float64) + 0.5) / events.width * w * scale - left

@@ -96,7 +96,8 @@ class EngineConfig:
     #                                      measurably pays (DrafterGate)
     keep_sessions: bool = False          # keep both KV caches on the result (tests, debugging)
     acceptance: str = "exact"            # greedy: "exact" (lossless), or a lossy relaxed rule
-    #                                      "top_k:K" / "typical:EPS" (verify.AcceptanceRule)
+    #                                      "top_k:K" / "typical:EPS" / "cosine:T"
+    #                                      (verify.AcceptanceRule)
     visual_keep: float = 1.0             # < 1: lossy, the verifier reads that share of each
     #                                      frame's patches, where events fired
     #                                      (models/pruning.py; static runtime, no live prefill)
@@ -232,13 +233,7 @@ class SpeculativeEngine:
         emit = self._emitter(window_id, t_close, events, on_event)
         stats = WindowStats(proposer_names=list(self.config.proposers),
                             acceptance_rule=self.config.lossy_mode)
-        aware = self.config.event_aware
-        level = self.detector.level(window_id, getattr(window, "events", None)) \
-            if aware else None
-        stats.change_level = level or ""
-        self.policy.set_level(level if "acceptance" in aware else None)
-        steady = "cascade" in aware and level == STEADY
-        gate = self.gates.setdefault(level if "cascade" in aware else None, DrafterGate())
+        steady, gate = self._apply_change_level(window, stats)
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
@@ -286,6 +281,19 @@ class SpeculativeEngine:
         self.last_result = result
         emit(EventKind.FINAL, tokens=tokens, text=text)  # appended to result.events too
         return result
+
+    def _apply_change_level(self, window: Any, stats: WindowStats) -> tuple[bool, DrafterGate]:
+        """The window's change level (``event_aware``; else none) set on the policy and the
+        stats. Returns whether the cascade leaves the drafter out (a steady window) and the
+        drafter gate of the window's level."""
+        aware = self.config.event_aware
+        level = self.detector.level(int(getattr(window, "id", 0)),
+                                    getattr(window, "events", None)) if aware else None
+        stats.change_level = level or ""
+        self.policy.set_level(level if "acceptance" in aware else None)
+        cascade = "cascade" in aware
+        return cascade and level == STEADY, self.gates.setdefault(level if cascade else None,
+                                                                  DrafterGate())
 
     @staticmethod
     def _emitter(window_id: int, t_close: float, events: list[EngineEvent],
