@@ -77,7 +77,9 @@ SYNC_PARAMS = [
     Param("reorder_slack_s", 0.02, "tolerated reordering within a stream [s]", non_negative,
           ">= 0"),
     Param("reset_threshold_s", 2.0, "a jump back in time larger than this resets the "
-          "synchronizer (bag loop) [s]", positive, "> 0"),
+          "synchronizer (bag loop) once the stream's next data confirms it; a single frame or "
+          "packet this far from its stream's time is an outlier, dropped and counted [s]",
+          positive, "> 0"),
     Param("max_pending_windows", 16, "windows buffered before the oldest is dropped", positive,
           ">= 1"),
 ]
@@ -114,7 +116,33 @@ def validate(values: dict[str, Any], spec: list[Param], where: str = "parameters
             raise ParameterError(f"{where}: unknown parameter '{name}'{hint}; known: "
                                  f"{', '.join(sorted(by_name))}")
         out[name] = check_value(param, value, where)
+    problem = combination_problem(out)
+    if problem is not None:
+        raise ParameterError(f"{where}: {problem}")
     return out
+
+
+def combination_problem(values: dict[str, Any], vocab_size: int | None = None) -> str | None:
+    """Why parameter values, each valid alone, cannot run together (None: they can), with
+    what to do: ``acceptance`` with ``decoding`` and, once the verifier is loaded, with its
+    vocabulary (``vocab_size`` tokens). The rule says what it needs
+    (``AcceptanceRule.refusal``, which EngineConfig and the engine ask too): whatever
+    passes here, the engine runs."""
+    if "acceptance" not in values:
+        return None
+    from crossspec_ros.speculative.verify import AcceptanceRule  # torch: only when checked
+
+    acceptance, decoding = values["acceptance"], values.get("decoding", "greedy")
+    rule = AcceptanceRule.parse(acceptance)
+    refusal = rule.refusal(decoding)
+    if refusal is not None:
+        return (f"'acceptance' = '{acceptance}' cannot run with 'decoding' = '{decoding}': "
+                f"{refusal}; set decoding to greedy or acceptance to exact")
+    refusal = rule.refusal(decoding, vocab_size)
+    if refusal is not None:
+        return (f"'acceptance' = '{acceptance}' cannot run on this verifier: {refusal}; "
+                f"take top_k:K with K <= {vocab_size}, or exact")
+    return None
 
 
 def check_value(param: Param, value: Any, where: str = "parameters") -> Any:
@@ -123,12 +151,15 @@ def check_value(param: Param, value: Any, where: str = "parameters") -> Any:
     name = param.name
     if param.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
+    if param.type in (int, float) and isinstance(value, str) and _names_non_finite(value):
+        value = float(value)  # `ros2 param set ... nan` sends text: refused for what it says
+    if isinstance(value, float) and not math.isfinite(value):
+        must = f": must be {param.requirement}" if param.requirement else ""
+        raise ParameterError(f"{where}: '{name}' = {value!r} is not a finite number{must} "
+                             f"({param.doc})")
     if not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
         raise ParameterError(f"{where}: '{name}' must be {_TYPE_NAMES[param.type]}, got "
                              f"{value!r} ({_kind(value)}){_number_note(param, value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ParameterError(f"{where}: '{name}' = {value!r} is not a finite number "
-                             f"({param.doc})")
     if param.check is not None and not param.check(value):
         raise ParameterError(f"{where}: '{name}' = {value!r} is invalid: must be "
                              f"{param.requirement} ({param.doc})")
@@ -147,6 +178,11 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _names_non_finite(text: str) -> bool:
+    """'nan', 'inf', '-Infinity': what YAML (and so ``ros2 param set``) reads as text."""
+    return text.strip().lstrip("+-").lower() in ("nan", "inf", "infinity")
 
 
 def _number_note(param: Param, value: Any) -> str:
@@ -237,12 +273,13 @@ ENGINE_PARAMS = [
           "parameter draft_head; added by it when missing)", live=True),
     Param("acceptance", "exact", "which proposed tokens the verifier accepts: exact (its own "
           "argmax: lossless, the default) or a relaxed, LOSSY rule for a latency budget: "
-          "top_k:K (within its K likeliest tokens), typical:EPS (probability at least "
-          "min(EPS, sqrt(EPS) * exp(-entropy))) or cosine:T (feature-level: its output "
-          "embedding within cosine T of the argmax's); greedy decoding only; every caption "
-          "made under a relaxed rule names it (Caption.acceptance_rule)", _acceptance_rule,
-          "exact, top_k:K (K >= 2), typical:EPS (0 < EPS < 1) or cosine:T (0 < T < 1)",
-          live=True),
+          "top_k:K (within its K likeliest tokens, K at most its vocabulary), typical:EPS "
+          "(probability at least min(EPS, sqrt(EPS) * exp(-entropy))) or cosine:T "
+          "(feature-level: its output embedding within cosine T of the argmax's); greedy "
+          "decoding only; every caption made under a relaxed rule names it "
+          "(Caption.acceptance_rule)", _acceptance_rule,
+          "exact, top_k:K (K >= 2), typical:EPS (0 < EPS < 1) or cosine:T (0 < T < 1); K, "
+          "EPS and T in ASCII digits", live=True),
     Param("history_windows", 16, "previous confirmed captions in the suffix trie",
           non_negative, ">= 0", live=True, bounds=(0, 4096)),
     Param("caption_corpus", "", "the verifier's captions of earlier drives, one per line "
@@ -316,10 +353,18 @@ FOXGLOVE_PARAMS = [
           "this rosbag2 directory (MCAP, on the graph's clock; empty: no)"),
 ]
 
+CLOCK_PARAMS = [
+    Param("follow_clock", False, "use_sim_time follows the graph: true while some node "
+          "publishes /clock (a bag replayed, on this host or the robot), false after none has "
+          "for 5 s (live cameras); what server.launch.py sets, since the server cannot know "
+          "what its robot replays"),
+]
+
 DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *RUNTIME_PARAMS, *ENGINE_PARAMS,
-                     *TOPIC_PARAMS]
+                     *TOPIC_PARAMS, *CLOCK_PARAMS]
 VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
-VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS]  # + FOXGLOVE_PARAMS
+VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS,
+                   *CLOCK_PARAMS]  # + FOXGLOVE_PARAMS
 
 
 # What rclpy itself declares on every node (a launch file passes use_sim_time to all).
@@ -339,7 +384,8 @@ def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:
     """Raise ParameterError for a file rcl would refuse, a part rclpy would skip silently
     (a section without ros__parameters; a name no node declares: rclpy drops undeclared
     overrides, so a misspelt name would just keep its default) and a value the node would
-    refuse (wrong type, not finite, invalid, out of range). ``nodes``: node name -> the
+    refuse (wrong type, not finite, invalid, out of range; values that cannot run together,
+    from one section or several, as the node gets them). ``nodes``: node name -> the
     parameters it declares. A section for any node (``/**``, ``/robot1/*``) may hold any
     node's parameters; a node's own section (``/crossspec_verifier``, ``/**/crossspec_viz``,
     ``/robot1/crossspec_draft``) only that node's. The message names the file, the section,
@@ -357,6 +403,9 @@ def check_param_file(path: str | Path, nodes: dict[str, list[Param]]) -> None:
             elif not _declared_by_rclpy(name):
                 raise ParameterError(f"{where}: unknown parameter '{name}'"
                                      f"{_hint(name, spec)} ({who})")
+    for node, spec in nodes.items():  # values from several sections must also go together
+        validate(load_yaml_params(path, node), spec, where=f"{path}: node '{node}'",
+                 allow_unknown=True)
 
 
 def _section_spec(path: Path, section: Section, nodes: dict[str, list[Param]],
@@ -376,6 +425,26 @@ def _section_spec(path: Path, section: Section, nodes: dict[str, list[Param]],
 def _hint(name: str, choices: Any) -> str:
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# docs/ros.md's list of the parameters that change live lies between these (a test checks it)
+LIVE_PARAMETERS_MARK = ("<!-- generated by `crossspec params --live` -->",
+                        "<!-- end of generated -->")
+
+
+def live_parameters_markdown(nodes: dict[str, list[Param]]) -> str:
+    """The parameters a running node applies (``ros2 param set``), per node (nodes with the
+    same ones together), as docs/ros.md lists them between ``LIVE_PARAMETERS_MARK``."""
+    import textwrap
+
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for node, spec in nodes.items():
+        live = tuple(p.name for p in spec if p.live)
+        if live:
+            groups.setdefault(live, []).append(node)
+    parts = [f"{' and '.join(f'`{n}`' for n in names)}: {', '.join(f'`{p}`' for p in live)}"
+             for live, names in groups.items()]
+    return textwrap.fill("; ".join(parts) + ".", width=95)
 
 
 def parameters_markdown(nodes: dict[str, list[Param]]) -> str:

@@ -5,11 +5,15 @@ latency, a drafter slowed by load can lose every window's race against the verif
 can have no window to pair. That is a fact to report, not an error: every summary here
 returns None for an empty list (JSON null; NaN and None values are left out first) and
 ``shown`` prints None as "n/a". The CLI and the benchmarks summarize through these only.
+
+A run that does not end (``drive --loop``) summarizes from ``BoundedSample``s: every value while
+they fit, a uniform sample after, so its memory stays bounded however long it runs.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Hashable, Iterable, Mapping
 
 NOT_AVAILABLE = "n/a"
@@ -69,3 +73,34 @@ def spread(ratios: Iterable[float | None]) -> dict[str, float | None]:
     """{"median", "q25", "q75"} of ``ratios``, rounded to 3 places (None each when empty)."""
     q25, q50, q75 = quartiles(ratios) or (None, None, None)
     return {"median": rounded(q50, 3), "q25": rounded(q25, 3), "q75": rounded(q75, 3)}
+
+
+class BoundedSample:
+    """Values to take medians and percentiles of, in bounded memory: every finite value up to
+    ``capacity``, then a uniform random sample of ``capacity`` of all offered so far
+    (reservoir sampling, seeded: the same run gives the same summary). ``count``: the
+    finite values offered; ``sampled``: whether ``values`` holds only a sample of them."""
+
+    def __init__(self, capacity: int = 100_000, seed: int = 0) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.values: list[float] = []
+        self.count = 0
+        self._random = random.Random(seed)
+
+    def add(self, value: float | None) -> None:
+        """Offer one value; None and NaN (not measured) are left out."""
+        if value is None or math.isnan(value):
+            return
+        self.count += 1
+        if len(self.values) < self.capacity:
+            self.values.append(float(value))
+            return
+        slot = self._random.randrange(self.count)  # kept with probability capacity / count
+        if slot < self.capacity:
+            self.values[slot] = float(value)
+
+    @property
+    def sampled(self) -> bool:
+        return self.count > len(self.values)

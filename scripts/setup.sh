@@ -77,6 +77,10 @@ if ! "$VENV/bin/python" -c "import crossspec_ros.cli.main" 2>/dev/null \
   pip_install --no-deps --no-build-isolation -e .
 fi
 
+# share/crossspec/{launch,config,rosbags}, lib/crossspec/crossspec and AMENT_PREFIX_PATH in the
+# venv's activate script: what `ros2 launch crossspec ...` needs where launch is installed
+bash "$ROOT/scripts/install_ros_layout.sh" "$VENV"
+
 "$VENV/bin/python" - <<'PY'
 import crossspec.action, crossspec.msg, event_camera_msgs.msg, rclpy  # noqa: F401  (the build works)
 PY

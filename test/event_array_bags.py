@@ -105,12 +105,14 @@ def small_pattern() -> TestPattern:
 
 def write_pattern_bag(path: Path, package: str = "dvs_msgs", *, ros1: bool = True,
                       seconds: float = 2.0, message_ms: int = 20, rgb_hz: float = 20.0,
-                      outside_every: int = 0, pattern: TestPattern | None = None
-                      ) -> WrittenBag:
+                      outside_every: int = 0, pattern: TestPattern | None = None,
+                      shifted: dict[int, int] | None = None) -> WrittenBag:
     """The test pattern as an event camera driver records it: an EventArray every
     ``message_ms`` (stamped and logged at its end) and mono8 frames (APS frames), in log-time
     order. ``outside_every``: every n-th event is moved to x = width (outside the sensor).
-    ROS 1: ``path`` is a .bag file; ROS 2: an MCAP bag directory."""
+    ``shifted``: message index -> ns added to that message's stamp and event times (a damaged
+    message; logged where the undamaged one would be). ROS 1: ``path`` is a .bag file; ROS 2:
+    an MCAP bag directory."""
     pattern = pattern or small_pattern()
     store = event_array_store(ros1)
     msgtype = array_type(package)
@@ -124,8 +126,9 @@ def write_pattern_bag(path: Path, package: str = "dvs_msgs", *, ros1: bool = Tru
     messages: list[tuple[int, int, bytes]] = []  # (log time, kind, bytes)
     for k, t0 in enumerate(range(start, end, step)):
         part = events.between(t0, t0 + step)
-        msg = event_array_message(store, package, ros1, t0 + step, pattern.width,
-                                  pattern.height, part.t, part.x, part.y, part.p, seq=k)
+        shift = (shifted or {}).get(k, 0)
+        msg = event_array_message(store, package, ros1, t0 + step + shift, pattern.width,
+                                  pattern.height, part.t + shift, part.x, part.y, part.p, seq=k)
         messages.append((t0 + step, 0, serialize(store, msg, msgtype, ros1)))
     frame_stamps = list(range(start, end, round(NS / rgb_hz)))
     for k, stamp in enumerate(frame_stamps):

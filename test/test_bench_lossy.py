@@ -67,6 +67,8 @@ def test_bench_lossy_measures_a_rule_on_the_sample_bag(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
+    # the suite steps eager (CROSSSPEC_NO_COMPILE): the report must say so
+    assert report["runtime"] == "static, eager (not compiled)"
     assert report["windows"] == 3 and set(report["rules"]) == {
         "exact", "top_k:3", "exact_after_close", "visual_keep:0.5"}
     assert report["rules"]["exact_after_close"]["same_as_verifier"] == "3/3"

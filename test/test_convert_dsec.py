@@ -217,6 +217,35 @@ def test_timestamp_count_mismatch_is_a_clear_error(sequence_copy: Path, tmp_path
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+def replace_h5_dataset(sequence: Path, name: str, value: np.ndarray) -> None:
+    with h5py.File(sequence / "events/left/events.h5", "a") as f:
+        del f[name]
+        f.create_dataset(name, data=value)
+
+
+@pytest.mark.timeout(60)  # a t_offset of 2**62 once ran a 4.6e12 s progress bar
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("ms_to_idx", np.zeros(0, np.uint64), "/ms_to_idx is empty but the file holds"),
+    ("t_offset", np.int64(-T_OFFSET_US), "/t_offset = -47000123000 us puts the first event at "
+     "-47000116414 us on the image clock, outside what a ROS stamp holds"),
+    ("t_offset", np.int64(2**62), "/t_offset = 4611686018427387904 us puts the first event at"),
+    ("t_offset", np.int64(T_OFFSET_US + 3600 * 10**6),
+     "/t_offset = 50600123000 us puts the events 3598.1 s after the last image"),
+    ("t_offset", np.zeros(0, np.int64), "/t_offset holds no value"),
+    ("t_offset", np.float64(np.nan), "/t_offset must be a whole number of microseconds, got nan"),
+], ids=["empty ms_to_idx", "negative t_offset", "t_offset 2**62", "t_offset an hour off",
+        "empty t_offset", "nan t_offset"])
+def test_malformed_events_h5_fields_are_one_line_errors_before_anything_is_written(
+        sequence_copy: Path, tmp_path: Path, capsys, field: str, value: np.ndarray,
+        message: str):
+    replace_h5_dataset(sequence_copy, field, value)
+    out = tmp_path / "bag"
+    code, err = run_cli(capsys, str(sequence_copy), str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "events/left/events.h5" in err and message in err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 def test_unreadable_png_fails_without_leaving_a_partial_bag(sequence_copy: Path,
                                                             tmp_path: Path, capsys):
     (sequence_copy / "images/left/rectified/000020.png").write_bytes(b"\x89PNG not really")

@@ -90,3 +90,16 @@ def test_crossspec_params_lists_every_parameter_of_every_node(capsys):
         assert f"{node}:" in out
         for p in spec:
             assert f"  {p.name} = {p.default!r}" in out
+
+
+def test_the_live_parameters_in_ros_md_are_what_the_declarations_generate():
+    # issue 45, item 11: a hand-written list there left out `acceptance`
+    from crossspec_ros.params import LIVE_PARAMETERS_MARK, live_parameters_markdown
+
+    page = (ROOT / "docs" / "ros.md").read_text()
+    begin, end = LIVE_PARAMETERS_MARK
+    assert page.count(begin) == 1 and page.count(end) == 1, "docs/ros.md lost its markers"
+    block = page.split(begin, 1)[1].split(end, 1)[0]
+    assert block.strip() == live_parameters_markdown(node_parameters()), \
+        "docs/ros.md's live parameters are stale: crossspec params --live"
+    assert "`acceptance`" in block

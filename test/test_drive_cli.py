@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -75,12 +76,12 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
 
 
 def _caption(wid: int, status: int, draft: str, draft_done_ms: float, confirmed: str = "",
-             done_ms: float = float("nan"), acceptance_rule: str = ""):
+             done_ms: float = float("nan"), acceptance_rule: str = "", epoch: int = 0):
     from types import SimpleNamespace
 
     stamp = SimpleNamespace(sec=wid, nanosec=0)
     end = SimpleNamespace(sec=wid + 1, nanosec=0)
-    return SimpleNamespace(window_id=wid, epoch=0, status=status, window_start=stamp,
+    return SimpleNamespace(window_id=wid, epoch=epoch, status=status, window_start=stamp,
                            window_end=end,
                            draft_text=draft, draft_first_token_ms=5.0,
                            draft_done_ms=draft_done_ms, confirmed_text=confirmed,
@@ -111,7 +112,7 @@ def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_ski
     assert 0.0 < first["draft_token_agreement"] < 1.0
     assert "complete_draft" not in second and "draft_token_agreement" not in second
     assert "; draft: token agreement " in out.getvalue()
-    summary = summarize([first, second], dropped=0)
+    summary = summarize([first, second])
     assert summary["draft_agreement_windows"] == 1
     assert summary["draft_word_error_rate_median"] == pytest.approx(first["draft_word_error_rate"],
                                                                     abs=0.001)
@@ -135,8 +136,7 @@ def test_a_lossy_caption_is_marked_in_the_terminal_and_the_json_and_checked_apar
     assert [r["acceptance_rule"] for r in rows] == ["", "top_k:3"]
     # the verifier alone says "a car turns" for both windows (token ids 7 and 8)
     for wid, tokens in ((1, [7]), (2, [8])):
-        monitor.windows[(0, wid)] = object()
-        monitor.results[(0, wid)] = SimpleNamespace(tokens=tokens)
+        monitor.awaiting_check[(0, wid)] = (object(), tokens)
     engine = SimpleNamespace(config=SimpleNamespace(mode="greedy"), verifier_only=lambda w: [7],
                              verifier=SimpleNamespace(tokenizer=SimpleNamespace(
                                  decode=lambda ids, skip_special_tokens: "a car turns")))
@@ -144,7 +144,7 @@ def test_a_lossy_caption_is_marked_in_the_terminal_and_the_json_and_checked_apar
     assert rows[0]["lossless"] is True and "lossless" not in rows[1]
     assert rows[1]["lossy_same_as_verifier"] is False
     assert "NOT LOSSLESS" not in capsys.readouterr().out  # lossy by choice, not a fault
-    summary = summarize(rows, dropped=0)
+    summary = summarize(rows)
     assert (summary["lossless"], summary["lossless_checked"]) == (1, 1)
     assert summary["lossy_windows"] == 1 and summary["acceptance_rules"] == ["top_k:3"]
     assert "LOSSY (top_k:3): 1 captions under a relaxed acceptance rule, 0 of them the " \
@@ -157,7 +157,7 @@ def test_the_summary_says_how_many_captions_were_decoded_before_their_close():
     rows = [{"window": w, "status": "FINAL", "draft_first_token_ms": 8.0,
              "confirmed_done_ms": 0.3, "ready_before_close_ms": ahead}
             for w, ahead in ((1, 30.0), (2, 10.0), (3, None))]
-    summary = summarize(rows, dropped=0)
+    summary = summarize(rows)
     assert summary["early_started"] == 2 and summary["ready_before_close_ms_median"] == 20.0
     assert "2 of 3 captions decoded before the close (early start), complete a median " \
         "20.0 ms before it" in summary["line"]
@@ -182,8 +182,7 @@ def test_loop_replays_the_bag_again_with_each_passes_windows_in_an_epoch_of_thei
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--loop", "--compare"], "drop one of them"),
-    (["--loop", "--duration", "1.5"], "longer than the nodes' reset_threshold_s"),
-    (["--duration", "0"], "--duration must be > 0")])
+    (["--loop", "--duration", "1.5"], "longer than the nodes' reset_threshold_s")])
 def test_loop_with_compare_or_with_too_short_a_pass_is_refused_at_once(capsys, args, message):
     from crossspec_ros.cli.main import main
 
@@ -253,9 +252,10 @@ def test_one_foxglove_server_serves_every_compare_pass_to_a_client_connected_fro
     assert captions >= 1, "".join(stderr)
 
 
-def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:
-    """Run drive, send ``signum`` once ``confirmed`` captions were confirmed; (exit code,
-    output)."""
+def stop_after_line(args: list[str], seen_enough: Callable[[list[str]], bool], signum: int
+                    ) -> tuple[int, str]:
+    """Run drive, send ``signum`` once its output so far (stdout and stderr, line by line)
+    satisfies ``seen_enough``; (exit code, output)."""
     # the signal must reach it even where this test runs in the background (ignores SIGINT)
     process = subprocess.Popen([*DRIVE, *args], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
@@ -265,9 +265,7 @@ def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[
     try:
         for line in process.stdout:
             seen.append(line)
-            # a live-view line of a confirmed caption: "[window] confirmed  ... ms  text"
-            if sum(" confirmed " in s for s in seen) >= confirmed \
-                    or time.monotonic() > deadline:
+            if seen_enough(seen) or time.monotonic() > deadline:
                 break
         process.send_signal(signum)
         rest, _ = process.communicate(timeout=60)
@@ -275,6 +273,13 @@ def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[
         if process.poll() is None:
             process.kill()
     return process.returncode, "".join(seen) + rest
+
+
+def stop_after_confirmed(args: list[str], confirmed: int, signum: int) -> tuple[int, str]:
+    """Run drive, send ``signum`` once ``confirmed`` captions were confirmed."""
+    # a live-view line of a confirmed caption: "[window] confirmed  ... ms  text"
+    return stop_after_line(args, lambda seen: sum(" confirmed " in s for s in seen) >= confirmed,
+                           signum)
 
 
 def read_bag(path) -> list[tuple[str, str, int]]:
@@ -302,18 +307,23 @@ def test_ctrl_c_stops_drive_cleanly_and_leaves_a_readable_bag_on_the_bags_clock(
     assert not list(tmp_path.glob(".*partial"))
 
 
-def test_sigterm_ends_drive_like_ctrl_c_with_json_rows_and_the_bag(tmp_path):
+def test_sigterm_after_the_replay_still_writes_the_json_rows_a_summary_and_the_bag(tmp_path):
+    """SIGTERM as the pass ends (the recording just finished, the lossless check next):
+    the rows, a summary marked interrupted and the bag, none left under a hidden name."""
     bag, out = tmp_path / "out", tmp_path / "rows.jsonl"
-    code, output = stop_after_confirmed(["--record", str(bag), "--json", str(out)], 2,
-                                        signal.SIGTERM)
+    code, output = stop_after_line(
+        ["--record", str(bag), "--json", str(out), "--check-lossless", "--max-windows", "3"],
+        lambda seen: "recorded " in seen[-1] and " messages to " in seen[-1], signal.SIGTERM)
     assert code == 143, output
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     rows, summary = lines[:-1], lines[-1]["summary"]
     assert summary["interrupted"] is True
     final = [r for r in rows if r["status"] == "FINAL"]
-    assert len(final) >= 2 and all(r["confirmed_text"] for r in final)
-    # a draft can come after its window's FINAL on a loaded machine, not in every window
-    assert any(r["draft_text"] for r in final)
+    assert sum(r["status"] in ("FINAL", "UNVERIFIED") for r in rows) >= 3
+    assert final and all(r["confirmed_text"] for r in final)
+    assert summary["final"] == len(final)
+    # a window checked before the signal says so; none claims more than was checked
+    assert summary.get("lossless_checked", 0) == sum("lossless" in r for r in rows)
     assert {t for t, _, _ in read_bag(bag)} >= {"/crossspec/caption"}
     assert not list(tmp_path.glob(".*partial"))
 
@@ -372,7 +382,7 @@ def test_check_lossless_with_sampling_says_it_compares_greedy_only(capsys):
 
     engine = SimpleNamespace(config=SimpleNamespace(mode="sampling"))
     rows = [{"window": 1, "status": "FINAL"}]
-    _check_lossless(engine, SimpleNamespace(windows={}, results={}), rows)
+    _check_lossless(engine, SimpleNamespace(awaiting_check={}), rows)
     assert "only greedy decoding" in capsys.readouterr().err
     assert "lossless" not in rows[0]  # nothing claimed either way
 
@@ -424,3 +434,413 @@ def test_record_with_overwrite_replaces_an_existing_out_with_the_new_recording(t
     assert result.returncode == 0, result.stdout + result.stderr
     assert out.is_dir() and (out / "metadata.yaml").is_file()
     assert any(topic == "/crossspec/caption" for topic, _, _ in read_bag(out))
+
+
+# -- bounded memory under --loop (issue 45, item 22) -------------------------------------------
+
+class _Window:
+    """A verified window as the verifier node hands it over; its frames are the bulk."""
+
+    def __init__(self, epoch: int, wid: int) -> None:
+        self.epoch, self.id, self.key = epoch, wid, (epoch, wid)
+        self.t0, self.t1 = wid * 10**9, (wid + 1) * 10**9
+        self.frames = bytearray(256 * 1024)
+
+
+def _result(tokens: tuple[int, ...] = (7,), rule: str = ""):
+    from types import SimpleNamespace
+
+    stats = SimpleNamespace(confirmed_done_ms=3.0, total_accepted=2, total_proposed=4, rounds=1,
+                            verifier_prefill_ms=1.0, confirmed_first_ms=1.0,
+                            live_prefill_frames=8, ready_before_close_ms=float("nan"),
+                            acceptance_rule=rule)
+    return SimpleNamespace(text="a car turns", tokens=list(tokens), draft_text="a car",
+                           stats=stats)
+
+
+def _finish_window(monitor, epoch: int, wid: int, result_first: bool, tokens=(7,)):
+    """One window's DRAFT caption, then its engine result and FINAL caption in either order
+    (they come on different threads); returns a weak reference to the window."""
+    import weakref
+
+    window = _Window(epoch, wid)
+    monitor.on_caption(_caption(wid, 0, "a car", float("nan"), epoch=epoch))
+    final = _caption(wid, 2, "a car", 5.0, "a car turns", 3.0, epoch=epoch)
+    if result_first:
+        monitor.on_result(window, _result(tokens))
+        monitor.on_caption(final)
+    else:
+        monitor.on_caption(final)
+        monitor.on_result(window, _result(tokens))
+    return weakref.ref(window)
+
+
+def test_a_drive_without_the_lossless_check_keeps_no_verified_window():
+    import gc
+    import io
+
+    from crossspec_ros.cli.drive_cmd import DriveMonitor
+
+    streamed: list[dict] = []
+    monitor = DriveMonitor(out=io.StringIO(), on_row=streamed.append)
+    windows = [_finish_window(monitor, 0, wid, wid % 2 == 0) for wid in range(24)]
+    gc.collect()
+    assert [r["window"] for r in streamed] == list(range(24))
+    assert all(ref() is None for ref in windows)  # frames and events let go at once
+
+
+def test_a_looped_drive_lets_go_of_every_finished_window_however_long_it_runs():
+    import gc
+    import io
+
+    from crossspec_ros.cli.drive_cmd import DriveMonitor
+
+    streamed: list[dict] = []
+    monitor = DriveMonitor(out=io.StringIO(), on_row=streamed.append, keep_rows=False)
+    windows = [_finish_window(monitor, *divmod(n, 24), result_first=n % 2 == 0)
+               for n in range(600)]  # 25 passes over a 24-window bag
+    gc.collect()
+    # every row went out once, complete, in order; nothing of it stayed behind
+    assert [(r["epoch"], r["window"]) for r in streamed] == [divmod(n, 24) for n in range(600)]
+    assert all(r["status"] == "FINAL" and r["confirmed_text"] for r in streamed)
+    assert all(ref() is None for ref in windows)
+    assert not monitor.rows
+    summary = monitor.summary()
+    assert (summary["windows"], summary["final"]) == (600, 600)
+    # a late caption of a window that finished long ago opens no row again
+    monitor.on_caption(_caption(3, 0, "a car", float("nan"), epoch=24))
+    assert not monitor.rows
+
+
+def test_a_looped_drive_keeps_a_bounded_number_of_unfinished_windows():
+    import io
+
+    from crossspec_ros.cli.drive_cmd import OPEN_ROWS_KEPT, DriveMonitor
+
+    streamed: list[dict] = []
+    monitor = DriveMonitor(out=io.StringIO(), on_row=streamed.append, keep_rows=False)
+    for n in range(3 * OPEN_ROWS_KEPT):  # windows whose caption never finishes
+        epoch, wid = divmod(n, 24)
+        monitor.on_caption(_caption(wid, 0, "a car", float("nan"), epoch=epoch))
+    assert len(monitor.rows) == OPEN_ROWS_KEPT
+    # the oldest went out as they stood, unfinished, and count in the summary as such
+    assert [(r["epoch"], r["window"]) for r in streamed] == \
+        [divmod(n, 24) for n in range(2 * OPEN_ROWS_KEPT)]
+    assert {r["status"] for r in streamed} == {"DRAFT"}
+    summary = monitor.summary()
+    assert (summary["windows"], summary["unfinished"]) == (3 * OPEN_ROWS_KEPT,) * 2
+
+
+def test_a_looped_drive_checks_each_window_as_it_finishes_and_keeps_only_the_verdict():
+    import gc
+    import io
+
+    from crossspec_ros.cli.drive_cmd import DriveMonitor
+
+    checked: list[tuple[int, int]] = []
+
+    def check(window, tokens, lossy):  # the verifier alone says token 7 for every window
+        checked.append(window.key)
+        return {"verifier_only_ms": 1.0, "verifier_only_text": "a car turns",
+                "lossy_same_as_verifier" if lossy else "lossless": tokens == [7]}
+
+    out, streamed = io.StringIO(), []
+    monitor = DriveMonitor(out=out, on_row=streamed.append, keep_rows=False, check=check)
+    windows = [_finish_window(monitor, 0, 1, True), _finish_window(monitor, 0, 2, False, (8,))]
+    gc.collect()
+    assert checked == [(0, 1), (0, 2)]
+    assert [r["lossless"] for r in streamed] == [True, False]
+    assert all(ref() is None for ref in windows)
+    assert "[2] NOT LOSSLESS: verifier alone says a car turns" in out.getvalue()
+    summary = monitor.summary()
+    assert (summary["lossless"], summary["lossless_checked"]) == (1, 2)
+
+
+# -- the summary's numbers (item 27) ----------------------------------------------------------
+
+def test_only_captions_complete_before_the_close_count_as_decoded_before_it():
+    from crossspec_ros.cli.drive_cmd import summarize
+
+    rows = [{"window": w, "status": "FINAL", "draft_first_token_ms": 8.0,
+             "confirmed_done_ms": 0.3, "ready_before_close_ms": ahead}
+            for w, ahead in ((1, 30.0), (2, -300.0), (3, None))]
+    summary = summarize(rows)
+    assert (summary["early_started"], summary["ready_before_close"]) == (2, 1)
+    assert summary["ready_before_close_ms_median"] == 30.0
+    assert summary["early_started_done_after_close_ms_median"] == 300.0
+    line = summary["line"]
+    assert "1 of 3 captions decoded before the close (early start), complete a median " \
+        "30.0 ms before it" in line
+    assert "1 started early completed only after the close (a median 300.0 ms after it)" \
+        in line
+    assert "-300" not in line
+
+
+def test_the_summary_names_each_nodes_dropped_windows_apart():
+    from crossspec_ros.cli.drive_cmd import DroppedWindows, summarize
+
+    rows = [{"window": 1, "status": "UNVERIFIED", "draft_first_token_ms": None}]
+    summary = summarize(rows, DroppedWindows(verifier=22, drafter=5))
+    assert (summary["verifier_dropped_windows"], summary["drafter_dropped_windows"]) == (22, 5)
+    assert "dropped by the busy verifier 22, by the busy drafter 5" in summary["line"]
+    assert "27" not in summary["line"]
+
+
+def test_a_summary_without_measurements_says_n_a():
+    from crossspec_ros.cli.drive_cmd import compare_graphs, compare_line, summarize
+
+    rows = [{"window": 1, "status": "UNVERIFIED", "draft_first_token_ms": None},
+            {"window": 2, "status": "DRAFT", "draft_first_token_ms": None}]
+    summary = summarize(rows)
+    assert summary["unfinished"] == 1
+    assert "None" not in summary["line"] and "p50 n/a, p95 n/a" in summary["line"]
+    assert "confirmed after the close median n/a" in summary["line"]
+    results = {(name, 0): rows for name in ("alone", "live_alone", "crossspec")}
+    assert "None" not in compare_line(compare_graphs(results, range(1)))
+
+
+# -- one line for a bad option (item 28) ------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--rate", "-1"], "--rate"), (["--rate", "nan"], "--rate"),
+    (["--duration", "inf"], "--duration"), (["--duration", "nan"], "--duration"),
+    (["--duration", "0"], "--duration"), (["--foxglove-port", "70000"], "--foxglove-port"),
+    (["--foxglove-port", "-1"], "--foxglove-port")])
+def test_a_bad_rate_duration_or_port_is_refused_in_one_line_before_anything_loads(
+        capsys, args, option):
+    from crossspec_ros.cli.main import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["drive", "--no-viz", *args])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("crossspec drive: ") and option in err and args[1] in err
+
+
+# -- a stop signal at any moment (item 23) ----------------------------------------------------
+
+class StraySignalError(Exception):
+    """A stop signal that came where drive had no handler of its own for it."""
+
+
+@pytest.fixture
+def signal_handlers():
+    """Whatever a test does to SIGINT and SIGTERM is undone after it; meanwhile a SIGTERM
+    that drive does not handle fails the test instead of ending pytest."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def stray(signum, _frame):
+        raise StraySignalError(f"signal {signum} came where drive does not handle it")
+
+    signal.signal(signal.SIGTERM, stray)
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def _sigterm_now() -> None:
+    """SIGTERM to this process, handled before returning (its handler raises here)."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _finished_pass(rows: list[dict], interrupted_too: bool = False, **fields):
+    """A stand-in for ``_drive_once``: a pass that left ``rows`` (a signal ended it, with
+    ``interrupted_too``)."""
+    from crossspec_ros.cli import drive_cmd
+
+    def drive_once(args, graph, models, on_row=None, label="", **_):
+        for row in rows:  # streamed as they finished
+            if row["status"] in ("FINAL", "UNVERIFIED"):
+                on_row(dict(row))
+        return drive_cmd.PassResult(rows=rows, monitor=None, engine=None,
+                                    dropped=drive_cmd.DroppedWindows(),
+                                    interrupted=interrupted_too, **fields)
+    return drive_once
+
+
+def test_a_stop_signal_during_the_lossless_check_still_writes_the_rows_and_a_summary(
+        tmp_path, monkeypatch, signal_handlers):
+    import argparse
+
+    from crossspec_ros.cli import drive_cmd
+
+    rows = [{"window": w, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
+             "draft_first_token_ms": 8.0, "confirmed_done_ms": 3.0} for w in (1, 2, 3)]
+
+    def check_lossless(engine, monitor, rows):  # SIGTERM while the second window is checked
+        rows[0].update(lossless=True, verifier_only_ms=1.0)
+        _sigterm_now()
+
+    monkeypatch.setattr(drive_cmd, "_drive_once", _finished_pass(rows))
+    monkeypatch.setattr(drive_cmd, "_check_lossless", check_lossless)
+    out = tmp_path / "rows.jsonl"
+    args = argparse.Namespace(compare=False, rounds=1, json=out, check_lossless=True,
+                              loop=False)
+    try:
+        code = drive_cmd._drive(args)
+    except KeyboardInterrupt:
+        code = "KeyboardInterrupt escaped"
+    assert code == 143
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["window"] for r in lines[:-1]] == [1, 2, 3]
+    assert lines[0]["lossless"] is True and "lossless" not in lines[1]  # the verdicts so far
+    summary = lines[-1]["summary"]
+    assert summary["interrupted"] is True and summary["final"] == 3
+    assert (summary["lossless"], summary["lossless_checked"]) == (1, 1)
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_a_pass_a_signal_ended_writes_its_rows_and_an_interrupted_summary(tmp_path, monkeypatch):
+    """Mid-replay (the subprocess tests stop a real drive this way without --json)."""
+    import argparse
+
+    from crossspec_ros.cli import drive_cmd
+
+    rows = [{"window": 1, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
+             "draft_first_token_ms": 8.0, "confirmed_done_ms": 3.0},
+            {"window": 2, "epoch": 0, "status": "DRAFT", "draft_first_token_ms": 9.0}]
+    monkeypatch.setattr(drive_cmd, "_drive_once", _finished_pass(rows, interrupted_too=True))
+    out = tmp_path / "rows.jsonl"
+    args = argparse.Namespace(compare=False, rounds=1, json=out, check_lossless=True,
+                              loop=False)
+    assert drive_cmd._drive(args) == 130
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["window"], r["status"]) for r in lines[:-1]] == [(1, "FINAL"), (2, "DRAFT")]
+    summary = lines[-1]["summary"]
+    assert summary["interrupted"] is True and (summary["final"], summary["unfinished"]) == (1, 1)
+
+
+def test_a_stop_signal_while_a_pass_shuts_down_lets_the_shutdown_finish(signal_handlers):
+    from crossspec_ros.cli.streaming import signals_deferred, sigterm_as_interrupt
+
+    steps = []
+    with sigterm_as_interrupt(ends_process=True) as caught, signals_deferred(caught):
+        steps.append("nodes stopped")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        steps.append("recording finished")
+    assert steps == ["nodes stopped", "recording finished"]
+    assert caught["signal"] == signal.SIGTERM
+
+
+# -- a node that died (issue 45's targets) ----------------------------------------------------
+
+def test_a_graph_thread_that_ends_on_an_exception_is_named_in_one_line():
+    import threading
+
+    from crossspec_ros.cli.drive_cmd import NodeDeaths
+
+    def spin() -> None:
+        raise ValueError("cannot concat batches of sensors 320x240 and 160x120")
+
+    with NodeDeaths(quiet=True) as deaths:
+        assert deaths.found() == []
+        thread = threading.Thread(target=spin, name="crossspec_spin")
+        thread.start()
+        thread.join()
+        process_alive = [True]
+        deaths.watch_process("the draft node's drafter process", lambda: process_alive[0])
+        assert deaths.found() == ["thread crossspec_spin ended on ValueError: cannot concat "
+                                  "batches of sensors 320x240 and 160x120"]
+        process_alive[0] = False
+        assert deaths.found()[1] == "the draft node's drafter process is gone"
+
+
+def test_drive_exits_1_with_the_rows_and_says_which_node_died(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from crossspec_ros.cli import drive_cmd
+
+    rows = [{"window": 1, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
+             "draft_first_token_ms": 8.0, "confirmed_done_ms": 3.0}]
+    died = ["thread crossspec_spin ended on ValueError: boom"]
+    monkeypatch.setattr(drive_cmd, "_drive_once", _finished_pass(rows, died=died))
+    out = tmp_path / "rows.jsonl"
+    args = argparse.Namespace(compare=False, rounds=1, json=out, check_lossless=False,
+                              loop=False)
+    assert drive_cmd._drive(args) == 1
+    err = capsys.readouterr().err
+    assert "crossspec drive: the graph stopped: thread crossspec_spin ended on ValueError: " \
+        "boom" in err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["window"] == 1 and lines[-1]["summary"]["node_died"] == died
+
+
+def test_wait_ends_as_soon_as_a_node_died():
+    from types import SimpleNamespace
+
+    from crossspec_ros.cli.drive_cmd import _wait
+
+    never = SimpleNamespace(is_set=lambda: False)
+    player = SimpleNamespace(done=never, stop=lambda: None)
+    verifier = SimpleNamespace(params={"max_lateness_s": 0.2, "window_length_s": 1.0})
+    monitor = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic())
+    deaths = SimpleNamespace(found=lambda: ["thread crossspec_spin ended on ValueError: x"])
+    started = time.monotonic()
+    _wait(player, verifier, monitor, 0, deaths)  # would wait for the bag forever otherwise
+    assert time.monotonic() - started < 60
+
+
+# -- the drive's own view of the captions (item 24) --------------------------------------------
+
+def test_the_drive_watcher_takes_a_burst_of_captions_the_executor_was_too_busy_to_take():
+    import rclpy
+    from crossspec import msg as cs_msg
+    from rclpy.executors import SingleThreadedExecutor
+
+    from crossspec_ros.cli.drive_cmd import watch_captions
+    from crossspec_ros.nodes.common import reliable_qos
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        node = rclpy.create_node("drive_watcher_burst", context=context)
+        publisher = node.create_publisher(cs_msg.Caption, "burst_caption", reliable_qos())
+        got: list[int] = []
+        watch_captions(node, "burst_caption", lambda msg: got.append(msg.window_id))
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        deadline = time.monotonic() + 30
+        while publisher.get_subscription_count() < 1 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        # 300 captions while the executor takes none (as when it is busy for a while)
+        for wid in range(300):
+            publisher.publish(cs_msg.Caption(window_id=wid))
+        deadline = time.monotonic() + 60
+        while len(got) < 300 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        assert got == list(range(300))
+        executor.shutdown()
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+
+
+def test_the_recording_files_each_message_under_its_own_header_stamp(tmp_path):
+    from crossspec import msg as cs_msg
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import Image
+
+    from crossspec_ros.bags.recorder import BagRecorder
+
+    frame = Image(height=1, width=1, encoding="rgb8", step=3, data=b"\x01\x02\x03")
+    frame.header.stamp.sec, frame.header.stamp.nanosec = 1_700_000_003, 250_000_000
+    caption = cs_msg.Caption(window_id=1_700_000_002)
+    caption.header.stamp.sec, caption.header.stamp.nanosec = 1_700_000_004, 0
+    unstamped = cs_msg.Caption(window_id=1_700_000_005)
+    recorder = BagRecorder(tmp_path / "out")
+    # the graph's clock when the viz node took them: 20 s on, after a busy spell
+    late = 1_700_000_020 * 10**9
+    recorder.write("/crossspec/annotated_image", "sensor_msgs/msg/Image",
+                   serialize_message(frame), late)
+    recorder.write("/crossspec/caption", "crossspec/msg/Caption", serialize_message(caption),
+                   late)
+    recorder.write("/crossspec/caption", "crossspec/msg/Caption",
+                   serialize_message(unstamped), late + 1)
+    recorder.close()
+    assert sorted(t for _, _, t in read_bag(tmp_path / "out")) == [
+        1_700_000_003_250_000_000, 1_700_000_004 * 10**9, late + 1]

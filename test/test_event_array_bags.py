@@ -179,3 +179,50 @@ def test_drive_points_its_nodes_at_the_bags_topics_where_the_config_names_others
     config = tmp_path / "c.yaml"
     config.write_text("/**:\n  ros__parameters:\n    event_topic: dvs/events\n")
     assert input_topic_parameters(config, "/dvs/events", None) == {}
+
+
+def message_parts(bag, seconds: float = 1.0, message_ms: int = 20) -> list[EventBatch]:
+    """The events of each message of a pattern bag, as written before any shift."""
+    start, step = small_pattern().start_ns, message_ms * 1_000_000
+    return [bag.inside.between(t0, t0 + step)
+            for t0 in range(start, start + round(seconds * NS), step)]
+
+
+@pytest.mark.parametrize("shift_s", [400_000, 2_000_000, -400_000])
+def test_one_event_array_far_from_the_topic_is_dropped_counted_and_the_replay_goes_on(
+        tmp_path, shift_s):
+    # +400,000 s: every later event was dropped as "out of order"; +2,000,000 s: the replay
+    # ended on "sensor time ... too large: pass an epoch_ns"
+    bag = write_pattern_bag(tmp_path / "in.bag", seconds=1.0, shifted={10: shift_s * NS})
+    parts = message_parts(bag)
+    events, _ = decode_replay(BagReplay(bag.path))
+    expected = EventBatch.concat([p for k, p in enumerate(parts) if k != 10])
+    assert events.equals(expected)
+    replay = BagReplay(bag.path)
+    list(replay.messages())
+    counts = replay.event_counts["/dvs/events"]
+    assert (counts.time_outliers, counts.out_of_order) == (len(parts[10]), 0)
+    assert counts.balanced and counts.events_out == len(expected)
+
+
+def test_convert_bag_counts_a_far_off_event_array_and_names_no_missing_option(
+        tmp_path, capsys):
+    bag = write_pattern_bag(tmp_path / "in.bag", seconds=1.0, shifted={10: 2_000_000 * NS})
+    out = tmp_path / "out"
+    assert main(["convert-bag", str(bag.path), str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    n = len(message_parts(bag)[10])
+    assert f"+ {n:,} far from the topic's time" in printed
+    assert "epoch_ns" not in printed
+    assert len(read_events(out)) == len(bag.inside) - n
+
+
+def test_a_clock_that_jumps_back_for_good_restarts_the_evt3_stream_and_loses_nothing(tmp_path):
+    # from message 25 on the driver's clock is 1,000 s earlier (a reset): a jump, not an outlier
+    bag = write_pattern_bag(tmp_path / "in.bag", seconds=1.0,
+                            shifted={k: -1000 * NS for k in range(25, 50)})
+    events, _ = decode_replay(BagReplay(bag.path))
+    parts = message_parts(bag)
+    moved = [EventBatch(p.t - (1000 * NS if k >= 25 else 0), p.x, p.y, p.p, p.width, p.height)
+             for k, p in enumerate(parts)]
+    assert events.equals(EventBatch.concat(moved))

@@ -67,6 +67,32 @@ def test_events_table_and_topic_filter(bag: tuple, capsys: pytest.CaptureFixture
     assert list(json.loads(capsys.readouterr().out)["topics"]) == ["/davis/events"]
 
 
+def test_one_damaged_packet_does_not_make_the_rate_of_a_topic(
+        tmp_path: Path, write_event_bag: Callable[..., Path], capsys: pytest.CaptureFixture
+        ) -> None:
+    # an EVT 2.1 stream in which one packet's middle time high word reads 15,752 s later
+    from bag_helpers import evt21_packets, with_wild_time_high
+
+    rng = np.random.default_rng(1)
+    n = 20_000
+    t = ROS_T0 + np.sort(rng.integers(0, 2_000_000, n)) * 1000
+    batch = EventBatch(t, rng.integers(0, 320, n), rng.integers(0, 240, n),
+                       rng.integers(0, 2, n), 320, 240)
+    packets = evt21_packets(batch, ROS_T0 - 1428 * 10**9)
+    k = len(packets) // 2
+    packets[k] = with_wild_time_high(packets[k], 15_752 * 10**6)
+    path = write_event_bag(tmp_path / "bag", [("/cam/events", p) for p in packets])
+    assert main(["events", str(path), "--json"]) == 0
+    cam = json.loads(capsys.readouterr().out)["topics"]["/cam/events"]
+    lost = int(np.count_nonzero((batch.t >= packets[k].stamp_ns)
+                                & (batch.t < packets[k + 1].stamp_ns)))
+    assert cam["bad"]["outlier_events"] == lost > 0
+    assert sum(cam["cd_events"].values()) == n - lost
+    assert cam["t_first_us"] == batch.t[0] // 1000 and cam["t_last_us"] == batch.t[-1] // 1000
+    assert cam["rate_ev_s"] == pytest.approx((n - lost) / ((batch.t[-1] - batch.t[0]) / 1e9),
+                                             rel=1e-3)
+
+
 def test_events_on_a_missing_bag_exits_1_with_a_clear_message(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["events", str(tmp_path / "missing_bag")]) == 1

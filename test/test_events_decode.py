@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from bag_helpers import evt21_packets
 
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
@@ -94,10 +95,62 @@ def test_sensor_size_change_restarts_the_decoder(caplog: pytest.LogCaptureFixtur
     decoder = EventPacketDecoder()
     with caplog.at_level(logging.WARNING):
         out_a = EventBatch.concat([decoder.decode(p) for p in packets_a])
-        out_b = EventBatch.concat([decoder.decode(p) for p in packets_b])
+        # the first packet of the new size is held (empty, the old size) until the next
+        out_b = EventBatch.concat([b for b in map(decoder.decode, packets_b) if len(b)])
     assert out_a.equals(batch_a) and out_b.equals(batch_b)
     assert decoder.stats.size_changes == 1
     assert any("320x240" in w for w in warnings_in(caplog))
+
+
+@pytest.mark.parametrize("encoding", ["evt3", "evt21"])
+def test_one_packet_labelled_with_another_sensor_size_is_dropped_counted_and_warned_once(
+        caplog: pytest.LogCaptureFixture, encoding: str) -> None:
+    batch, packets = packets_of(seed=8, width=320, height=240)
+    if encoding == "evt21":
+        packets = evt21_packets(batch, ROS_T0)
+    odd = [10, 40]  # two lone packets labelled 160x120 in a 320x240 stream
+    labelled = [replace(p, width=160, height=120) if i in odd else p
+                for i, p in enumerate(packets)]
+    decoder = EventPacketDecoder(name="/cam/events")
+    with caplog.at_level(logging.WARNING):
+        outs = [decoder.decode(p) for p in labelled]
+    # the stream goes on at its own size, decoded exactly but for the odd packets' events
+    assert {(o.width, o.height) for o in outs} == {(320, 240)}
+    assert [len(outs[i]) for i in odd] == [0, 0]
+    kept = np.ones(len(batch), bool)
+    for i in odd:
+        kept[(batch.t >= packets[i].stamp_ns) & (batch.t < packets[i + 1].stamp_ns)] = False
+    assert EventBatch.concat(outs).equals(batch.take(kept))
+    assert (decoder.stats.size_mismatch, decoder.stats.size_changes) == (2, 0)
+    assert decoder.stats.bad_packets == 2  # what the draft node's diagnostics report
+    warned = [w for w in warnings_in(caplog) if "160x120" in w]
+    stamp_s = f"{packets[10].stamp_ns / 1e9:.6f}"
+    assert len(warned) == 1 and "/cam/events" in warned[0] and stamp_s in warned[0]
+    assert "320x240" in warned[0] and "size_mismatch" in warned[0]
+
+
+def test_a_sensor_size_change_is_taken_once_the_next_packet_confirms_it() -> None:
+    batch_a, packets_a = packets_of(seed=9)
+    batch_b, packets_b = packets_of(seed=10, width=320, height=240, t0=ROS_T0 + 10**9)
+    decoder = EventPacketDecoder()
+    outs_a = [decoder.decode(p) for p in packets_a]
+    first_b = decoder.decode(packets_b[0])  # held: one packet of a new size may be damage
+    assert len(first_b) == 0 and (first_b.width, first_b.height) == (640, 480)
+    second_b = decoder.decode(packets_b[1])  # confirmed: both packets' events, in order
+    rest_b = [decoder.decode(p) for p in packets_b[2:]]
+    assert EventBatch.concat(outs_a).equals(batch_a)
+    assert EventBatch.concat([second_b, *rest_b]).equals(batch_b)
+    assert (decoder.stats.size_changes, decoder.stats.size_mismatch) == (1, 0)
+
+
+def test_a_packet_still_held_when_the_stream_ends_is_dropped_and_counted() -> None:
+    _, packets = packets_of(seed=11)
+    decoder = EventPacketDecoder()
+    for p in packets[:-1]:
+        decoder.decode(p)
+    assert len(decoder.decode(replace(packets[-1], width=160, height=120))) == 0
+    decoder.finish()
+    assert decoder.stats.size_mismatch == 1
 
 
 @pytest.mark.parametrize("size", [(0, 480), (640, 0), (4096, 480), (-1, 5)])

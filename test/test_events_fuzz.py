@@ -17,7 +17,7 @@ def test_decode_path_survives_random_and_corrupted_packets(encoding: str) -> Non
     assert report["crashes"] == 0 and report["bad_batches"] == 0
     assert report["decoded_packets"] == N_PACKETS[encoding] and report["events"] > 0
     for counter in ("unsupported_encoding", "big_endian", "invalid_size", "empty_packets",
-                    "odd_length", "out_of_bounds_events", "size_changes"):
+                    "odd_length", "out_of_bounds_events", "size_changes", "size_mismatch"):
         assert report["counters"][counter] > 0, counter
     if encoding != "evt3":  # the evt3 library skips what it does not know without a count
         assert report["counters"]["unknown_words"] > 0

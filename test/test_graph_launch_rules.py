@@ -1,7 +1,8 @@
 """What launch/drive.launch.py decides, tested without ROS 2 launch (not on PyPI, absent in
 CI): which lifecycle transition launch triggers on which transition event (issue 36, fault
 9), and how long it waits after the bag before shutting down with exit_when_bag_ends:=true
-(fault 11). The launch file only turns these into launch actions."""
+(fault 11), and which clock the nodes run on (issue 45, fault 8). The launch file only turns
+these into launch actions."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from crossspec_ros.nodes.graph import (
     bag_end_grace_s,
     bring_up_follow_up,
     default_config,
+    sim_time_parameters,
 )
 
 # every transition of the ROS 2 managed-node state machine, as (start, goal) state labels
@@ -105,3 +107,48 @@ def test_launch_waits_for_the_last_window_after_the_bag_ends(tmp_path):
     config.write_text("/**:\n  ros__parameters:\n    window_length_s: 2\n"
                       "/crossspec_verifier:\n  ros__parameters:\n    max_lateness_s: 3.0\n")
     assert bag_end_grace_s(config) == 2.0 + 3.0 + CAPTION_FINISH_S
+
+
+def test_the_clock_follows_the_input_bag_replayed_here_live_or_decided_at_run_time():
+    # issue 45, fault 8: server.launch.py (no replay of its own) left use_sim_time true for a
+    # robot with live cameras
+    assert sim_time_parameters("auto", True) == {"use_sim_time": True, "follow_clock": False}
+    assert sim_time_parameters("auto", False) == {"use_sim_time": False, "follow_clock": False}
+    assert sim_time_parameters("auto", None) == {"use_sim_time": False, "follow_clock": True}
+    for given in (True, False, None):  # given explicitly: as given, whatever the input
+        assert sim_time_parameters("TRUE", given) == {"use_sim_time": True,
+                                                      "follow_clock": False}
+        assert sim_time_parameters("false", given) == {"use_sim_time": False,
+                                                       "follow_clock": False}
+    with pytest.raises(ValueError, match="use_sim_time:=maybe: give auto, true or false"):
+        sim_time_parameters("maybe", None)
+
+
+def test_following_the_clock_turns_on_at_once_and_off_only_after_a_silence():
+    pytest.importorskip("rclpy")
+    from crossspec_ros.nodes.common import ClockFollow
+
+    follow = ClockFollow(grace_s=5.0)
+    assert follow.update(False, 0.0) is None  # live from the start: stays off
+    assert follow.update(True, 1.0) is True  # a player appeared
+    assert follow.update(True, 2.0) is None
+    assert follow.update(False, 3.0) is None  # a loop re-creating its publisher: no flap
+    assert follow.update(True, 4.0) is None
+    assert follow.update(False, 5.0) is None
+    assert follow.update(False, 9.9) is None
+    assert follow.update(False, 10.0) is False  # 5 s without /clock
+    assert follow.update(False, 20.0) is None
+
+
+def test_an_exit_ends_the_launch_only_when_it_fails_and_launch_is_not_already_ending():
+    # issue 45, fault 5: a node stopped by Ctrl-C while it started exited non-zero, and the
+    # launch file answered with a second Shutdown: launch_ros' ROS adapter raised "Cannot
+    # shutdown a ROS adapter that is not running" and launch exited 1
+    from crossspec_ros.nodes.graph import exit_shuts_down_launch
+
+    assert exit_shuts_down_launch("crossspec_verifier", 2, shutting_down=False) == (
+        "crossspec_verifier exited with code 2 (its log above says why)")
+    assert exit_shuts_down_launch("crossspec_verifier", -9, shutting_down=False) is not None
+    assert exit_shuts_down_launch("crossspec_verifier", 0, shutting_down=False) is None
+    for code in (0, 2, 130, -2, -9):  # during launch's own shutdown: part of it
+        assert exit_shuts_down_launch("crossspec_verifier", code, shutting_down=True) is None

@@ -1,7 +1,9 @@
 """Every process of the launched graph (`crossspec play`, `crossspec node KIND`) exits 0 on
 one or two SIGINTs: a terminal's Ctrl-C under `ros2 launch` reaches each process twice, once
 from the terminal (the process group) and once from launch, a few milliseconds apart, and
-launch reports any other exit as "process has died" (issue 36, fault 10)."""
+launch reports any other exit as "process has died" (issue 36, fault 10). A signal while a
+lifecycle manager's configure loads and compiles stops the process at once, and a configure
+that fails ends it with one line (issue 45, faults 4 and 6)."""
 
 from __future__ import annotations
 
@@ -82,3 +84,132 @@ def test_a_node_process_exits_0_when_ctrl_c_comes_twice(kind, last_node, gap_s):
     _out, err = _interrupt_twice(proc, gap_s)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+class LifecycleManager:
+    """A `crossspec node KIND --no-autostart` process and a lifecycle manager (as launch
+    with composed:=false) that asked it to configure; ``spin(s)`` spins the manager."""
+
+    def __init__(self, kind: str, env: dict, ros_args: list[str] = ()) -> None:
+        import rclpy
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+        from rclpy.executors import SingleThreadedExecutor
+
+        args = ["--ros-args", *ros_args] if ros_args else []
+        self.proc = subprocess.Popen([*CROSSSPEC, "node", kind, "--no-autostart", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env, start_new_session=True)  # Ctrl-C: the group
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("crossspec_test_lifecycle_manager", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        change = self.node.create_client(ChangeState, f"/crossspec_{kind}/change_state")
+        assert change.wait_for_service(timeout_sec=60), f"the {kind} node did not come up"
+        self.answer = change.call_async(ChangeState.Request(
+            transition=Transition(id=Transition.TRANSITION_CONFIGURE)))
+
+    def spin(self, seconds: float, until=lambda: False) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not until():
+            self.executor.spin_once(timeout_sec=0.1)
+
+    def exited(self, within_s: float) -> tuple[int | None, str]:
+        self.spin(within_s, until=lambda: self.proc.poll() is not None)
+        if self.proc.poll() is None:
+            return None, ""
+        return self.proc.returncode, self.proc.communicate(timeout=30)[1]
+
+    def close(self) -> None:
+        import rclpy
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.communicate(timeout=30)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_node_that_a_lifecycle_manager_configures_stops_at_once_on_a_signal_while_it_compiles(
+        signum, tmp_path):
+    # issue 45, fault 4: under launch (composed:=false) the configure runs in the node's spin
+    # and a signal waited for the models to load and compile (launch then SIGKILLed it)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    env.pop("CROSSSPEC_NO_COMPILE", None)  # compiling: a configure of tens of seconds
+    manager = LifecycleManager("draft", env)
+    try:
+        manager.spin(2.0)
+        if manager.answer.done():
+            pytest.skip("configure finished within 2 s: nothing left to interrupt")
+        os.killpg(manager.proc.pid, signum)
+        returncode, err = manager.exited(within_s=60)
+        assert returncode == 0, err
+        assert "configure interrupted by a signal" in err and "Traceback" not in err, err
+        # cut short, not finished: the manager is told the configure failed
+        assert not manager.answer.done() or not manager.answer.result().success
+    finally:
+        manager.close()
+
+
+def test_a_node_whose_configure_fails_ends_its_process_with_one_line(tmp_path):
+    # issue 45, fault 6: launch stayed up with an unconfigured node until killed
+    manager = LifecycleManager("verifier", dict(os.environ),
+                               ["-p", f"verifier_model:={tmp_path / 'missing'}"])
+    try:
+        returncode, err = manager.exited(within_s=120)
+        assert returncode == 2, err
+        assert manager.answer.done() and not manager.answer.result().success
+        lines = [line for line in err.splitlines() if line.startswith("crossspec node")]
+        assert lines == [f"crossspec node verifier: crossspec_verifier could not be configured: "
+                         f"model directory {tmp_path / 'missing'} does not exist; pass an "
+                         "existing local directory or a Hugging Face hub id such as "
+                         "LanguageBind/Video-LLaVA-7B-hf"], err
+        assert "Traceback" not in err
+    finally:
+        manager.close()
+
+
+# `crossspec node` with the signals coming while Python still imports the commands (before
+# node_cmd takes the signals over): the terminal's, then launch's a moment later
+_SIGNAL_WHILE_STARTING = """
+import os, signal, sys, threading, time
+import crossspec_ros.cli.main as cli
+
+build_parser = cli.build_parser
+
+def importing():
+    threading.Timer(0.1, os.kill, (os.getpid(), {signum})).start()
+    os.kill(os.getpid(), {signum})
+    time.sleep(5.0)
+    return build_parser()
+
+cli.build_parser = importing
+sys.exit(cli.main(["node", "verifier", "--no-autostart"]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_node_process_exits_0_on_a_signal_while_it_is_still_starting(signum):
+    # issue 45, fault 5: under launch a Ctrl-C in a node's first seconds (on a loaded machine
+    # the imports take several) was a KeyboardInterrupt traceback and exit -2 or 130 (SIGTERM:
+    # -15); launch reported "process has died" and exited 1
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_STARTING.format(
+        signum=int(signum))], capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and proc.stdout == ""
+    assert time.monotonic() - started < 5.0  # at once, not after the imports
+
+
+def test_the_starting_handlers_are_put_back_when_no_signal_came():
+    # `crossspec node ... --help` in this process must not leave its handlers behind
+    from crossspec_ros.cli.main import main
+
+    before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+    assert main(["node", "verifier", "--help"]) == 0
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == before

@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,11 @@ def test_rclpy_announces_the_real_drivers_hash_for_event_packet_topics():
     try:
         node = rclpy.create_node("hash_probe", context=context)
         node.create_publisher(EventPacket, "/hash_probe/events", 1)
-        infos = node.get_publishers_info_by_topic("/hash_probe/events")
+        # the graph learns of the node's own publisher through discovery: poll, bounded
+        deadline = time.monotonic() + 30
+        while not (infos := node.get_publishers_info_by_topic("/hash_probe/events")) and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(infos) == 1
         assert str(infos[0].topic_type_hash) == EVENT_PACKET_RIHS01
         node.destroy_node()

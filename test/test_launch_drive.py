@@ -7,6 +7,8 @@ where launch_testing is not importable, as in CI here. Run it on a ROS install w
 workspace that `colcon build` made.
 """
 
+import os
+import sys
 import time
 import unittest
 from pathlib import Path
@@ -22,6 +24,12 @@ from launch.actions import IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 
 LAUNCH_FILE = Path(__file__).resolve().parents[1] / "launch" / "drive.launch.py"
+# `make setup` lays the package out in the venv (scripts/install_ros_layout.sh), which its
+# activate script puts on AMENT_PREFIX_PATH: the same when the tests run without activating it
+if (Path(sys.prefix) / "share" / "crossspec").is_dir() and \
+        sys.prefix not in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+    os.environ["AMENT_PREFIX_PATH"] = os.pathsep.join(
+        p for p in (sys.prefix, os.environ.get("AMENT_PREFIX_PATH")) if p)
 FINAL_WITHIN_S = 120.0  # start-up (model loading) plus a few windows of the 24 s bag
 
 

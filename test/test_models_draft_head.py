@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from synthetic_windows import random_window
 
 from crossspec_ros.models.draft_head import DraftHead, HeadConfig
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
+from crossspec_ros.speculative import engine as engine_module
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.events import EventKind
 from crossspec_ros.train.distill import DistillConfig, label_windows, train_head, window_states
@@ -78,9 +78,39 @@ def test_a_head_learns_the_verifiers_captions_deterministically(trained):
     assert (predicted == ids).float().mean().item() > 0.5
 
 
-def test_the_engine_with_a_head_proposes_from_it_and_stays_lossless(trained):
+@pytest.fixture()
+def after_the_look(monkeypatch):
+    """Wraps a verifier so that it reads each window only once the engine's draft head has
+    looked at it (``HeadRun.join``): the head's proposals then come from the first round on,
+    whichever thread the scheduler runs first."""
+    from crossspec_ros.speculative.head import HeadRun
+
+    runs: list[HeadRun] = []
+
+    class Recorded(HeadRun):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    monkeypatch.setattr(engine_module, "HeadRun", Recorded)
+
+    def wrap(verifier):
+        class AfterTheLook:
+            def __getattr__(self, name):
+                return getattr(verifier, name)
+
+            def prepare(self, window, *args, **kwargs):
+                runs[-1].join()  # the look ends: a state, an error or none
+                return verifier.prepare(window, *args, **kwargs)
+
+        return AfterTheLook()
+
+    return wrap
+
+
+def test_the_engine_with_a_head_proposes_from_it_and_stays_lossless(trained, after_the_look):
     verifier, drafter, head, *_ = trained
-    engine = SpeculativeEngine(verifier, drafter, EngineConfig(
+    engine = SpeculativeEngine(after_the_look(verifier), drafter, EngineConfig(
         max_new_tokens=8, proposers=("history_ngram", "draft_head")), head=head)
     proposed = 0
     for seed in range(6):
@@ -140,7 +170,7 @@ def test_a_draft_channel_hands_over_the_window_state_or_none_when_the_window_end
     assert ended.wait_window_state() is None
 
 
-def test_the_engine_with_a_head_reads_the_local_drafters_own_prefill(trained):
+def test_the_engine_with_a_head_reads_the_local_drafters_own_prefill(trained, after_the_look):
     verifier, drafter, head, *_ = trained
     looks = []
 
@@ -152,15 +182,8 @@ def test_the_engine_with_a_head_reads_the_local_drafters_own_prefill(trained):
             looks.append(1)
             return drafter.window_state(inputs)
 
-    class SlowPrefill:  # the drafter's prefill is surely done before the first round
-        def __getattr__(self, name):
-            return getattr(verifier, name)
-
-        def prefill_with_proposal(self, inputs, proposal, parents=None):
-            time.sleep(0.3)
-            return verifier.prefill_with_proposal(inputs, proposal, parents)
-
-    engine = SpeculativeEngine(SlowPrefill(), Counting(), EngineConfig(
+    # the verifier starts once the head has the window state the drafter's prefill left
+    engine = SpeculativeEngine(after_the_look(verifier), Counting(), EngineConfig(
         max_new_tokens=8, proposers=("draft_stream", "draft_head"), drafter_gate=False),
         head=head)
     result = engine.run_window(random_window(0))

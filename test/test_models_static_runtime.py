@@ -175,3 +175,4 @@ def test_compiled_steps_are_warmed_up_at_once_and_stay_bit_exact(bundled, window
     for window in [*windows, *windows]:
         assert engine.run_window(window).tokens == engine.verifier_only(window)
     assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled mid-drive
+    assert verifier.runtime.eager_steps == 0  # and every step ran compiled

@@ -108,6 +108,10 @@ def test_the_next_window_streams_feedback_and_ends_with_its_final_caption(graph)
     result = wait(handle.get_result_async()).result
     assert result.success and result.caption.window_id == 7
     assert result.caption.status == Caption.STATUS_FINAL and result.caption.confirmed_text
+    # feedback and the result travel apart: the result may be here before the feedback is
+    deadline = time.monotonic() + 30
+    while not feedback and time.monotonic() < deadline:
+        time.sleep(0.02)
     statuses = [f.feedback.caption.status for f in feedback]
     assert statuses and statuses[0] == Caption.STATUS_DRAFT
     assert Caption.STATUS_FINAL not in statuses
@@ -122,12 +126,10 @@ def test_a_window_already_captioned_is_answered_at_once(graph):
     deadline = time.monotonic() + 30
     while node.counters["windows_verified"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    t0 = time.monotonic()
     handle = send(client, [], stamp=Time(sec=3, nanosec=500_000_000), timeout_s=5.0)
     result = wait(handle.get_result_async()).result
-    assert result.success and result.caption.window_id == 3
+    assert result.success and result.caption.window_id == 3  # answered (a time-out fails)
     assert result.caption.status == Caption.STATUS_FINAL
-    assert time.monotonic() - t0 < 4.0  # answered, not timed out
 
 
 def test_a_window_that_never_comes_times_out_with_a_message(graph):

@@ -23,11 +23,13 @@ from crossspec_ros.sim.dataset import make_window  # noqa: E402
 pytestmark = pytest.mark.ros
 
 
-class SlowDrafter:
-    """The drafter, 50 ms slower per token: a newer window comes mid-draft."""
+class HeldDrafter:
+    """The drafter, held after each drafted token until the test sets ``release``: a newer
+    window comes mid-draft because the test says so, not because the drafter is slow."""
 
     def __init__(self, inner):
         self.inner = inner
+        self.release = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -36,18 +38,18 @@ class SlowDrafter:
         session = self.inner.prefill(inputs)
         feed = session.feed
 
-        def slow_feed(tokens):
-            time.sleep(0.05)
+        def held_feed(tokens):  # the drafter feeds each token it drafted to draft the next
+            assert self.release.wait(30.0), "the test never released the drafter"
             return feed(tokens)
 
-        session.feed = slow_feed
+        session.feed = held_feed
         return session
 
 
 @pytest.fixture()
 def node():
     rclpy.init()
-    node = bring_up(DraftNode(SlowDrafter(tiny_eventgpt_drafter(seed=1)), parameter_overrides=[
+    node = bring_up(DraftNode(HeldDrafter(tiny_eventgpt_drafter(seed=1)), parameter_overrides=[
         Parameter("max_queued_windows", value=1)]))
     node.worker.stop()  # the test runs the worker's steps itself
     node.pub_draft = RecordingPublisher()
@@ -73,7 +75,9 @@ def test_a_preempted_draft_ends_with_a_cut_short_notice_carrying_what_it_drafted
     while not node.pub_draft.sent and time.monotonic() < deadline:
         time.sleep(0.01)
     node._enqueue([newer])  # the drafter leaves the older window for it
+    node.drafter.release.set()  # held after its first token until now
     step.join(timeout=30)
+    assert not step.is_alive()
     sent = [m for m in node.pub_draft.sent if m.window_id == older.id]
     *drafts, notice = sent
     assert drafts and not any(m.cut_short or m.done for m in drafts)

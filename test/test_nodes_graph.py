@@ -158,17 +158,15 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
         statuses = [m.status for m in run.captions[wid]]
         # a draft is shown before the verifier finishes, and FINAL comes last
         assert statuses[-1] == FINAL and FINAL not in statuses[:-1]
-    # The draft node took up every window. It stops a window's draft once its verifier is
-    # done, which for a caption the history n-gram proposer already knows (the same scene as
-    # the window before) can come before the drafter's first token: then it publishes nothing
-    # for that window. So: a draft for the first window (no history to lean on), at least
-    # half of them in all; whether a draft arrives before the verifier's first confirmation
-    # depends on the CPU's load, so that is not asserted, nor that it ran to its end.
+    # The draft node takes up every window. It stops a window's draft once its verifier is
+    # done, and with early start the verifier can be done before the drafter starts (another
+    # thread, on a loaded machine late): then it publishes nothing for that window and counts
+    # it. So each window has drafts or is counted; which thread is first is not asserted.
     draft_node = run.nodes[0]
     assert draft_node.windows_drafted >= len(run.results)
-    first = min(run.results)
-    assert run.drafts.get(first) and max(len(m.token_ids) for m in run.drafts[first]) >= 5
-    assert 2 * len(set(run.drafts) & set(run.results)) >= len(run.results), sorted(run.drafts)
+    with_drafts = set(run.drafts) & set(run.results)
+    assert len(with_drafts) + draft_node.windows_confirmed_before_draft >= len(run.results), (
+        sorted(run.drafts), draft_node.windows_confirmed_before_draft)
     for wid, drafts in run.drafts.items():
         assert all(len(m.log_probs) == len(m.token_ids) for m in drafts), wid
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
@@ -243,8 +241,18 @@ def test_distributed_mode_draft_node_in_another_process(pair):
     run = run_graph(pair, seconds=4.5, kinds=("verifier",), draft_process=True)
     verifier_node = run.nodes[0]
     assert len(run.results) >= 3
-    drafted = [wid for wid in run.results if any(m.unconfirmed_text for m in run.captions[wid])]
-    assert drafted, "no draft crossed the process boundary"
+    # Every window is drafted in the other process, unless the verifier was done first (which
+    # thread wins is load, not product: not asserted); its drafts reach this process, and the
+    # verifier reads them (into a caption, or as late after its FINAL).
+    reported = [int(kv.value) for d in run.diagnostics for st in d.status
+                if st.name == "crossspec: draft" for kv in st.values
+                if kv.key == "windows_confirmed_before_draft"]
+    assert reported, "no diagnostics from the draft node process"
+    missing = set(run.results) - set(run.drafts)
+    assert len(missing) <= max(reported), (sorted(run.drafts), reported)
+    if run.drafts:
+        heard = any(m.draft_text for msgs in run.captions.values() for m in msgs)
+        assert heard or verifier_node.book.counters["late_drafts"] > 0
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
 
 

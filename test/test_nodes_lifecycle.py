@@ -64,25 +64,35 @@ def test_models_load_on_configure_not_in_the_constructor(ros, monkeypatch):
         node.destroy_node()
 
 
-def test_inputs_are_ignored_until_active_and_workers_run_only_while_active(ros):
+def status_of(caption) -> tuple[int, int, int]:
+    return caption.window_id, caption.status, caption.unverified_reason
+
+
+STOPPED = (cs_msg.Caption.STATUS_UNVERIFIED, cs_msg.Caption.REASON_VERIFIER_STOPPED)
+DRAFT = (cs_msg.Caption.STATUS_DRAFT, cs_msg.Caption.REASON_NONE)
+
+
+def test_frames_are_ignored_until_active_drafts_meanwhile_end_unverified_and_workers_run_only_while_active(  # noqa: E501
+        ros):
     node = bring_up(VerifierNode(tiny_verifier(seed=1)), activate=False)
     try:
         node.pub_caption = RecordingPublisher()
+        node._on_image(image(3.5, 0))
+        assert node.sync.pending_ids() == [] and node.worker is None
+        # inactive, the verifier relays a draft as its window's caption: UNVERIFIED, stopped
         node._on_draft(draft(3))
-        assert node.pub_caption.sent == [] and node.worker is None
+        assert [status_of(c) for c in node.pub_caption.sent] == [(3, *DRAFT), (3, *STOPPED)]
         assert node.trigger_activate() == SUCCESS
         node._on_draft(draft(4))
-        assert [c.window_id for c in node.pub_caption.sent] == [4]
+        assert status_of(node.pub_caption.sent[-1]) == (4, *DRAFT)
         worker = node.worker.thread
         assert worker.is_alive()
         assert node.trigger_deactivate() == SUCCESS
         assert not worker.is_alive() and not node.active
-        # the window left open ends at once, saying why it was never verified
-        stopped = node.pub_caption.sent[-1]
-        assert (stopped.window_id, stopped.status, stopped.unverified_reason) == (
-            4, cs_msg.Caption.STATUS_UNVERIFIED, cs_msg.Caption.REASON_VERIFIER_STOPPED)
-        node._on_draft(draft(5))
-        assert len(node.pub_caption.sent) == 2
+        # the window left open ends at once (its draft is complete), saying why
+        assert status_of(node.pub_caption.sent[-1]) == (4, *STOPPED)
+        node._on_draft(draft(4))  # late: its caption has ended
+        assert status_of(node.pub_caption.sent[-1]) == (4, *STOPPED)
         assert node.trigger_activate() == SUCCESS  # and back: a new worker
         assert node.worker.thread.is_alive() and node.worker.thread is not worker
     finally:
@@ -223,9 +233,11 @@ def test_after_a_bag_loop_a_reconfigured_verifier_verifies_the_windows_of_the_dr
         node.worker.stop()
         node.pub_caption = RecordingPublisher()
         drive_windows(node, 1, range(102, 105))     # the draft node still says epoch 1
-        assert finals(node) >= {(1, 102), (1, 103)}
-        assert not [c for c in node.pub_caption.sent
-                    if c.status == cs_msg.Caption.STATUS_UNVERIFIED]
+        # window 102 was open at the deactivate: it ended UNVERIFIED then, never FINAL now
+        assert (1, 103) in finals(node) and (1, 102) not in finals(node)
+        # its draft came after the activate: 102's caption is that, UNVERIFIED (stopped)
+        assert [status_of(c) for c in node.pub_caption.sent
+                if c.status == cs_msg.Caption.STATUS_UNVERIFIED] == [(102, *STOPPED)]
     finally:
         node.destroy_node()
 
@@ -249,4 +261,115 @@ def test_diagnostics_are_not_ok_while_windows_end_unverified_and_none_verified(r
         node._publish_diagnostics()
         assert node.pub_diag.sent[-1].status[0].level == DiagnosticStatus.OK
     finally:
+        node.destroy_node()
+
+
+def test_a_deactivate_mid_window_ends_the_open_and_queued_windows_unverified_with_their_drafts_and_never_final_later(  # noqa: E501
+        ros):
+    # issue 45, faults 3 and 25: the window open at a deactivate was published FINAL after the
+    # activate, and windows drafted while inactive got no caption at all
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
+    try:
+        node.worker.stop()
+        node.pub_caption = RecordingPublisher()
+        drive_windows(node, 0, range(10, 12))  # 10 FINAL; window 12 has begun
+        for k in range(1, 4):
+            node._on_image(image(12 + k / 8, 120 + k))
+        assert node.sync.pending_ids() == [12] and node.queue.keys() == [(0, 11)]
+        node._on_draft(cs_msg.DraftTokens(  # window 12's draft so far: not done yet
+            window_id=12, token_ids=[1], text="a", done=False,
+            window_start=timeline_draft(0, 12).window_start,
+            window_end=timeline_draft(0, 12).window_end))
+        assert node.trigger_deactivate() == SUCCESS
+        assert not [c for c in node.pub_caption.sent if c.window_id == 12
+                    and c.status == cs_msg.Caption.STATUS_UNVERIFIED]  # it waits for its draft
+        node._on_draft(timeline_draft(0, 12))  # the draft completes while inactive
+        node._on_draft(timeline_draft(0, 13))  # a window drafted while inactive
+        assert node.trigger_activate() == SUCCESS
+        node.worker.stop()
+        for k in range(4, 8):  # the rest of window 12's frames come after the activate
+            node._on_image(image(12 + k / 8, 120 + k))
+        drive_windows(node, 0, range(14, 16))
+        terminal = {}
+        for c in node.pub_caption.sent:
+            if c.status in (cs_msg.Caption.STATUS_FINAL, cs_msg.Caption.STATUS_UNVERIFIED):
+                assert c.window_id not in terminal, f"window {c.window_id} ended twice"
+                terminal[c.window_id] = c
+        # 11 was queued, 12 open at the deactivate; 13 was drafted while inactive
+        assert {w: status_of(c)[1:] for w, c in terminal.items() if w in (11, 12, 13)} == {
+            11: STOPPED, 12: STOPPED, 13: STOPPED}
+        assert {terminal[w].draft_text for w in (11, 12, 13)} == {"a car"}
+        assert terminal[12].draft_state == cs_msg.Caption.DRAFT_COMPLETE
+        final = cs_msg.Caption.STATUS_FINAL
+        assert terminal[10].status == final and terminal[14].status == final
+        assert node.sync.stats.abandoned_windows == 1 and node.sync.stats.late_frames >= 4
+    finally:
+        node.destroy_node()
+
+
+def test_a_deactivated_verifier_ends_a_window_whose_draft_never_completes_after_its_patience(
+        ros):
+    node = bring_up(VerifierNode(tiny_verifier(seed=1)))
+    try:
+        node.worker.stop()
+        node.pub_caption = RecordingPublisher()
+        node._on_draft(cs_msg.DraftTokens(
+            window_id=7, token_ids=[1], text="a", done=False,
+            window_start=timeline_draft(0, 7).window_start,
+            window_end=timeline_draft(0, 7).window_end))
+        assert node.trigger_deactivate() == SUCCESS
+        node._tick()
+        assert status_of(node.pub_caption.sent[-1]) == (7, *DRAFT)
+        node.book.patience_s = 0.0  # patience over: the draft it has is the caption
+        node._tick()
+        last = node.pub_caption.sent[-1]
+        assert status_of(last) == (7, *STOPPED) and last.draft_text == "a"
+        assert last.draft_state == cs_msg.Caption.DRAFT_CUT_SHORT
+    finally:
+        node.destroy_node()
+
+
+def test_an_exception_in_a_callback_is_logged_and_counted_and_the_executor_spins_on(ros):
+    # issue 45, fault 15: one odd message raised in a callback, the spin thread died and every
+    # node of the process with it
+    from std_msgs.msg import String
+
+    from crossspec_ros.nodes.lifecycle import ManagedNode
+
+    handled, ticks = [], []
+
+    class Picky(ManagedNode):
+        def configure_node(self) -> None:
+            self.add_subscription(String, "picky_in", self._on, 10)
+            self.add_timer(0.05, self._tick)
+
+        def _on(self, msg) -> None:
+            if msg.data == "odd":
+                raise ValueError("an odd message")
+            handled.append(msg.data)
+
+        def _tick(self) -> None:
+            ticks.append(1)
+            if len(ticks) == 1:
+                raise RuntimeError("a failing timer")
+
+    node = bring_up(Picky(f"picky_{uuid.uuid4().hex[:8]}"))
+    sender = rclpy.create_node(f"sender_{uuid.uuid4().hex[:8]}")
+    pub = sender.create_publisher(String, "picky_in", 10)
+    executor = make_executor()
+    executor.add_node(node)
+    stop = spin_in_thread(executor)
+    try:
+        deadline = time.monotonic() + 30
+        while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for data in ("odd", "fine"):
+            pub.publish(String(data=data))
+        while ("fine" not in handled or len(ticks) < 3) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert handled == ["fine"] and len(ticks) >= 3 and node.callback_errors == 2
+    finally:
+        stop()
+        executor.shutdown(timeout_sec=2.0)
+        sender.destroy_node()
         node.destroy_node()

@@ -135,7 +135,7 @@ def test_a_window_whose_frames_are_decided_is_captioned_before_it_closes_publish
     assert node.book.counters["windows_final"] == 1
     assert result.tokens == node.engine.verifier_only(window)
     assert result.stats.ready_before_close_ms > 0  # it was complete before the close
-    assert 0 <= result.stats.confirmed_done_ms < result.stats.ready_before_close_ms + 1e3
+    assert result.stats.confirmed_done_ms >= 0
 
 
 def test_a_held_caption_whose_frames_a_late_frame_changed_is_discarded_and_redone(node):
@@ -175,8 +175,9 @@ def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
     node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=[
         Parameter("acceptance", value="top_k:3")]))
     node.worker.stop()
-    published = []
+    published, confirmed = [], []
     node.pub_caption.publish = published.append
+    node.pub_confirmed.publish = confirmed.append
     try:
         for k, t in enumerate(range(0, 1100, 50)):
             node._on_image(image(t, k))
@@ -184,6 +185,10 @@ def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
         final = [m for m in published if m.status == 2]
         assert len(final) == 1 and final[0].acceptance_rule == "top_k:3"
         assert all(m.acceptance_rule == "top_k:3" for m in published if m.confirmed_text)
+        # and the token stream UIs read (issue 45, fault 26), with its statistics
+        assert confirmed and confirmed[-1].done
+        assert {(m.acceptance_rule, m.stats.acceptance_rule) for m in confirmed} == {
+            ("top_k:3", "top_k:3")}
     finally:
         node.destroy_node()
         rclpy.shutdown()
@@ -197,3 +202,89 @@ def test_exact_captions_carry_no_acceptance_rule(node):
     run_worker(node, 2)
     final = [m for m in published if m.status == 2]
     assert len(final) == 1 and final[0].acceptance_rule == ""
+
+
+def done_draft(window_id: int, text: str = "a red car"):
+    from crossspec import msg as cs_msg
+
+    msg = cs_msg.DraftTokens(window_id=window_id, token_ids=[5, 6], text=text, done=True,
+                             first_token_latency_ms=12.0)
+    msg.window_end.sec = window_id + 1
+    return msg
+
+
+def test_a_window_whose_live_prefill_fails_at_its_close_ends_unverified_verifier_failed(
+        node, monkeypatch):
+    """A frame's prefill that fails when the closed window is taken (seen in a drive: a
+    NameError while another thread compiled) ends the window as the verifier's failure, with
+    its draft, never as a window that got no RGB."""
+    from crossspec import msg as cs_msg
+
+    from crossspec_ros.models.live_prefill import LivePrefill
+
+    published = []
+    node.pub_caption.publish = published.append
+    node._on_draft(done_draft(0))
+    for k, t in enumerate(range(0, 1100, 50)):  # queued for live prefill; window 0 closes
+        node._on_image(image(t, k))
+
+    def fail(*args, **kwargs):
+        raise NameError("module is not installed as a submodule")
+
+    monkeypatch.setattr(LivePrefill, "add_frame", fail)
+    with pytest.raises(NameError):
+        node._step()  # the Worker logs and counts it
+    node._tick()
+    [last] = [m for m in published if m.status == cs_msg.Caption.STATUS_UNVERIFIED]
+    assert (last.window_id, last.unverified_reason) == (
+        0, cs_msg.Caption.REASON_VERIFIER_FAILED)
+    assert last.draft_text == "a red car"
+    assert not node.results and node.channels == {}
+
+
+def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node, monkeypatch):
+    """The engine failing on an early-started window (the caption decoded before the close)
+    publishes nothing then; at the close the window is captioned from its frames, and if the
+    engine fails again it ends UNVERIFIED as the verifier's failure, with its draft."""
+    from crossspec import msg as cs_msg
+
+    published = []
+    node.pub_caption.publish = published.append
+    run_window, tries = node.engine.run_window, []
+
+    def fail_early(window, **kwargs):
+        tries.append(window.closed_by)
+        if window.closed_by == "early":
+            raise NameError("module is not installed as a submodule")
+        return run_window(window, **kwargs)
+
+    monkeypatch.setattr(node.engine, "run_window", fail_early)
+    node._on_draft(done_draft(0))
+    for k, t in enumerate(range(0, 1050, 50)):
+        node._on_image(image(t, k))
+    with pytest.raises(NameError):
+        idle_steps(node)
+    assert tries == ["early"] and not node.held._held
+    assert all(m.status == cs_msg.Caption.STATUS_DRAFT for m in published)
+    node._on_image(image(1050, 99))  # the window closes
+    run_worker(node, 1)
+    [(window, result)] = node.results
+    assert tries == ["early", "watermark"] and published[-1].status == 2  # FINAL
+    assert result.tokens == node.engine.verifier_only(window)
+
+    def fail(*args, **kwargs):
+        raise NameError("module is not installed as a submodule")
+
+    monkeypatch.setattr(node.engine, "run_window", fail)
+    node._on_draft(done_draft(1, "a blue car"))
+    for k, t in enumerate(range(1100, 2050, 50)):
+        node._on_image(image(t, 200 + k))
+    with pytest.raises(NameError):
+        idle_steps(node)  # window 1 starts early and fails
+    node._on_image(image(2050, 299))
+    with pytest.raises(NameError):
+        run_worker(node, 1)  # and fails again at its close
+    last = published[-1]
+    assert (last.window_id, last.status, last.unverified_reason) == (
+        1, cs_msg.Caption.STATUS_UNVERIFIED, cs_msg.Caption.REASON_VERIFIER_FAILED)
+    assert last.draft_text == "a blue car"

@@ -4,6 +4,8 @@ mix their captions. /diagnostics and /clock stay global, as ROS tools expect."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -27,6 +29,15 @@ def topics(node) -> set[str]:
     return names
 
 
+def seen_when(predicate, read, timeout_s: float = 30.0):
+    """``read()`` once ``predicate`` holds for it, or after the bound: the ROS graph learns
+    of a node's own entities through discovery, which takes a moment on a loaded machine."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate(value := read()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
 def test_every_crossspec_topic_moves_with_the_namespace():
     rclpy.init()
     nodes = []
@@ -37,17 +48,21 @@ def test_every_crossspec_topic_moves_with_the_namespace():
                  BagPlayer(sample_bag(), autostart=False, namespace="/robot1")]
         for node in nodes[:3]:
             bring_up(node, activate=False)
-        seen = set().union(*(topics(n) for n in nodes))
-        assert {"/robot1/event_camera/events", "/robot1/camera/image_raw",
-                "/robot1/crossspec/draft", "/robot1/crossspec/confirmed",
-                "/robot1/crossspec/caption", "/robot1/crossspec/annotated_image",
-                "/robot1/crossspec/caption_marker"} <= seen
+        expected = {"/robot1/event_camera/events", "/robot1/camera/image_raw",
+                    "/robot1/crossspec/draft", "/robot1/crossspec/confirmed",
+                    "/robot1/crossspec/caption", "/robot1/crossspec/annotated_image",
+                    "/robot1/crossspec/caption_marker"}
+        seen = seen_when(lambda seen: expected <= seen,
+                         lambda: set().union(*(topics(n) for n in nodes)))
+        assert expected <= seen, expected - seen
         outside = {t for t in seen if not t.startswith("/robot1/")}
         assert outside <= {"/diagnostics", "/clock", "/parameter_events", "/rosout"}, outside
         # the lifecycle services live under the node, in the namespace too
-        assert any(name == "/robot1/crossspec_verifier/change_state"
-                   for name, _ in nodes[1].get_service_names_and_types_by_node(
-                       "crossspec_verifier", "/robot1"))
+        services = seen_when(
+            lambda names: "/robot1/crossspec_verifier/change_state" in names,
+            lambda: {name for name, _ in nodes[1].get_service_names_and_types_by_node(
+                "crossspec_verifier", "/robot1")})
+        assert "/robot1/crossspec_verifier/change_state" in services
     finally:
         for node in nodes:
             node.destroy_node()

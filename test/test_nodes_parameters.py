@@ -151,3 +151,114 @@ def test_an_int_for_a_float_parameter_is_taken_as_that_float_at_startup():
             node.destroy_node()
     finally:
         rclpy.shutdown()
+
+
+# ---- issue 45 ---------------------------------------------------------------------------
+def _set_over_the_service(node, parameters):
+    """What `ros2 param set` does: the set_parameters service, answered by the node's own
+    executor; returns the results."""
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter_client import AsyncParameterClient
+
+    caller = rclpy.create_node("crossspec_test_param_caller")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    executor.add_node(caller)
+    try:
+        client = AsyncParameterClient(caller, node.get_fully_qualified_name())
+        assert client.wait_for_services(timeout_sec=10.0)
+        future = client.set_parameters(parameters)
+        executor.spin_until_future_complete(future, timeout_sec=10.0)
+        assert future.done(), "no answer to set_parameters"
+        return future.result().results
+    finally:
+        executor.remove_node(node)
+        executor.shutdown(timeout_sec=1.0)
+        caller.destroy_node()
+
+
+def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
+    # item 16: with acceptance top_k:3, `ros2 param set ... decoding sampling` raised in the
+    # services callback: no answer, the spin thread died
+    rclpy.init()
+    try:
+        node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=[
+            Parameter("acceptance", value="top_k:3")]))
+        try:
+            node.worker.stop()  # the test runs the worker's step itself
+            [refused] = _set_over_the_service(node, [Parameter("decoding", value="sampling")])
+            assert not refused.successful
+            assert refused.reason.startswith(
+                "node 'crossspec_verifier' parameters: 'acceptance' = 'top_k:3' cannot run "
+                "with 'decoding' = 'sampling': ")
+            assert refused.reason.endswith("set decoding to greedy or acceptance to exact")
+            assert node.get_parameter("decoding").value == "greedy"
+            assert node.params["decoding"] == "greedy"
+            # the node answers the next call and captions the next window, as before
+            done = _set_over_the_service(node, [Parameter("acceptance", value="exact"),
+                                                Parameter("decoding", value="sampling")])
+            assert all(result.successful for result in done), [r.reason for r in done]
+            node.queue.put(random_window(1), 0.0)
+            node._step()
+            assert node.engine.config.mode == "sampling"
+            assert node.engine.config.acceptance == "exact"
+            assert node.counters["errors"] == 0 and node.counters["windows_verified"] == 1
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()
+
+
+def test_a_change_the_node_cannot_apply_is_refused_not_raised(node, monkeypatch):
+    # item 16's other half: whatever goes wrong applying a change answers the set call
+    import crossspec_ros.nodes.verifier_node as verifier_node
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(verifier_node, "engine_config", broken)
+    [refused] = node.set_parameters([Parameter("max_proposal", value=3)])
+    assert not refused.successful and "'max_proposal' could not be applied" in refused.reason
+    assert node.params["max_proposal"] == 24 and node.get_parameter("max_proposal").value == 24
+
+
+@pytest.mark.parametrize("value", ["nan", float("nan")])
+def test_a_nan_temperature_is_refused_as_not_a_finite_number(node, value):
+    # item 12: `ros2 param set ... temperature nan` sends the text 'nan'
+    [result] = node.set_parameters([Parameter("temperature", value=value)])
+    assert not result.successful
+    assert result.reason == ("node 'crossspec_verifier' parameters: 'temperature' = nan is not "
+                             "a finite number: must be > 0 (sampling temperature)")
+    assert node.params["temperature"] == 1.0
+
+
+def test_a_top_k_beyond_the_verifiers_vocabulary_is_refused_live(node):
+    # item 17: top_k:1000 on a 240-token verifier failed every window (UNVERIFIED, rc 0)
+    vocab = node.engine.verifier.info.vocab_size
+    [result] = node.set_parameters([Parameter("acceptance", value=f"top_k:{vocab + 1}")])
+    assert not result.successful
+    assert result.reason.startswith(f"node 'crossspec_verifier' parameters: 'acceptance' = "
+                                    f"'top_k:{vocab + 1}' cannot run on this verifier: ")
+    assert f"vocabulary holds {vocab}" in result.reason
+    [result] = node.set_parameters([Parameter("acceptance", value=f"top_k:{vocab}")])
+    assert result.successful, result.reason
+
+
+def test_a_top_k_beyond_the_verifiers_vocabulary_fails_configure_in_one_line():
+    rclpy.init()
+    try:
+        verifier = tiny_verifier(seed=1)
+        vocab = verifier.info.vocab_size
+        node = VerifierNode(verifier, parameter_overrides=[
+            Parameter("acceptance", value=f"top_k:{vocab + 1}")])
+        try:
+            with pytest.raises(ParameterError) as refused:
+                bring_up(node)
+            assert str(refused.value).startswith(
+                f"node 'crossspec_verifier' parameters: 'acceptance' = 'top_k:{vocab + 1}' "
+                "cannot run on this verifier: ")
+            assert "\n" not in str(refused.value) and node.engine is None
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()

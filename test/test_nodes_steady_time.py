@@ -56,3 +56,48 @@ def test_a_drafted_window_without_rgb_expires_while_sim_time_stands_still():
         node.destroy_node()
         listener.destroy_node()
         rclpy.shutdown()
+
+
+def test_a_node_following_the_clock_runs_on_clock_while_it_is_published_then_on_its_own():
+    # issue 45, fault 8: the server of a split cannot know whether its robot replays a bag
+    from builtin_interfaces.msg import Time
+    from rosgraph_msgs.msg import Clock
+
+    from crossspec_ros.nodes.viz_node import VizNode
+
+    rclpy.init()
+    node = bring_up(VizNode(node_name="crossspec_viz_follows_clock", parameter_overrides=[
+        Parameter("follow_clock", value=True), Parameter("event_image_hz", value=0.0)]))
+    player = rclpy.create_node("crossspec_test_clock")
+    executor = make_executor()
+    executor.add_node(node)
+    executor.add_node(player)
+    stop = spin_in_thread(executor)
+
+    def sim_time_becomes(value: bool) -> bool:
+        deadline = time.monotonic() + 60
+        while node.get_parameter("use_sim_time").value != value:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    try:
+        assert node.get_parameter("use_sim_time").value is False
+        clock = player.create_publisher(Clock, "/clock", 10)
+        clock.publish(Clock(clock=Time(sec=1234)))
+        assert sim_time_becomes(True)
+        deadline = time.monotonic() + 30  # the node's clock is the bag's from now on
+        while node.get_clock().now().nanoseconds // 10**9 != 1234 and \
+                time.monotonic() < deadline:
+            clock.publish(Clock(clock=Time(sec=1234)))
+            time.sleep(0.1)
+        assert node.get_clock().now().nanoseconds // 10**9 == 1234
+        player.destroy_publisher(clock)  # the player ended: after a silence, its own clock
+        assert sim_time_becomes(False)
+    finally:
+        stop()
+        executor.shutdown(timeout_sec=2.0)
+        player.destroy_node()
+        node.destroy_node()
+        rclpy.shutdown()

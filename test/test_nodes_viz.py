@@ -144,3 +144,55 @@ def test_every_topic_of_the_foxglove_layout_is_advertised_by_the_viz_nodes_serve
     finally:
         node.destroy_node()
         rclpy.shutdown()
+
+
+def test_a_busy_foxglove_port_is_one_error_line_and_the_viz_node_goes_on_without_it():
+    # issue 45, fault 7: the viz node's configure raised and the composed process died, draft
+    # and verifier with it
+    import socket
+
+    from crossspec import msg as cs_msg
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    rclpy.init()
+    try:
+        node = bring_up(VizNode(parameter_overrides=[
+            rclpy.parameter.Parameter("foxglove", value=True),
+            rclpy.parameter.Parameter("foxglove_port", value=busy.getsockname()[1])]))
+        try:
+            assert node.active and node.foxglove is None
+            assert f"127.0.0.1:{busy.getsockname()[1]}" in node.foxglove_failed
+            assert "port in use" in node.foxglove_failed and "\n" not in node.foxglove_failed
+            node.pub_marker = RecordingPublisher()
+            node._on_caption(cs_msg.Caption(window_id=1, status=2, confirmed_text="a car"))
+            assert len(node.pub_marker.sent) == 1  # captions are still drawn
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()
+        busy.close()
+
+
+def test_the_viz_node_tells_foxglove_each_captions_epoch_and_why_it_is_unverified():
+    # issue 45, fault 28: under --loop one window id arrived FINAL three times, passes apart
+    from crossspec import msg as cs_msg
+
+    class Recording:
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        def log_caption(self, *args, **kwargs) -> None:
+            self.calls.append(kwargs)
+
+    out = Recording()
+    rclpy.init()
+    node = bring_up(VizNode(foxglove=out))
+    try:
+        node._on_caption(cs_msg.Caption(window_id=5, epoch=2, status=3, unverified_reason=4,
+                                        draft_text="a car"))
+        assert out.calls == [{"epoch": 2, "unverified_reason": 4}]
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()

@@ -329,3 +329,112 @@ def test_the_benchmarks_take_the_node_parameters_float_type_names_and_report_tor
     assert parser.parse_args(["exactness", "--dtype", "float32"]).dtype == "float32"
     with pytest.raises(SystemExit):
         parser.parse_args(["exactness", "--dtype", "int8"])
+
+
+# ---- issue 45: combinations validated like single values; NaN; acceptance arguments -------
+def test_a_relaxed_acceptance_with_sampling_is_refused_by_validation_with_the_fix():
+    # item 16: EngineConfig refused it, after `ros2 param set` had been accepted
+    for spec in (VERIFIER_NODE_PARAMS, DRAFT_NODE_PARAMS):
+        with pytest.raises(ParameterError) as refused:
+            validate({"acceptance": "top_k:3", "decoding": "sampling"}, spec, where="here")
+        assert str(refused.value).startswith(
+            "here: 'acceptance' = 'top_k:3' cannot run with 'decoding' = 'sampling': ")
+        assert "needs greedy decoding" in str(refused.value)
+        assert str(refused.value).endswith("set decoding to greedy or acceptance to exact")
+    assert validate({"acceptance": "top_k:3"}, VERIFIER_NODE_PARAMS)["decoding"] == "greedy"
+    assert validate({"decoding": "sampling"}, VERIFIER_NODE_PARAMS)["acceptance"] == "exact"
+
+
+def test_every_combination_the_engine_refuses_validation_refuses_first():
+    # item 16: one statement of the invalid combinations (AcceptanceRule.refusal), asked by
+    # both; nothing validation passes makes EngineConfig raise
+    from crossspec_ros.nodes.verifier_node import engine_config
+
+    for acceptance in ("exact", "top_k:2", "typical:0.3", "cosine:0.5"):
+        for decoding in ("greedy", "sampling"):
+            values = {"acceptance": acceptance, "decoding": decoding}
+            try:
+                params = validate(values, VERIFIER_NODE_PARAMS)
+            except ParameterError:
+                continue
+            engine_config(params)
+
+
+def test_top_k_beyond_the_verifiers_vocabulary_is_a_combination_refused_once_it_is_known():
+    # item 17: the vocabulary is known once the verifier is loaded (configure, live changes)
+    from crossspec_ros.params import combination_problem
+
+    values = validate({"acceptance": "top_k:1000"}, VERIFIER_NODE_PARAMS)
+    assert combination_problem(values) is None
+    assert combination_problem(values, vocab_size=1000) is None
+    problem = combination_problem(values, vocab_size=240)
+    assert problem.startswith("'acceptance' = 'top_k:1000' cannot run on this verifier: ")
+    assert "vocabulary holds 240" in problem and "K <= 240" in problem
+
+
+@pytest.mark.parametrize("value", ["exact:", "top_k:٣", "top_k:2_0", "top_k:", "cosine:"])
+def test_an_acceptance_argument_must_be_a_plain_ascii_number(value):
+    # item 28
+    with pytest.raises(ParameterError, match=f"'acceptance' = '{value}' is invalid"):
+        validate({"acceptance": value}, VERIFIER_NODE_PARAMS)
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", float("nan")])
+def test_nan_for_a_temperature_is_refused_as_not_a_finite_number(value):
+    # item 12: `ros2 param set ... temperature nan` sends the text 'nan' (YAML reads it as a
+    # string), which was refused as "a number beyond a double's range"
+    with pytest.raises(ParameterError) as refused:
+        validate({"temperature": value}, VERIFIER_NODE_PARAMS, where="here")
+    assert str(refused.value) == ("here: 'temperature' = nan is not a finite number: must be "
+                                  "> 0 (sampling temperature)")
+
+
+@pytest.mark.parametrize("value, shown", [("inf", "inf"), ("-Infinity", "-inf")])
+def test_infinity_as_text_is_refused_as_not_a_finite_number(value, shown):
+    with pytest.raises(ParameterError, match=f"'window_length_s' = {shown} is not a finite "
+                       "number: must be > 0"):
+        validate({"window_length_s": value}, SYNC_PARAMS)
+
+
+def test_a_relaxed_acceptance_with_sampling_across_sections_is_refused_by_the_file_check(
+        tmp_path):
+    path = _file(tmp_path, "/**:\n  ros__parameters:\n    acceptance: top_k:3\n"
+                           "/crossspec_verifier:\n  ros__parameters:\n    decoding: sampling\n")
+    with pytest.raises(ParameterError) as refused:
+        check_param_file(path, node_parameters())
+    assert str(refused.value).startswith(
+        f"{path}: node 'crossspec_verifier': 'acceptance' = 'top_k:3' cannot run with "
+        "'decoding' = 'sampling'")
+
+
+def test_drive_refuses_a_relaxed_acceptance_with_sampling_before_loading_in_one_line(
+        tmp_path, capsys, monkeypatch):
+    # item 17: it loaded the models, then died with a ValueError traceback (rc 1)
+    import crossspec_ros.models.pair as pair
+    from crossspec_ros.cli.main import main
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("models loaded before the parameters were checked")
+
+    monkeypatch.setattr(pair, "load_from_params", no_loading)
+    path = _file(tmp_path, "/**:\n  ros__parameters:\n    acceptance: top_k:3\n"
+                           "    decoding: sampling\n")
+    assert main(["drive", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'acceptance' = 'top_k:3' cannot run with 'decoding' = 'sampling'" in err
+    assert "\n" not in err
+
+
+@pytest.mark.ros
+def test_a_node_refuses_a_relaxed_acceptance_with_sampling_from_ros_args_in_one_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "node", "verifier",
+                           "--ros-args", "-p", "acceptance:=top_k:3", "-p",
+                           "decoding:=sampling"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("[ERROR] [")]
+    assert len(ours) == 1 and ours[0].startswith(
+        "crossspec node verifier: node 'crossspec_verifier' parameters: 'acceptance' = "
+        "'top_k:3' cannot run with 'decoding' = 'sampling'"), done.stderr

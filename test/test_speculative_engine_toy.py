@@ -1,11 +1,14 @@
 """The engine's loop on toy models: output equals plain decoding whatever the draft does."""
 
+import threading
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy_models import ToyModel, ToyWindow
 
+from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.events import EventKind
 
@@ -38,10 +41,26 @@ def test_greedy_engine_output_equals_plain_greedy_decoding(seed, noise, max_prop
         assert result.tokens == engine.verifier_only(window)
 
 
+def drafted(drafter: ToyModel, window: ToyWindow, limit: int) -> DraftChannel:
+    """The drafter's whole draft of ``window`` on a channel, as a draft node sends it: the
+    verifier reads the same draft whenever it looks."""
+    channel = DraftChannel()
+    channel.set_draft(plain_greedy(drafter, window, limit), revision=0, done=True)
+    return channel
+
+
 def test_a_perfect_drafter_is_accepted_in_few_rounds():
-    verifier, drafter = ToyModel(prefill_delay_s=0.05), ToyModel()
+    # the verifier's prefill ends after the drafter's whole draft (a drafter faster than the
+    # prefill, made so rather than hoped for): every round after the prefill has the draft
+    whole = threading.Event()
+    verifier, drafter = ToyModel(prefill_after=whole), ToyModel()
     engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=20, adaptive=False))
-    result = engine.run_window(ToyWindow(0, 7))
+
+    def on_event(event):
+        if event.kind is EventKind.DRAFT and event.done:
+            whole.set()
+
+    result = engine.run_window(ToyWindow(0, 7), on_event=on_event)
     assert result.tokens == plain_greedy(verifier, ToyWindow(0, 7), 20)
     stats = result.stats
     assert stats.proposed["draft_stream"] > 0
@@ -59,18 +78,25 @@ def test_a_drafter_that_is_always_wrong_changes_nothing_but_acceptance():
 
 
 def test_events_stream_draft_then_confirmed_then_final_in_time_order():
-    verifier, drafter = ToyModel(prefill_delay_s=0.05), ToyModel(noise=0.5)
+    # the verifier's prefill ends once the stream's reader has seen a draft: the drafter runs
+    # beside the prefill (prefill hiding; a drafter started after it would never let it end)
+    seen_draft = threading.Event()
+    verifier, drafter = ToyModel(prefill_after=seen_draft), ToyModel(noise=0.5)
     engine = SpeculativeEngine(verifier, drafter, EngineConfig(max_new_tokens=12))
-    events = list(engine.stream(ToyWindow(4, 11)))
+    events = []
+    for event in engine.stream(ToyWindow(4, 11)):
+        events.append(event)
+        if event.kind is EventKind.DRAFT:
+            seen_draft.set()
     kinds = [e.kind for e in events]
     assert kinds[-1] is EventKind.FINAL
     assert EventKind.DRAFT in kinds and EventKind.CONFIRMED in kinds
-    # the draft exists before the verifier finished its prefill (prefill hiding)
+    # the draft came out before the verifier finished its prefill, and the stream says so
     first_draft = next(e for e in events if e.kind is EventKind.DRAFT)
     prefill = next(e for e in events if e.kind is EventKind.VERIFIER_PREFILL_DONE)
     assert first_draft.t_ms < prefill.t_ms
     times = [e.t_ms for e in events]
-    assert times == sorted(times)
+    assert times == sorted(times)  # two threads emit: the stream is still in time order
     confirmed = [t for e in events if e.kind is EventKind.CONFIRMED for t in e.tokens]
     assert confirmed == events[-1].tokens
 
@@ -196,7 +222,9 @@ def test_a_relaxed_acceptance_rule_accepts_more_marks_its_captions_and_exact_sta
     differs = 0
     for window_id in range(6):
         window = ToyWindow(window_id, 40 + window_id)
-        a, b = exact.run_window(window), relaxed.run_window(window)
+        # both rules judge the same whole draft (a drafter thread would race each verifier)
+        a = exact.run_window(window, draft=drafted(drafter, window, 16))
+        b = relaxed.run_window(window, draft=drafted(drafter, window, 16))
         assert a.tokens == plain_greedy(verifier, window, 16) and a.stats.acceptance_rule == ""
         assert b.stats.acceptance_rule == "top_k:4"
         accepted["exact"] += a.stats.total_accepted
@@ -211,3 +239,20 @@ def test_a_relaxed_rule_with_sampling_is_refused():
         EngineConfig(mode="sampling", acceptance="top_k:2")
     with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
         EngineConfig(acceptance="top_k")
+
+
+def test_a_top_k_beyond_the_verifiers_vocabulary_is_refused_before_any_window():
+    # issue 45, item 17: top_k:1000 on a 240-token verifier failed every window instead
+    verifier = ToyModel()
+    k = verifier.info.vocab_size + 1
+    with pytest.raises(ValueError, match=f"vocabulary holds {verifier.info.vocab_size}"):
+        SpeculativeEngine(verifier, None, EngineConfig(acceptance=f"top_k:{k}"))
+    engine = SpeculativeEngine(verifier, None, EngineConfig())
+    with pytest.raises(ValueError, match="vocabulary holds"):
+        engine.reconfigure(EngineConfig(acceptance=f"top_k:{k}"))
+    assert engine.config.acceptance == "exact"  # refused: the engine keeps its config
+
+
+def test_a_nan_temperature_is_refused():
+    with pytest.raises(ValueError, match="temperature > 0"):
+        EngineConfig(mode="sampling", temperature=float("nan"))

@@ -145,3 +145,34 @@ def test_a_relaxed_rule_never_runs_a_caption_on_where_the_verifier_ends_it():
     rule = AcceptanceRule.parse("top_k:3")
     assert verify_relaxed([2], logits, rule) == Verdict(1, 3)  # without a stop token: on
     assert verify_relaxed([2], logits, rule, stop_token=eos) == Verdict(0, eos)
+
+
+def test_acceptance_arguments_are_plain_ascii_decimal_numbers():
+    # issue 45, item 28: int() and float() also read '٣' (an Arabic-Indic three), '2_0' and
+    # ' 3', and 'exact:' passed with an empty argument
+    import pytest
+
+    from crossspec_ros.speculative.verify import AcceptanceRule
+
+    for bad in ("exact:", "top_k:", "top_k:٣", "top_k:2_0", "top_k: 3", "top_k:+3",
+                "top_k:3.0", "typical:", "typical:0.3_3", "typical:٠.3", "typical:nan",
+                "cosine:０.8", "typical:0x1p-2"):
+        with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
+            AcceptanceRule.parse(bad)
+    assert AcceptanceRule.parse("top_k:03").name == "top_k:3"
+    assert AcceptanceRule.parse("typical:.3").epsilon == 0.3
+    assert AcceptanceRule.parse("typical:3e-1").epsilon == 0.3
+    assert AcceptanceRule.parse("cosine:0.80").name == "cosine:0.8"
+
+
+def test_a_rule_says_why_it_cannot_run_with_sampling_or_beyond_the_verifiers_vocabulary():
+    # issue 45, items 16 and 17: the one statement of what a rule needs, asked by the
+    # parameters' validation, EngineConfig and the engine
+    from crossspec_ros.speculative.verify import AcceptanceRule
+
+    top_k = AcceptanceRule.parse("top_k:1000")
+    assert top_k.refusal("greedy") is None and top_k.refusal("greedy", 1000) is None
+    assert "needs greedy decoding" in top_k.refusal("sampling")
+    assert "vocabulary holds 240" in top_k.refusal("greedy", 240)
+    assert AcceptanceRule.parse("exact").refusal("sampling", 2) is None
+    assert AcceptanceRule.parse("typical:0.3").refusal("greedy", 2) is None

@@ -41,3 +41,17 @@ def test_bench_summary_of_modes_without_measured_windows_says_n_a():
     assert report["ceiling_speedup_median"] is None
     table = markdown_table(report)
     assert "| crossspec | n/a | n/a | **n/a** (n/a-n/a) | n/a |" in table
+
+
+def test_a_bounded_sample_keeps_every_value_up_to_its_capacity_then_a_uniform_sample():
+    sample = summaries.BoundedSample(capacity=1000)
+    for value in (*range(1000), None, math.nan):
+        sample.add(value)
+    assert sample.count == 1000 and not sample.sampled
+    assert summaries.median(sample.values) == 499.5  # exact while it fits
+    for value in range(1000, 100_000):
+        sample.add(value)
+    assert (sample.count, len(sample.values), sample.sampled) == (100_000, 1000, True)
+    # a uniform sample of 0..99999: its median near the true one, values from the whole range
+    assert abs(summaries.median(sample.values) - 50_000) < 5_000
+    assert min(sample.values) < 5_000 and max(sample.values) > 95_000

@@ -153,11 +153,18 @@ def test_a_looping_bag_gives_the_same_windows_in_each_epoch(
 ) -> None:
     # a pass spans more than the reset threshold, so each loop is a clean jump back; both
     # streams start early in a pass (a stream's first data far ahead of the other's right
-    # after a reset is indistinguishable from old-timeline data in flight)
-    first_ev = EventBatch(np.array([-3001]), np.array([0]), np.array([0]), np.array([0]), 4, 4)
-    items = [*items, Item(-3001, batch=first_ev),
-             Item(-3001, frame=StampedFrame(-3001, image=object())),
-             Item(20_000, frame=StampedFrame(20_000, image=object()))]
+    # after a reset is indistinguishable from old-timeline data in flight), each with two
+    # data (the second confirms the jump: one datum alone is an outlier, sync/outliers.py),
+    # and the pass ends with two frames 20 us on (a gap, confirmed the same way)
+    def event_at(t: int) -> Item:
+        return Item(t, batch=EventBatch(np.array([t]), np.array([0]), np.array([0]),
+                                        np.array([0]), 4, 4))
+
+    def frame_at(t: int) -> Item:
+        return Item(t, frame=StampedFrame(t, image=object()))
+
+    items = [*items, event_at(-3001), frame_at(-3001), event_at(-3000), frame_at(-2976),
+             frame_at(20_000), frame_at(20_025)]
     ordered = in_order(items)
     sync = make_sync(reset_threshold_ns=10_000)
     out: list[Window] = []

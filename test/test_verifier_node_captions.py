@@ -130,3 +130,22 @@ def test_a_late_subscriber_gets_the_latest_finished_caption_at_once(node):
         late.destroy_node()
     assert [(c.window_id, c.status, c.draft_text) for c in got] == [
         (1, Caption.STATUS_UNVERIFIED, "a red car")]
+
+
+def test_a_window_the_worker_has_taken_is_not_ended_unverified_before_it_starts(node,
+                                                                                 monkeypatch):
+    # The worker takes a window from the queue, then marks it started: a tick in between
+    # (the executor thread) must not find it neither queued nor started and end it NO_RGB.
+    node._on_draft(draft(7, [5, 6], "a red car", done=True))
+    node.queue.put(random_window(7), 0.0)
+    node.book.patience_s = 0.0  # every window not waited for ends at the next tick
+    claim = node.held.claim
+
+    def tick_first(window):
+        node._tick()
+        return claim(window)
+
+    monkeypatch.setattr(node.held, "claim", tick_first)
+    node._step()
+    assert Caption.STATUS_UNVERIFIED not in [s for _, s in statuses(node)]
+    assert statuses(node)[-1] == (7, Caption.STATUS_FINAL)

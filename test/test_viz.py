@@ -18,7 +18,7 @@ import pytest
 import yaml
 from mcap_helpers import read_mcap
 
-from crossspec_ros.viz.foxglove_out import CAPTION_TOPIC, FoxgloveOutput
+from crossspec_ros.viz.foxglove_out import CAPTION_SCHEMA, CAPTION_TOPIC, FoxgloveOutput
 from crossspec_ros.viz.overlay import (
     CONFIRMED_RGB,
     MAX_BAND_FRACTION,
@@ -183,6 +183,24 @@ def test_foxglove_mcap_records_captions_images_and_stats_on_their_timeline(tmp_p
     assert frame.tobytes() in image_data  # protobuf keeps the pixel bytes verbatim
     (_, stats), = by_topic["/crossspec/stats"]
     assert json.loads(stats) == {"acceptance": 0.25, "queue": 2, "nan": None}
+
+
+def test_foxglove_captions_say_which_pass_and_why_unverified(tmp_path):
+    """Under drive --loop one window id comes once per pass: the epoch tells them apart;
+    an UNVERIFIED caption says why (Caption.msg's REASON_* code)."""
+    path = tmp_path / "run.mcap"
+    with FoxgloveOutput(serve=False, mcap_path=path) as out:
+        out.log_caption(7, "FINAL", "a car turns", "", LATENCIES, 1, epoch=0)
+        out.log_caption(7, "FINAL", "a car turns", "", LATENCIES, 2, epoch=2)
+        out.log_caption(8, "UNVERIFIED", "", "a truck", {}, 3, epoch=2, unverified_reason=2)
+    captions = [json.loads(data) for topic, _, data, _ in read_mcap(path)["messages"]
+                if topic == CAPTION_TOPIC]
+    assert [(c["window_id"], c["epoch"], c["unverified_reason"]) for c in captions] == \
+        [(7, 0, 0), (7, 2, 0), (8, 2, 2)]
+    assert captions[2]["unverified_reason_name"] == "verifier busy"
+    assert captions[0]["unverified_reason_name"] == ""
+    assert {"epoch", "unverified_reason", "unverified_reason_name"} <= \
+        set(CAPTION_SCHEMA["properties"])
 
 
 def test_caption_labels_put_status_confirmed_and_tail_on_the_image_in_their_colours():

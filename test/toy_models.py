@@ -2,12 +2,15 @@
 
 Logits are a pure function of (window, tokens so far), so feeding k tokens at once equals
 feeding them one by one exactly: any mismatch in a test is a bug in the loop, not numerics.
-A drafter with ``noise`` > 0 disagrees with the verifier on some tokens.
+A drafter with ``noise`` > 0 disagrees with the verifier on some tokens. A model with
+``prefill_after`` (an Event) starts its prefill only once the test sets it: the order of what
+the verifier and the drafter threads do is then the test's, never the scheduler's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from dataclasses import dataclass
 
@@ -33,6 +36,9 @@ class ToyTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [self.vocab[w] for w in text.split()]
+
+
+PREFILL_WAIT_S = 30.0  # a bound for ``prefill_after``: a test that never sets it fails
 
 
 @dataclass
@@ -67,10 +73,10 @@ class ToyModel(CaptionModel):
 
     def __init__(self, shared: int = 12, specials: int = 2, noise: float = 0.0,
                  noise_seed: int = 99, eos_bias: float = 0.0, step_delay_s: float = 0.0,
-                 prefill_delay_s: float = 0.0) -> None:
+                 prefill_after: threading.Event | None = None) -> None:
         self.shared, self.noise, self.noise_seed = shared, noise, noise_seed
         self.eos_bias, self.step_delay_s = eos_bias, step_delay_s
-        self.prefill_delay_s = prefill_delay_s
+        self.prefill_after = prefill_after
         vocab = shared + specials
         self.info = ModelInfo("toy", vocab, shared, eos_token_id=1, max_new_tokens=24)
         self.tokenizer = ToyTokenizer(shared, {shared + i: f"<s{i}>" for i in range(specials)})
@@ -92,6 +98,6 @@ class ToyModel(CaptionModel):
         return window.seed
 
     def prefill(self, inputs: int) -> ToySession:
-        if self.prefill_delay_s:
-            time.sleep(self.prefill_delay_s)
+        if self.prefill_after is not None and not self.prefill_after.wait(PREFILL_WAIT_S):
+            raise TimeoutError(f"prefill_after was not set within {PREFILL_WAIT_S} s")
         return ToySession(self, inputs)

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from crossspec_ros.bagfile import cannot_open, is_ros1_bag, one_line, raw_reader
 from crossspec_ros.bags.inputs import check_bag
 from crossspec_ros.bags.ros2_conversion import ConversionError, EventCounts, Ros2Conversion
+from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE
 from crossspec_ros.bags.writer import BagWriter, output_problem
 from crossspec_ros.events.errors import EventSourceError
 from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
@@ -95,7 +96,8 @@ class BagConvertReport:
             counts = self.events
             dropped = [f"{n:,} {why}" for n, why in (
                 (counts.outside_sensor, "outside the sensor"),
-                (counts.out_of_order, "earlier than events already written")) if n]
+                (counts.out_of_order, "earlier than events already written"),
+                (counts.time_outliers, "far from the topic's time")) if n]
             lines.append(f"  check:    {counts.events_in:,} events read == "
                          f"{counts.events_out:,} events in the packets"
                          + (f" + {' + '.join(dropped)} (dropped)" if dropped else ""))
@@ -173,6 +175,9 @@ def _write(bag: BagWriter, report: BagConvertReport, progress: bool) -> None:
                 counts = conversion.counts.get(report.event_topic)
                 if counts is not None and bar.n % 100 == 0:
                     bar.set_postfix(events=f"{counts.events_out:,}", refresh=False)
+        for topic, data in conversion.finish():  # what the event topic still held
+            bag.write_raw(wanted[topic], EVENT_PACKET_TYPE, data, last)
+            report.event_messages += 1
         report.events = conversion.counts.get(report.event_topic, EventCounts())
         report.duration_s = 0.0 if first is None else (last - first) / 1e9
     except BagConvertError:
@@ -212,4 +217,5 @@ def _verify(report: BagConvertReport) -> None:
             f"event count check failed: {counts.events_in:,} events read from "
             f"{report.event_topic} but {counts.events_out:,} in the written packets (+ "
             f"{counts.outside_sensor:,} outside the sensor, {counts.out_of_order:,} out of "
-            "order). No bag was written; please report this with the bag.")
+            f"order, {counts.time_outliers:,} far from the topic's time). No bag was written; "
+            "please report this with the bag.")

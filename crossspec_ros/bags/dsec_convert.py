@@ -52,7 +52,9 @@ from crossspec_ros.bags.writer import BagWriter, header, output_problem
 from crossspec_ros.events.dsec import (
     DSEC_HEIGHT,
     DSEC_WIDTH,
+    MAX_STAMP_US,
     DsecEventsReader,
+    DsecFieldError,
     DsecFormatError,
     DsecRectifyMap,
 )
@@ -71,6 +73,10 @@ IMAGE_DIR = Path("images/left/rectified")
 TIMESTAMPS = Path("images/timestamps.txt")
 CHUNK_US = 100_000  # events read per step: ~2 M at DSEC's peak rate
 JPEG_QUALITY = 90
+# Events and images of one sequence are recorded together: event times (t + t_offset) farther
+# than this from every image mean a wrong /t_offset, and converting the gap would take as long
+# as walking it (a t_offset of 2**62 us was a 4.6e12 s progress bar).
+MAX_EVENTS_TO_IMAGES_US = 60_000_000
 COMPRESSED_FORMATS = ("png", "jpeg")
 
 
@@ -80,6 +86,11 @@ class DsecConvertError(Exception):
 
 class RectifyMapError(DsecConvertError):
     """``rectify=True`` but the sequence's rectify_map.h5 is missing or cannot serve."""
+
+
+class MalformedSequenceError(DsecConvertError):
+    """A file of the sequence is there but holds values no DSEC sequence has (an empty
+    /ms_to_idx, a /t_offset that puts the events where no image is)."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,12 @@ def _read_timestamps(path: Path) -> np.ndarray:
                 f"{path}:{number}: expected one integer time in microseconds per line, got "
                 f"{text[:40]!r}. Use the sequence's original images/timestamps.txt.") from None
     out = np.asarray(stamps, dtype=np.int64)
+    outside = np.flatnonzero((out < 0) | (out >= MAX_STAMP_US))
+    if len(outside):
+        raise MalformedSequenceError(
+            f"{path}:{int(outside[0]) + 1}: image time {int(out[outside[0]])} us is outside what "
+            f"a ROS stamp holds (0 to {MAX_STAMP_US} us). Use the sequence's original "
+            "images/timestamps.txt.")
     back = np.flatnonzero(np.diff(out) <= 0)
     if len(back):
         raise DsecConvertError(
@@ -293,11 +310,38 @@ class _ImageConverter:
 
 def _open_events(layout: DsecLayout, sensor_size: tuple[int, int]) -> DsecEventsReader:
     try:
-        return DsecEventsReader(layout.events_h5, *sensor_size)
+        reader = DsecEventsReader(layout.events_h5, *sensor_size)
+    except DsecFieldError as exc:
+        raise MalformedSequenceError(
+            f"{exc}. Re-extract the sequence's events (<name>_events_left.zip).") from None
     except DsecFormatError as exc:
         raise DsecConvertError(
             f"{exc} Re-download and unzip the sequence's events (<name>_events_left.zip); "
             "reading DSEC's Blosc-compressed files needs the hdf5plugin package.") from None
+    try:
+        _check_events_meet_images(layout, reader)
+    except MalformedSequenceError:
+        reader.close()
+        raise
+    return reader
+
+
+def _check_events_meet_images(layout: DsecLayout, reader: DsecEventsReader) -> None:
+    """Events and images on one clock, as DSEC records them (else the conversion would walk
+    the whole gap between them, 100 ms at a time)."""
+    if not reader.num_events:
+        return
+    first_image, last_image = int(layout.image_stamps_us[0]), int(layout.image_stamps_us[-1])
+    after = reader.t_first_us - last_image
+    before = first_image - reader.t_last_us
+    if max(after, before) > MAX_EVENTS_TO_IMAGES_US:
+        where = (f"{after / 1e6:.1f} s after the last image" if after > 0 else
+                 f"{before / 1e6:.1f} s before the first image")
+        raise MalformedSequenceError(
+            f"{layout.events_h5}: /t_offset = {reader.t_offset_us} us puts the events {where} "
+            f"({layout.root / TIMESTAMPS}); a sequence's events and images overlap (at most "
+            f"{MAX_EVENTS_TO_IMAGES_US / 1e6:g} s apart). Re-extract the sequence's events "
+            "(<name>_events_left.zip) and its image timestamps.")
 
 
 def _load_rectify_map(path: Path, sensor_size: tuple[int, int]) -> DsecRectifyMap:

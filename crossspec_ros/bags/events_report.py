@@ -7,6 +7,11 @@ only, so triggers are counted from the EVT3 words themselves (events/triggers.py
 without any decodable EVT3 packet (``libcaer_cmp``, ``mono``...) they cannot be decoded and
 are reported as null. EventArray topics (dvs_msgs, prophesee_event_msgs) have no encoding (one
 message field per event: reported as "") and no triggers (null).
+
+A packet far from its topic's time goes through the outlier gate of ``sync/outliers.py``, as
+in the nodes: alone (a damaged time word, a bad stamp) its events are left out of the counts,
+the first/last times and the rate, and counted in ``outlier_events``; a jump confirmed by the
+next packet (a bag of two recordings, a camera reset) is counted as data.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import numpy as np
 from tqdm import tqdm
 
 from crossspec_ros.events.bag import EventBagReader, EventDecoder, event_decoder
+from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES, EventArrayData
+from crossspec_ros.sync.outliers import DEFAULT_THRESHOLD_NS, TimeOutlierGate
 
 # Decoder counters that mean a problem (shown in the table when non-zero).
 PROBLEMS = ("empty_packets", "unsupported_encoding", "big_endian", "invalid_size",
-            "size_changes", "odd_length", "decoder_errors", "out_of_bounds_events",
+            "size_changes", "size_mismatch", "odd_length", "decoder_errors", "out_of_bounds_events",
             "clock_resets", "unknown_words", "untimed_events", "unsupported_words",
             "missing_packets")
 
@@ -42,6 +49,11 @@ class _TopicTally:
     p1: int = 0
     t_first_ns: int | None = None
     t_last_ns: int | None = None
+    outlier_events: int = 0
+    gate: TimeOutlierGate[EventBatch] = field(
+        default_factory=lambda: TimeOutlierGate(DEFAULT_THRESHOLD_NS))
+    recent_ns: int | None = None  # the latest time of the packets counted
+    tallied: int = 0              # packets with events counted
 
     def add(self, packet: Any) -> None:
         self.packets += 1
@@ -49,8 +61,28 @@ class _TopicTally:
             self.encodings[packet.encoding] += 1
         self.width, self.height = packet.width, packet.height
         batch = self.decoder.decode(packet)
-        if len(batch) == 0:
-            return
+        if len(batch):
+            self._take(self.gate.offer(batch, int(batch.t_first), int(batch.t_last),
+                                       self.recent_ns))
+
+    def finish(self) -> None:
+        """End of the topic: what the decoder or the gate still held is decided."""
+        self.decoder.finish()
+        self._take(self.gate.settle(self.recent_ns))
+
+    def _take(self, verdict: Any) -> None:
+        self.outlier_events += sum(len(b) for b in verdict.dropped)
+        if verdict.jump and self.tallied == 1:
+            # the one packet counted so far was the outlier: what follows agrees elsewhere
+            self.outlier_events += self.p0 + self.p1
+            self.p0 = self.p1 = self.tallied = 0
+            self.t_first_ns = self.t_last_ns = None
+        for batch in verdict.passed:
+            self._tally(batch)
+
+    def _tally(self, batch: EventBatch) -> None:
+        self.tallied += 1
+        self.recent_ns = int(batch.t_last)
         ones = int(np.count_nonzero(batch.p))
         self.p1 += ones
         self.p0 += len(batch) - ones
@@ -81,7 +113,8 @@ class _TopicTally:
             "t_last_us": last_us,
             "duration_s": span_s,
             "rate_ev_s": events / span_s if span_s else None,
-            "bad": {k: getattr(stats, k) for k in PROBLEMS},
+            "bad": {**{k: getattr(stats, k) for k in PROBLEMS},
+                    "outlier_events": self.outlier_events},
         }
 
 
@@ -104,6 +137,8 @@ def events_report(path: str | Path, topic: str | None = None,
             for name, _, packet in reader.packets():
                 tallies[name].add(packet)
                 bar.update()
+        for tally in tallies.values():
+            tally.finish()
         topics = {name: tally.result() for name, tally in tallies.items()}
         for name, result in topics.items():
             result["bad"]["undecodable_messages"] = reader.bad_messages[name]

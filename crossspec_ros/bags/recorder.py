@@ -2,20 +2,45 @@
 rosbags and Foxglove all read it.
 
 Messages arrive already serialized (CDR from rclpy's raw subscriptions) and are written as
-they are, with the log time the caller gives (the graph's clock: the replayed bag's time under
-``use_sim_time``, so the recording plays on one timeline with the bag it came from). The bag
-is a rosbag2 directory (MCAP storage, ros2msg schemas) written under a hidden staging name
-and renamed to its final name on ``close()``: whatever kills the process, no unreadable bag
-sits under the name the user asked for.
+they are, each filed under the time it carries itself: its header stamp (an annotated image:
+its frame's time in the replayed bag; a caption, marker or diagnostics: when its node published
+it, on the graph's clock), so the recording plays on one timeline with the bag it came from.
+The time the caller gives (when the recording node took the message) is used only for a
+message with no header stamp: a graph busier than the replay takes its messages late, and
+then its clock has run on (at a high ``--rate`` the whole recording once fell on the bag's
+last instant). The bag is a rosbag2 directory (MCAP storage, ros2msg schemas) written under a
+hidden staging name and renamed to its final name on ``close()``: whatever kills the process,
+no unreadable bag sits under the name the user asked for.
 """
 
 from __future__ import annotations
 
 import shutil
+import struct
 import threading
 from pathlib import Path
 
 from crossspec_ros.bags.writer import BagWriter
+
+# Message types whose first field is a std_msgs/Header (all that drive records): in CDR the
+# 4-byte encapsulation header comes first, then the stamp's int32 sec and uint32 nanosec.
+HEADER_FIRST_TYPES = frozenset({
+    "crossspec/msg/Caption", "crossspec/msg/DraftTokens", "crossspec/msg/ConfirmedTokens",
+    "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
+    "visualization_msgs/msg/Marker", "diagnostic_msgs/msg/DiagnosticArray",
+    "event_camera_msgs/msg/EventPacket"})
+
+
+def header_stamp_ns(data: bytes) -> int | None:
+    """The header stamp of a serialized message whose first field is a std_msgs/Header, in
+    ns; None when it is unset (0) or the data is too short to hold one."""
+    if len(data) < 12:
+        return None
+    order = "<" if data[1] & 1 else ">"  # encapsulation 0x0001/0x0003: little-endian
+    sec, nanosec = struct.unpack_from(order + "iI", data, 4)
+    if sec <= 0 or nanosec >= 1_000_000_000:
+        return None
+    return sec * 1_000_000_000 + nanosec
 
 
 def staging_path(path: str | Path) -> Path:
@@ -43,11 +68,13 @@ class BagRecorder:
         self.closed = False
 
     def write(self, topic: str, msgtype: str, data: bytes, log_time_ns: int) -> None:
-        """One serialized message; ignored after close (a late callback during shutdown)."""
+        """One serialized message, filed under its header stamp (else ``log_time_ns``: when
+        it was taken); ignored after close (a late callback during shutdown)."""
+        stamp = header_stamp_ns(data) if msgtype in HEADER_FIRST_TYPES else None
         with self._lock:
             if self.closed:
                 return
-            self._bag.write_raw(topic, msgtype, data, log_time_ns)
+            self._bag.write_raw(topic, msgtype, data, log_time_ns if stamp is None else stamp)
             self.written += 1
 
     def close(self) -> Path:

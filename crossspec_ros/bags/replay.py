@@ -31,6 +31,7 @@ from rosbags.rosbag2 import Reader
 
 from crossspec_ros.bagfile import cannot_open, is_ros1_bag, one_line, raw_reader
 from crossspec_ros.bags.ros2_conversion import ConversionError, EventCounts, Ros2Conversion
+from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ class BagReplay:
                 conversion = Ros2Conversion(conns, self.ros1)  # fresh encoders each pass
                 self.event_counts = conversion.counts
                 it = reader.messages(connections=conns, start=self.start_ns, stop=self.stop_ns)
+                last_ns = self.start_ns
                 while not (stop is not None and stop.is_set()):
                     try:
                         conn, log_time, raw = next(it)
@@ -144,9 +146,15 @@ class BagReplay:
                         raise BagError(f"{self.path}: bag is corrupt or truncated "
                                        f"({type(exc).__name__}: {one_line(exc)})") from exc
                     yielded = True
+                    last_ns = int(log_time)
                     msgtype = conversion.msgtype(conn.msgtype)
                     for data in self._converted(conversion, conn, raw):
                         yield BagMessage(conn.topic, msgtype, data, int(log_time), pass_index)
+                    self.event_counts = conversion.counts
+                if not (stop is not None and stop.is_set()):
+                    # the pass ended: what an EventArray topic still held, after its last message
+                    for topic, data in conversion.finish():
+                        yield BagMessage(topic, EVENT_PACKET_TYPE, data, last_ns, pass_index)
                     self.event_counts = conversion.counts
             finally:
                 reader.close()

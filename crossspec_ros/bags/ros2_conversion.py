@@ -13,8 +13,14 @@ What ``crossspec play``/``drive`` publish and ``crossspec convert-bag`` writes:
   keeps microseconds: sub-microsecond parts of the times are floored.
 
 EVT3 time only goes forward: each message's events are sorted, and events earlier than an
-event already encoded on the topic (a driver that went back in time) are dropped. Per event
-topic ``counts`` says how many events came in, how many went out (counted from the evt3 words
+event already encoded on the topic (a driver that went back in time) are dropped. A message
+far (more than 2 s) from the topic's time goes through the outlier gate of
+``sync/outliers.py``: alone (the next message is back at the topic's time) it is dropped and
+counted (``time_outliers``: one damaged message must neither end a replay nor make every later
+event "out of order"); confirmed by the next message (a driver whose clock was reset, ahead or
+back) it starts a new evt3 stream, as a camera restart does, and the packet decoder's clock
+follows. A held message is written with the next one, at its log time. Per event topic
+``counts`` says how many events came in, how many went out (counted from the evt3 words
 written) and how many were dropped and why; ``EventCounts.balanced`` checks that they add up.
 """
 
@@ -33,13 +39,14 @@ from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE
 from crossspec_ros.bags.writer import event_packet_cdr
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import MAX_SENSOR_SIZE
-from crossspec_ros.events.encode import Evt3PacketEncoder, count_cd_events
+from crossspec_ros.events.encode import MAX_SENSOR_US, Evt3PacketEncoder, count_cd_events
 from crossspec_ros.events.event_array import (
     EVENT_ARRAY_TYPES,
     EventArrayDecoder,
     EventArrayFormatError,
     parse_event_array,
 )
+from crossspec_ros.sync.outliers import DEFAULT_THRESHOLD_NS, TimeOutlierGate
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +67,13 @@ class EventCounts:
     events_in: int = 0            # in the readable messages
     outside_sensor: int = 0       # outside the message's width x height: dropped
     out_of_order: int = 0         # earlier than an event already encoded: dropped
+    time_outliers: int = 0        # in a lone message far from the topic's time: dropped
     events_out: int = 0           # CD events in the evt3 packets, counted from their words
     packets: int = 0
 
     @property
     def dropped(self) -> int:
-        return self.outside_sensor + self.out_of_order
+        return self.outside_sensor + self.out_of_order + self.time_outliers
 
     @property
     def balanced(self) -> bool:
@@ -82,6 +90,10 @@ class _EventArrayToEvt3:
         self._decoder = EventArrayDecoder(name=topic)
         self._encoder: Evt3PacketEncoder | None = None
         self._last_us: int | None = None  # the latest encoded event's time, in whole us
+        self._gate: TimeOutlierGate[EventBatch] = TimeOutlierGate(DEFAULT_THRESHOLD_NS)
+        self._recent_ns: int | None = None  # the latest time of the messages let through
+        self._frame_id = ""
+        self._warned_outlier = False
 
     def convert(self, raw: bytes, ros1: bool) -> list[bytes]:
         counts = self.counts
@@ -97,17 +109,55 @@ class _EventArrayToEvt3:
         outside_before = self._decoder.stats.out_of_bounds_events
         batch = self._decoder.decode(data)
         counts.outside_sensor += self._decoder.stats.out_of_bounds_events - outside_before
+        if len(batch) == 0:
+            return []
+        self._frame_id = data.frame_id
+        verdict = self._gate.offer(batch, int(batch.t_first), int(batch.t_last),
+                                   self._recent_ns)
+        for dropped in verdict.dropped:
+            self._count_outlier(dropped)
+        if verdict.jump:  # a clock that jumped for good: a new evt3 stream, as a restart is
+            self._encoder, self._last_us = None, None
+        out = []
+        for passed in verdict.passed:
+            self._recent_ns = int(passed.t_last)
+            out += self._encode(passed, self._frame_id)
+        return out
+
+    def _encode(self, batch: EventBatch, frame_id: str) -> list[bytes]:
         batch = self._in_time_order(batch)
         if len(batch) == 0:
             return []
-        packets = self._encoder_for(batch, data.frame_id).encode(batch)
+        try:
+            packets = self._encoder_for(batch, frame_id).encode(batch)
+        except ValueError as exc:  # the encoder's checks: a bug here, not the bag's fault
+            raise ConversionError(f"{self.topic}: a message's events cannot be written as "
+                                  f"evt3 ({exc})") from exc
         self._last_us = int(batch.t[-1]) // 1000
         out = []
         for packet in packets:
-            counts.events_out += count_cd_events(packet.events)
-            counts.packets += 1
+            self.counts.events_out += count_cd_events(packet.events)
+            self.counts.packets += 1
             out.append(event_packet_cdr(packet))
         return out
+
+    def _count_outlier(self, batch: EventBatch) -> None:
+        self.counts.time_outliers += len(batch)
+        level = logging.DEBUG if self._warned_outlier else logging.WARNING
+        self._warned_outlier = True
+        log.log(level, "%s: dropped an EventArray of %d events at %.6f s, %.3f s from the "
+                "topic's time (the next message is back at it): an isolated wild timestamp, "
+                "not a clock jump. Counted in time_outliers; further ones are logged at debug "
+                "level.", self.topic, len(batch), int(batch.t_first) / 1e9,
+                (int(batch.t_first) - (self._recent_ns or int(batch.t_first))) / 1e9)
+
+    def finish(self) -> list[bytes]:
+        """End of the topic: a message still held is written if it agrees with the topic's
+        time, else dropped and counted (nothing will confirm it)."""
+        verdict = self._gate.settle(self._recent_ns)
+        for dropped in verdict.dropped:
+            self._count_outlier(dropped)
+        return [cdr for passed in verdict.passed for cdr in self._encode(passed, self._frame_id)]
 
     def _in_time_order(self, batch: EventBatch) -> EventBatch:
         batch = batch.sorted()
@@ -122,12 +172,16 @@ class _EventArrayToEvt3:
 
     def _encoder_for(self, batch: EventBatch, frame_id: str) -> Evt3PacketEncoder:
         size = (batch.width, batch.height)
-        if self._encoder is None or (self._encoder.width, self._encoder.height) != size:
+        encoder = self._encoder
+        beyond = encoder is not None and encoder.epoch_ns is not None and \
+            (int(batch.t[-1]) - encoder.epoch_ns) // 1000 >= MAX_SENSOR_US
+        if encoder is None or (encoder.width, encoder.height) != size or beyond:
             if max(size) > MAX_SENSOR_SIZE:
                 raise ConversionError(
                     f"{self.topic}: a {size[0]}x{size[1]} sensor cannot be written as evt3 "
                     f"(addresses up to {MAX_SENSOR_SIZE})")
-            # a new size restarts the stream, as a camera restart does (the decoder follows)
+            # a new size, or times past what one evt3 stream holds (12.7 days on), restart the
+            # stream, as a camera restart does (the decoder follows)
             self._encoder = Evt3PacketEncoder(*size, packet_period_ns=ONE_PACKET_NS,
                                               frame_id=frame_id)
         return self._encoder
@@ -169,6 +223,11 @@ class Ros2Conversion:
         except Exception as exc:  # rosbags raises several kinds for bytes it cannot convert
             raise ConversionError(f"{topic}: a {msgtype} message does not convert from ROS 1 "
                                   f"to ROS 2 ({type(exc).__name__}: {exc})") from exc
+
+    def finish(self) -> list[tuple[str, bytes]]:
+        """End of the bag (or of one pass over it): (topic, CDR) of what an EventArray topic
+        still held, to write after its last message."""
+        return [(topic, cdr) for topic, stream in self._events.items() for cdr in stream.finish()]
 
     def _ros2_store(self) -> Typestore:
         """ROS 2's definitions, plus the bag's for types ROS 2 does not have."""

@@ -24,7 +24,8 @@ WRONG_NAMES = ["mono", "EVT3", " evt2", "", "evt3\x00", "trigger", "libcaer", "L
 SIZES = [(0, 0), (1, 1), (7, 3), (4096, 10), (1280, 720), (2048, 2048), (10**6, 1)]
 ROS_T0 = 1_700_000_000_000_000_000
 COUNTERS = ("unsupported_encoding", "big_endian", "invalid_size", "empty_packets",
-            "odd_length", "out_of_bounds_events", "size_changes", "unknown_words")
+            "odd_length", "out_of_bounds_events", "size_changes", "size_mismatch",
+            "unknown_words")
 
 
 def valid_packets(encoding: str, seed: int = 0, n: int = 20_000) -> list[bytes]:

@@ -67,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--windows", type=int, default=24)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--no-compile", action="store_true",
+                        help="step the static runtimes eager (the report says so); also what "
+                        "CROSSSPEC_NO_COMPILE=1 does (the test suite)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
     parser.add_argument("--plot", type=Path, metavar="PNG",
                         help="plot attribute accuracy against latency, one point per rule")
@@ -136,15 +139,17 @@ def score(runs: dict[str, RuleRun], decode: Any, parse: Any, truth: dict[int, st
 
 def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
               max_new_tokens: int, warmup: int, corpus: Any = (), log: Any = print,
-              keeps: tuple[float, ...] = ()) -> dict[str, RuleRun]:
+              keeps: tuple[float, ...] = (), compile_steps: bool = True
+              ) -> dict[str, RuleRun]:
     """Every window through ``exact``, each rule and each pruning share (``keeps``, with
-    ``exact_after_close``), shuffled per window; warm-up windows are not kept."""
+    ``exact_after_close``), shuffled per window; warm-up windows are not kept.
+    ``compile_steps``: the static runtimes compiled (what a user runs) or eager."""
     from crossspec_ros.bench.engine import bench_runtimes, live_runner
     from crossspec_ros.models.static_runtime import RuntimeOptions
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
-    runtimes = bench_runtimes(verifier, drafter, RuntimeOptions(compile=True), max_new_tokens,
-                              log)
+    runtimes = bench_runtimes(verifier, drafter, RuntimeOptions(compile=compile_steps),
+                              max_new_tokens, log)
 
     def engine(**changes: Any) -> SpeculativeEngine:
         return SpeculativeEngine(runtimes.verifier, runtimes.drafter, EngineConfig(
@@ -235,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bench import engine as bench
     from crossspec_ros.bench.outputs import save_outputs
     from crossspec_ros.models.pair import load_corpus
+    from crossspec_ros.models.static_runtime import compile_allowed
     from crossspec_ros.process_tuning import tune_process_for_models
     from crossspec_ros.sim.captions import parse_caption
     from crossspec_ros.speculative.verify import AcceptanceRule
@@ -269,12 +275,14 @@ def run(args: argparse.Namespace) -> int:
               f"more than --warmup {args.warmup}", file=sys.stderr)
         return 2
     corpus = load_corpus("", verifier)
+    compiled = not args.no_compile and compile_allowed()
     runs = run_rules(verifier, drafter, windows, rules, args.max_new_tokens, args.warmup,
                      corpus.captions if corpus else (),
                      log=lambda s: print(s, file=sys.stderr, flush=True),
-                     keeps=tuple(args.visual_keep))
+                     keeps=tuple(args.visual_keep), compile_steps=compiled)
     decode = lambda ids: verifier.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     report = {"models": label, "bag": str(args.bag), "windows": len(runs["exact"].latency_ms),
+              "runtime": "static, compiled" if compiled else "static, eager (not compiled)",
               "rules": score(runs, decode, parse_caption, truth)}
     print(markdown_table(report))
     save_outputs(report, args.json, args.plot, lambda path: plot(report, path))

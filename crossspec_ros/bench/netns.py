@@ -5,7 +5,9 @@ of the link; DDS discovers across the link by multicast (the default route point
 talks UDP only (``FASTDDS_BUILTIN_TRANSPORTS=UDPv4``: no shared memory between the "hosts"),
 so every byte between them crosses the veth pair, where it is counted and can be capped
 (``tc`` token bucket) or cut (the link set down). Nothing leaves the namespaces; ``close``
-(also on failure) kills what runs in them and deletes them, and the link with them.
+(also on failure or a stop signal) kills what runs in them and deletes them, and the link with
+them. The namespaces are named ``crossspec-split-K-robot`` and ``-server`` (K tells concurrent
+runs apart).
 
 Needs root and iproute2 (``available`` says why not, for tests to skip with a reason).
 """
@@ -13,7 +15,9 @@ Needs root and iproute2 (``available`` says why not, for tests to skip with a re
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -23,6 +27,7 @@ from typing import IO, Any
 
 ROBOT, SERVER = "robot", "server"
 SUBNET = "10.213.{k}.{host}/24"
+NAMESPACE_PREFIX = "crossspec-split-{k}-"
 
 
 def available() -> tuple[bool, str]:
@@ -42,12 +47,14 @@ def available() -> tuple[bool, str]:
 class TwoHosts:
     """The robot and the server namespaces and the link between them (a context manager).
 
-    ``k`` tells concurrent runs apart (names and subnet); processes started with ``start``
-    are stopped by ``close``."""
+    ``k`` (1-254) tells concurrent runs apart (names and subnet; default: one no namespace
+    uses now); processes started with ``start`` and anything else left in the namespaces are
+    stopped by ``close``."""
 
     def __init__(self, k: int | None = None) -> None:
-        self.k = (os.getpid() % 250) + 1 if k is None else k
-        self.ns = {ROBOT: f"cs{self.k}-robot", SERVER: f"cs{self.k}-server"}
+        self.k = unused_k() if k is None else k
+        prefix = NAMESPACE_PREFIX.format(k=self.k)
+        self.ns = {ROBOT: f"{prefix}{ROBOT}", SERVER: f"{prefix}{SERVER}"}
         self.dev = {ROBOT: f"cs{self.k}r", SERVER: f"cs{self.k}s"}
         self.address = {ROBOT: SUBNET.format(k=self.k, host=1),
                         SERVER: SUBNET.format(k=self.k, host=2)}
@@ -129,18 +136,58 @@ class TwoHosts:
         return process.returncode
 
     def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                self.stop(process, signal.SIGTERM, timeout=5)
-        for name in self.ns.values():
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        """Stop every process in the namespaces and delete them. Runs to its end even when a
+        stop signal's KeyboardInterrupt comes meanwhile (the step it cut runs again, the
+        interrupt is raised at the end): a half-closed pair would outlive us."""
+        steps = [*(functools.partial(self._stop_at_close, p) for p in self.processes),
+                 *(functools.partial(_remove_namespace, name) for name in self.ns.values())]
+        interrupted: KeyboardInterrupt | None = None
+        for step in steps:
+            while True:
+                try:
+                    step()
+                    break
+                except KeyboardInterrupt as stop:
+                    interrupted = stop
+        if interrupted is not None:
+            raise interrupted
+
+    def _stop_at_close(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            self.stop(process, signal.SIGTERM, timeout=5)
 
 
 def namespaces_left(k: int) -> list[str]:
     """The namespaces of run ``k`` that still exist (none once ``close`` ran)."""
+    prefix = NAMESPACE_PREFIX.format(k=k)
+    return sorted(n for n in _namespaces() if n.startswith(prefix))
+
+
+def unused_k() -> int:
+    """A run number (1-250) whose namespaces do not exist now."""
+    names = _namespaces()
+    free = [k for k in range(1, 251)
+            if not any(n.startswith(NAMESPACE_PREFIX.format(k=k)) for n in names)]
+    if not free:
+        raise RuntimeError("250 crossspec-split namespace pairs exist: remove stale ones "
+                           "with `ip netns del`")
+    return random.choice(free)
+
+
+def _namespaces() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    names = {line.split()[0] for line in out.splitlines() if line.strip()}
-    return sorted(n for n in names if n.startswith(f"cs{k}-"))
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _remove_namespace(name: str) -> None:
+    # what ``start`` had no time to record (a signal inside Popen) or a child that left its
+    # process group goes first: ``del`` removes the name, but the namespace lives on while a
+    # process is in it
+    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
+    for pid in (int(word) for word in out.split() if word.isdigit()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

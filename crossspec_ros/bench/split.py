@@ -21,9 +21,13 @@ Reported (one JSON line per run, the last line the runs and the headline run's n
   (the verifier's close -> last confirmed token),
   confirmed_at_robot_ms_median (the robot's close -> the FINAL caption's arrival there: the link
   both ways included), draft_ms_p95 (the draft node's close -> first draft token),
-  link_mb_per_s (bytes both ways over the replayed bag's length), realtime (the bag's length
-  over the replay's wall time: a link slower than the images slows the player, since DDS
+  link_mb_per_s (bytes both ways during the replay over the replayed bag's length), realtime
+  (the bag time replayed over the wall time the player took from its first message to its
+  last, as the player reports them: a link slower than the images slows the player, since DDS
   sends into full socket buffers synchronously), and for faults what happened around them.
+A run that replayed nothing (no draft reached the robot) fails the command, with one line
+saying why. SIGINT, SIGTERM and SIGHUP alike stop every process, delete both namespaces and
+the temporary files (exit 128 + the signal).
 """
 
 from __future__ import annotations
@@ -34,15 +38,23 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.cli.streaming import (
+    STOP_SIGNALS,
+    exit_code_for,
+    signals_deferred,
+    sigterm_as_interrupt,
+)
 from crossspec_ros.paths import sample_bag
 
 LINK_DOWN_S = 3.0
@@ -87,31 +99,17 @@ def run(args: argparse.Namespace) -> int:
     if args.fault_at <= 0 or args.fault_at >= 1:
         print("crossspec bench split: --fault-at must be between 0 and 1", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="crossspec-split-"))
-    rows: list[dict[str, Any]] = []
-    try:
-        images = IMAGE_MODES if args.images == "both" else (args.images,)
-        bags = {"raw": bag}
-        if "compressed" in images:
-            print("crossspec bench split: re-encoding the bag's frames as JPEG "
-                  "CompressedImage", file=sys.stderr)
-            bags["compressed"] = jpeg_bag(bag, work / "compressed")
-        reference = ReferenceVerifier()
-        runs = list(itertools.product(args.link_mbit, images, args.fault))
-        for number, (mbit, image_mode, fault) in enumerate(runs, 1):
-            print(f"crossspec bench split: run {number}/{len(runs)}: link {mbit:g} Mbit/s, "
-                  f"{image_mode} images, fault {fault}", file=sys.stderr)
-            row = run_once(bags[image_mode], mbit, image_mode, fault, args, work / str(number))
-            row.update(reference.check(bags[image_mode], row.pop("_finals"),
-                                       row.pop("_frames")))
-            rows.append(row)
-            print(row_line(row), flush=True)
-    finally:
-        if args.logs is not None:
-            args.logs.mkdir(parents=True, exist_ok=True)
-            for log in [*work.glob("*/*.log"), *work.glob("*/*.jsonl")]:
-                shutil.copy(log, args.logs / f"{log.parent.name}-{log.name}")
-        shutil.rmtree(work, ignore_errors=True)
+    # ends_process: a second signal while the hosts are taken down must not cut it short
+    with sigterm_as_interrupt(ends_process=True, signals=STOP_SIGNALS) as caught:
+        try:
+            rows = run_all(args, bag, caught)
+        except KeyboardInterrupt:
+            caught["signal"] = caught["signal"] or signal.SIGINT
+        if caught["signal"]:  # raised, or noted while a cleanup ran
+            name = signal.Signals(caught["signal"]).name
+            print(f"crossspec bench split: stopped by {name}: the hosts, their processes and "
+                  "the temporary files are removed", file=sys.stderr)
+            return exit_code_for(caught)
     headline = next((r for r in rows if r["fault"] == "none" and r["images"] == "compressed"
                      and r["link_mbit"] == 20), rows[-1] if rows else {})
     summary = {**{k: v for k, v in headline.items() if not k.startswith("fault_")},
@@ -119,8 +117,63 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text("".join(json.dumps(r) + "\n" for r in [*rows, summary]))
         print(f"wrote {args.json}", file=sys.stderr)
-    return 0 if rows and all(r["lossless"] == r["lossless_checked"] and r["stuck"] == 0
-                             and r["published_twice"] == 0 for r in rows) else 1
+    empty = [(number, r) for number, r in enumerate(rows, 1)
+             if not r["replayed"] or r["windows"] == 0]
+    for number, r in empty:
+        print(f"crossspec bench split: run {number} ({run_label(r)}) replayed nothing: "
+              f"{r.get('why_not_replayed') or 'no window reached the robot'}", file=sys.stderr)
+    return 0 if rows and not empty and all(
+        r["lossless"] == r["lossless_checked"] and r["stuck"] == 0
+        and r["published_twice"] == 0 for r in rows) else 1
+
+
+def run_all(args: argparse.Namespace, bag: Path, caught: dict[str, int]
+            ) -> list[dict[str, Any]]:
+    """Every run asked for, in a temporary directory removed at the end (a stop signal's
+    KeyboardInterrupt included; ``caught``: what ``sigterm_as_interrupt`` yielded)."""
+    rows: list[dict[str, Any]] = []
+    with temporary_directory("crossspec-split-", caught) as work:
+        try:
+            images = IMAGE_MODES if args.images == "both" else (args.images,)
+            bags = {"raw": bag}
+            if "compressed" in images:
+                print("crossspec bench split: re-encoding the bag's frames as JPEG "
+                      "CompressedImage", file=sys.stderr)
+                bags["compressed"] = jpeg_bag(bag, work / "compressed", args.duration)
+            reference = ReferenceVerifier(compile=not args.no_compile)
+            runs = list(itertools.product(args.link_mbit, images, args.fault))
+            for number, (mbit, image_mode, fault) in enumerate(runs, 1):
+                print(f"crossspec bench split: run {number}/{len(runs)}: link {mbit:g} Mbit/s, "
+                      f"{image_mode} images, fault {fault}", file=sys.stderr)
+                row = run_once(bags[image_mode], mbit, image_mode, fault, args,
+                               work / str(number))
+                row.update(reference.check(bags[image_mode], row.pop("_finals"),
+                                           row.pop("_frames")))
+                rows.append(row)
+                print(row_line(row), flush=True)
+        finally:
+            if args.logs is not None:
+                with signals_deferred(caught):
+                    args.logs.mkdir(parents=True, exist_ok=True)
+                    for log in [*work.glob("*/*.log"), *work.glob("*/*.jsonl")]:
+                        shutil.copy(log, args.logs / f"{log.parent.name}-{log.name}")
+    return rows
+
+
+@contextlib.contextmanager
+def temporary_directory(prefix: str, caught: dict[str, int]) -> Iterator[Path]:
+    """A new directory under the system's temporary one, removed when the block ends however
+    it ends. A stop signal while it is made or removed only is noted in ``caught`` (what
+    ``sigterm_as_interrupt`` yielded), so neither is cut halfway."""
+    with signals_deferred(caught):
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        if caught["signal"]:  # came while it was made
+            raise KeyboardInterrupt
+        yield path
+    finally:
+        with signals_deferred(caught):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # ------------------------------------------------------------ one run
@@ -133,15 +186,19 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     py = [sys.executable, "-m"]
     node = [*py, "crossspec_ros.cli.main", "node"]
     sim = ["--ros-args", "-p", "use_sim_time:=true"]
-    seen = work / "robot.jsonl"
-    logs = contextlib.ExitStack()
-
-    def log(name: str) -> Any:
-        return logs.enter_context(open(work / f"{name}.log", "w"))
-
+    seen, player_log = work / "robot.jsonl", work / "player.log"
+    replay_s = args.duration or bag_seconds(bag)
     fault_info: dict[str, Any] = {}
-    with netns.TwoHosts(random.randint(1, 250)) as hosts:
+    why_not, bytes_crossed, player_finished = None, 0, False
+    # the hosts close first (every process stopped), then the logs
+    with contextlib.ExitStack() as logs, netns.TwoHosts() as hosts:
+        def log(name: str) -> Any:
+            return logs.enter_context(open(work / f"{name}.log", "w"))
+
         hosts.cap(mbit)
+        print(f"crossspec bench split: hosts {hosts.ns[netns.ROBOT]} and "
+              f"{hosts.ns[netns.SERVER]} up, link {mbit:g} Mbit/s: starting the monitor and "
+              "the draft node on the robot, the verifier node on the server", file=sys.stderr)
         hosts.start(netns.ROBOT, [*py, "crossspec_ros.bench.split_monitor", "--out",
                                   str(seen)], env, log("monitor"))
         verifier = hosts.start(netns.SERVER, [*node, "verifier", *sim], env, log("verifier"))
@@ -154,34 +211,77 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
         if args.duration:
             player_args += ["--duration", str(args.duration)]
         player = hosts.start(netns.ROBOT, player_args, env, log("player"))
-        replay_s = args.duration or bag_seconds(bag)
-        started = wait_first_draft(seen, player, args.node_timeout)
-        bytes_before, t_before = hosts.bytes_crossed(), time.monotonic()
-        if fault != "none" and started:
-            time.sleep(args.fault_at * replay_s)
-            fault_info = inject(fault, hosts, verifier, [*node, "verifier", *sim], env,
-                                log("verifier-restarted"))
-        deadline = time.monotonic() + replay_s * 3 + 60
-        while player.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        # a link slower than the images pushes back on the player (DDS sends synchronously
-        # into full socket buffers): the replay then runs slower than recorded
-        bytes_crossed, elapsed = hosts.bytes_crossed() - bytes_before, \
-            time.monotonic() - t_before
-        time.sleep(settle_seconds())  # the last windows close, their captions cross
+        # the link's bytes are the replay's: from the player's announcement (the nodes are
+        # active, its first message comes) to its end
+        announced = wait_player_announced(player_log, player, args.node_timeout + 60)
+        bytes_before = hosts.bytes_crossed()
+        started = announced and wait_first_draft(seen, player, args.node_timeout)
+        if not started:
+            why_not = why_not_replayed(player.poll(), player_log.read_text(),
+                                       args.node_timeout)
+        else:
+            if fault != "none":
+                time.sleep(args.fault_at * replay_s)
+                fault_info = inject(fault, hosts, verifier, [*node, "verifier", *sim], env,
+                                    log("verifier-restarted"))
+            deadline = time.monotonic() + replay_s * 3 + 60
+            while player.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            player_finished = player.poll() is not None
+            bytes_crossed = hosts.bytes_crossed() - bytes_before
+            time.sleep(settle_seconds())  # the last windows close, their captions cross
         for process in [player, draft, *[p for p in hosts.processes if p is not player
                                          and p is not draft]]:
             hosts.stop(process)
         k = hosts.k
-    logs.close()
+    # a link slower than the images pushes back on the player (DDS sends synchronously into
+    # full socket buffers): the replay then runs slower than recorded
+    pace = player_pace(player_log.read_text()) if player_finished else None
     row = summarize(read_jsonl(seen), fault_info)
     row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault,
-               replayed=bool(started), namespaces_left=netns.namespaces_left(k),
+               replayed=bool(started), why_not_replayed=why_not,
+               namespaces_left=netns.namespaces_left(k),
                link_mb_per_s=round(bytes_crossed / 1e6 / replay_s, 3),
-               link_mb_per_s_wall=round(bytes_crossed / 1e6 / max(elapsed, 1e-9), 3),
-               replay_wall_s=round(elapsed, 1), realtime=round(replay_s / elapsed, 2)
-               if started else None)
+               link_mb_per_s_wall=round(bytes_crossed / 1e6 / pace[1], 3) if pace else None,
+               replay_wall_s=round(pace[1], 2) if pace else None,
+               realtime=round(pace[0] / pace[1], 2) if pace else None)
     return row
+
+
+# `crossspec play`'s lines (cli/play_cmd.py): once it starts, and its summary at the end
+PLAYER_STARTS = re.compile(r"^crossspec play: .*: \d+ topics, ([0-9.]+) s per pass", re.M)
+PLAYER_ENDED = re.compile(r"^crossspec play: \d+ messages in ([0-9.]+) s", re.M)
+
+
+def player_pace(output: str) -> tuple[float, float] | None:
+    """(bag seconds replayed, wall seconds from the first message to the last) from
+    `crossspec play`'s output; None before it has finished a replay. Their ratio is the
+    replay's speed (1 at recorded speed when nothing holds the player back)."""
+    starts, ended = PLAYER_STARTS.search(output), PLAYER_ENDED.search(output)
+    if starts is None or ended is None or float(ended.group(1)) <= 0:
+        return None
+    return float(starts.group(1)), float(ended.group(1))
+
+
+def wait_player_announced(path: Path, player: Any, timeout: float) -> bool:
+    """Until the player says it starts replaying (the nodes it waits for are active), it
+    ended, or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and player.poll() is None:
+        if path.exists() and PLAYER_STARTS.search(path.read_text()):
+            return True
+        time.sleep(0.2)
+    return path.exists() and PLAYER_STARTS.search(path.read_text()) is not None
+
+
+def why_not_replayed(player_code: int | None, player_output: str, timeout: float) -> str:
+    """Why no draft reached the robot, in a few words, with the player's last line."""
+    lines = [line for line in player_output.splitlines() if line.strip()]
+    said = f": {lines[-1].strip()}" if lines else ""
+    if player_code is None:
+        return f"no draft reached the robot within {timeout:g} s (--node-timeout); the " \
+            f"player was still running{said}"
+    return f"no draft reached the robot; the player exited {player_code}{said}"
 
 
 def split_env(no_compile: bool) -> dict[str, str]:
@@ -207,11 +307,14 @@ def settle_seconds() -> float:
 
 def wait_first_draft(path: Path, player: Any, timeout: float) -> bool:
     """Until the robot has seen the first draft (the replay has begun and the draft node
-    works), the player ended, or ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and player.poll() is None:
+    works), the player ended ``settle_seconds`` ago (a short replay's first window closes
+    after its end), or ``timeout``."""
+    deadline, ended = time.monotonic() + timeout, False
+    while time.monotonic() < deadline:
         if any(r.get("kind") == "draft" for r in read_jsonl(path)):
             return True
+        if not ended and player.poll() is not None:
+            ended, deadline = True, min(deadline, time.monotonic() + settle_seconds())
         time.sleep(0.2)
     return False
 
@@ -303,18 +406,34 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
 
 class ReferenceVerifier:
     """The verifier alone on the frames the verifier node says it captioned, on the node's
-    runtime (default parameters): what every FINAL caption must equal."""
+    runtime (default parameters; eager with ``compile`` false, as ``--no-compile`` makes the
+    nodes): what every FINAL caption must equal. Loaded at the first FINAL caption to check,
+    so a run's hosts come up without waiting for it."""
 
-    def __init__(self) -> None:
-        from crossspec_ros.models.pair import load_from_params
-        from crossspec_ros.models.static_runtime import prepare_runtime
+    def __init__(self, compile: bool = True) -> None:
         from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
-        from crossspec_ros.speculative.engine import SpeculativeEngine
 
         self.params = validate({}, VERIFIER_NODE_PARAMS)
-        verifier, _ = load_from_params(self.params, drafter=False)
-        prepare_runtime(verifier, self.params, "verifier", self.params["max_new_tokens"])
-        self.engine = SpeculativeEngine(verifier)
+        self.compile = compile
+        self._engine: Any = None
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            from crossspec_ros.models.pair import load_from_params
+            from crossspec_ros.models.static_runtime import prepare_runtime
+            from crossspec_ros.process_tuning import tune_process_for_models
+            from crossspec_ros.speculative.engine import SpeculativeEngine
+
+            # the nodes' thread set-up: torch's default pool of one thread per core collapses
+            # when anything else runs (18 s a window, not 0.5 s, on 2 busy cores)
+            tune_process_for_models(self.params["device"])
+            verifier, _ = load_from_params(self.params, drafter=False)
+            prepare_runtime(verifier, {**self.params, "compile": self.params["compile"]
+                                       and self.compile}, "verifier",
+                            self.params["max_new_tokens"])
+            self._engine = SpeculativeEngine(verifier)
+        return self._engine
 
     def check(self, bag: Path, finals: dict[int, str], frames: dict[int, list[int]]
               ) -> dict[str, Any]:
@@ -324,6 +443,8 @@ class ReferenceVerifier:
         from crossspec_ros.events.batch import EventBatch
         from crossspec_ros.sync.window import Window
 
+        if not finals:
+            return {"lossless": 0, "lossless_checked": 0, "not_lossless": []}
         wanted = {stamp for wid in finals for stamp in frames.get(wid, ())}
         by_stamp = {item.frame.stamp_ns: item.frame for item in read_inputs(bag)
                     if item.frame is not None and item.frame.stamp_ns in wanted}
@@ -345,15 +466,22 @@ class ReferenceVerifier:
         return {"lossless": same, "lossless_checked": checked, "not_lossless": mismatched}
 
 
+def run_label(row: dict[str, Any]) -> str:
+    """What the run was: "link 20 Mbit/s, compressed images, fault none"."""
+    return f"link {row['link_mbit']:g} Mbit/s, {row['images']} images, fault {row['fault']}"
+
+
 def row_line(row: dict[str, Any]) -> str:
-    line = (f"link {row['link_mbit']:g} Mbit/s, {row['images']} images, fault {row['fault']}: "
-            f"{row['windows']} windows, {row['final']} FINAL, {row['unverified']} UNVERIFIED "
+    speed = "replay speed unknown (the player did not finish)" if row["realtime"] is None \
+        else f"replay at {row['realtime']}x real time"
+    line = (f"{run_label(row)}: {row['windows']} windows, {row['final']} FINAL, "
+            f"{row['unverified']} UNVERIFIED "
             f"({row['unverified_with_draft']} with their draft), {row['stuck']} stuck, "
             f"{row['published_twice']} published twice; lossless {row['lossless']}/"
             f"{row['lossless_checked']}; confirmed median {row['confirmed_ms_median']} ms after "
             f"the verifier's close, {row['confirmed_at_robot_ms_median']} ms after the robot's; "
             f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s "
-            f"of bag time, replay at {row['realtime']}x real time")
+            f"of bag time, {speed}")
     if "fault_s" in row:
         line += (f"; from the fault until a caption came again ({row['fault_recovery_s']} s) "
                  f"the robot drafted {row['fault_windows_drafted']} windows; "
@@ -376,9 +504,11 @@ def _round(x: float) -> float:
     return round(float(x), 1)
 
 
-def jpeg_bag(bag: Path, out: Path, quality: int = 90) -> Path:
+def jpeg_bag(bag: Path, out: Path, duration_s: float | None = None, quality: int = 90
+             ) -> Path:
     """``bag`` with every rgb8 Image re-encoded as a JPEG CompressedImage on
-    ``<topic>/compressed`` (other messages copied as they are)."""
+    ``<topic>/compressed`` (other messages copied as they are); with ``duration_s``, only
+    what a replay of that long reads (and a second more)."""
     import io
 
     import numpy as np
@@ -389,7 +519,11 @@ def jpeg_bag(bag: Path, out: Path, quality: int = 90) -> Path:
     from crossspec_ros.images import image_to_rgb
 
     with any_reader(bag) as reader, BagWriter(out) as writer:
+        last_ns = None if duration_s is None else \
+            reader.start_time + round((duration_s + 1.0) * 1e9)
         for conn, log_time, raw in reader.messages():
+            if last_ns is not None and log_time > last_ns:  # log-time order: the rest too
+                break
             if conn.msgtype != "sensor_msgs/msg/Image":
                 writer.write_raw(conn.topic, conn.msgtype, raw, log_time)
                 continue

@@ -65,7 +65,12 @@ def add_bag_output_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crossspec_ros.bags.dsec_convert import DsecConvertError, RectifyMapError, convert_dsec
+    from crossspec_ros.bags.dsec_convert import (
+        DsecConvertError,
+        MalformedSequenceError,
+        RectifyMapError,
+        convert_dsec,
+    )
     from crossspec_ros.cli.streaming import exit_code_for, sigterm_as_interrupt
 
     try:
@@ -83,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
               f"{Path(args.out).parent}/.{Path(args.out).name}.partial-* folder by hand)",
               file=sys.stderr)
         return exit_code_for(caught)
-    except RectifyMapError as err:  # what --rectify asked for is not there: as a bad option
+    except (RectifyMapError, MalformedSequenceError) as err:
+        # what --rectify asked for is not there, or a file holds impossible values: as a bad
+        # option, before anything is written
         print(f"crossspec convert-dsec: error: {err}", file=sys.stderr)
         return 2
     except DsecConvertError as err:

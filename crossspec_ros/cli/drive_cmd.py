@@ -5,7 +5,8 @@ draft, verifier and viz nodes (composed: one process, models loaded once, each o
 worker thread and CUDA stream) exactly as `ros2 launch crossspec drive.launch.py` does, and
 prints per window the draft caption with its latency, then the confirmed caption, its latency
 and acceptance. ``--check-lossless`` runs the verifier alone on every window afterwards and
-compares token for token. ``--compare`` replays the bag through three graphs, in alternating
+compares token for token (under ``--loop``, which keeps no window, each one as it finishes).
+``--compare`` replays the bag through three graphs, in alternating
 order over ``--rounds`` rounds: the verifier node alone (what a user without crossspec runs),
 the verifier node alone with live prefill, and crossspec (draft and verifier nodes), and pairs
 their confirmed latencies window by window.
@@ -14,27 +15,48 @@ their confirmed latencies window by window.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from crossspec_ros import summaries
+from crossspec_ros.cli.arg_types import (
+    one_line_errors,
+    port_number,
+    positive_seconds,
+    replay_rate,
+)
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
-from crossspec_ros.cli.streaming import JsonLinesFile, exit_code_for, sigterm_as_interrupt
+from crossspec_ros.cli.streaming import (
+    JsonLinesFile,
+    exit_code_for,
+    signals_deferred,
+    sigterm_as_interrupt,
+)
 from crossspec_ros.paths import sample_bag
-from crossspec_ros.summaries import paired_ratios
+from crossspec_ros.summaries import BoundedSample, paired_ratios, shown
 from crossspec_ros.sync.agreement import draft_agreement
 
 STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
 # crossspec/Caption's REASON_* and DRAFT_* codes, as the terminal and the JSON name them
 REASONS = {0: "", 1: "no RGB", 2: "verifier busy", 3: "verifier failed", 4: "verifier stopped"}
 DRAFT_STATES = {0: "none", 1: "in progress", 2: "cut short", 3: "complete"}
+FINISHED = ("FINAL", "UNVERIFIED")
+# --loop: what the monitor keeps of windows it has written out, so a run of any length holds
+# bounded memory: unfinished rows at most (the oldest beyond goes out as it stands; a pass of
+# the sample bag has 24 windows), and the keys of finished ones, so that a late caption of one
+# opens no row again
+OPEN_ROWS_KEPT = 256
+DONE_KEYS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -70,19 +92,19 @@ def pass_order(rounds: int) -> list[tuple[int, GraphPass]]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = one_line_errors(subparsers.add_parser(
         "drive", help="run the ROS graph on a bag in one process, live (no ros2 launch needed)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     parser.add_argument("--bag", type=Path, default=sample_bag(),
                         help="bag to replay, ROS 2 or ROS 1 (default: the bundled sample bag); "
                         "EventArray topics replay as evt3 EventPackets")
     parser.add_argument("--config", type=Path, default=None,
                         help="ROS parameter YAML (default: config/drive.yaml)")
-    parser.add_argument("--rate", type=float, default=1.0,
-                        help="replay rate (1 = recorded speed)")
+    parser.add_argument("--rate", type=replay_rate, default=1.0,
+                        help="replay rate (1 = recorded speed; 0 or inf: as fast as possible)")
     parser.add_argument("--max-windows", type=int, default=0,
                         help="stop after N finished windows (0: the whole bag)")
-    parser.add_argument("--duration", type=float, default=None, metavar="S",
+    parser.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                         help="replay at most S seconds of bag time per pass (default: all)")
     parser.add_argument("--loop", action="store_true",
                         help="replay the bag again and again until Ctrl-C or --max-windows "
@@ -93,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "127.0.0.1 by default): one server for the whole run, so a client "
                         "stays connected across --compare's passes and --loop's replays (the "
                         "crossspec pass draws on it)")
-    parser.add_argument("--foxglove-port", type=int, default=8765,
+    parser.add_argument("--foxglove-port", type=port_number, default=8765,
                         help="the Foxglove server's port (default 8765; 0: any free port)")
     parser.add_argument("--record", type=Path, metavar="OUT",
                         help="record captions, annotated frames, the marker and diagnostics "
@@ -104,7 +126,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", type=Path, metavar="OUT",
                         help="write one JSON object per window (JSON lines) and a summary")
     parser.add_argument("--check-lossless", action="store_true",
-                        help="afterwards, run the verifier alone on each window and compare")
+                        help="afterwards, run the verifier alone on each window and compare "
+                        "(under --loop: each window as it finishes, keeping only the verdict)")
     parser.add_argument("--no-viz", action="store_true", help="do not run the viz node")
     parser.add_argument("--compare", action="store_true",
                         help="replay the bag through three graphs: the verifier node alone "
@@ -120,19 +143,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-class DriveMonitor:
-    """Collects the graph's outputs per window and prints the live view."""
+@dataclass(frozen=True)
+class DroppedWindows:
+    """Windows a busy node let go, per node (they mean different things, so they are never
+    added): the verifier's were published UNVERIFIED ("verifier busy"), the drafter's were
+    never drafted (their captions come without a draft)."""
 
-    def __init__(self, out=sys.stdout, on_row: Callable[[dict], None] | None = None,
-                 label: str = "") -> None:
+    verifier: int = 0
+    drafter: int = 0
+
+
+class DriveMonitor:
+    """Collects the graph's outputs per window and prints the live view.
+
+    A window's row is made from its captions (the watcher's subscription, on the executor's
+    thread) and the engine's result (on the verifier's worker thread), which come in either
+    order; the row goes to ``on_row`` once, when it is complete. What stays after that:
+
+    - ``keep_rows`` (a pass that ends; the summary, --compare and the lossless check read the
+      rows afterwards): every row stays in ``rows``; with ``hold_windows`` each verified
+      window and its tokens wait in ``awaiting_check`` until ``_check_lossless`` takes them.
+    - otherwise (--loop): a finished row is counted in ``tally`` and let go; at most
+      OPEN_ROWS_KEPT unfinished rows stay (the oldest beyond goes out as it stands). ``check``
+      compares each window with the verifier alone as its result comes (on the verifier's
+      thread, before it takes its next window) and only the verdict stays, in the row.
+
+    No window (frames, events) is kept otherwise: they were 2.2 MB a window of a --loop run.
+    """
+
+    def __init__(self, out: Any = sys.stdout, on_row: Callable[[dict], None] | None = None,
+                 label: str = "", *, keep_rows: bool = True, hold_windows: bool = False,
+                 check: Callable[[Any, list[int], bool], dict[str, Any]] | None = None
+                 ) -> None:
         self.on_row = on_row
         self.prefix = f"[{label}] " if label else ""  # which graph (drive --compare)
+        self.keep_rows, self.hold_windows, self.check = keep_rows, hold_windows, check
         # keyed by (epoch, window id): ids repeat after a bag loop (--loop), epochs do not
-        self.rows_done: set[tuple[int, int]] = set()
         self.rows: dict[tuple[int, int], dict[str, Any]] = {}
-        self.windows: dict[tuple[int, int], Any] = {}  # sync.Window (the lossless check)
-        self.results: dict[tuple[int, int], Any] = {}
+        self.done_keys: OrderedDict[tuple[int, int], None] = OrderedDict()  # written out
+        self.results_in: set[tuple[int, int]] = set()  # open rows whose engine result came
+        self.awaiting_check: dict[tuple[int, int], tuple[Any, list[int]]] = {}
         self.drafts_shown: set[tuple[int, int]] = set()
+        self.tally = DriveTally()  # the rows let go (not keep_rows)
+        self.finished_windows = 0  # FINAL or UNVERIFIED captions seen (--max-windows)
         # the verifier's text -> ids, for the drafts' token agreement (set once it is loaded)
         self.tokenize: Callable[[str], Any] | None = None
         self.lock = threading.Lock()
@@ -141,29 +194,33 @@ class DriveMonitor:
 
     def finished(self) -> int:
         with self.lock:
-            return sum(r["status"] in ("FINAL", "UNVERIFIED") for r in self.rows.values())
+            return self.finished_windows
 
     def on_caption(self, msg: Any) -> None:
         status = STATUS.get(msg.status, str(msg.status))
         key = (int(msg.epoch), int(msg.window_id))
         wid = window_label(*key)
-        lines = []
+        lines: list[str] = []
+        outgoing: list[dict] = []
         with self.lock:
             self.last_activity = time.monotonic()
-            row = self.rows.setdefault(key, {
+            if key in self.done_keys and key not in self.rows:
+                return  # written out and let go (--loop): a late caption opens no row
+            row = self._row(key, lambda: {
                 "window": key[1], "epoch": key[0], "t0": _sec(msg.window_start),
                 "t1": _sec(msg.window_end),
                 "draft_text": "", "draft_first_token_ms": None, "confirmed_text": "",
                 # the status it had before this caption: a FINAL may be the first one seen
                 # (a caption confirmed whole at once, no draft before it)
-                "confirmed_done_ms": None, "accepted": 0, "proposed": 0, "status": "DRAFT"})
+                "confirmed_done_ms": None, "accepted": 0, "proposed": 0, "status": "DRAFT"},
+                outgoing)
             if row["t0"] == 0.0:
                 row["t0"], row["t1"] = _sec(msg.window_start), _sec(msg.window_end)
             row["draft_text"] = msg.draft_text or row["draft_text"]
             row["draft_first_token_ms"] = _num(msg.draft_first_token_ms)
             if "complete_draft" not in row and not math.isnan(msg.draft_done_ms):
                 row["complete_draft"] = msg.draft_text  # as first complete: read first
-            finished = status in ("FINAL", "UNVERIFIED")
+            finished = status in FINISHED
             # the draft is shown once complete, or when the caption finishes before it did
             if row["draft_text"] and key not in self.drafts_shown and (
                     not math.isnan(msg.draft_done_ms) or finished):
@@ -185,17 +242,17 @@ class DriveMonitor:
                 reason = REASONS.get(msg.unverified_reason, str(msg.unverified_reason))
                 draft = DRAFT_STATES.get(msg.draft_state, str(msg.draft_state))
                 row.update(unverified_reason=reason, draft_state=draft)
-                shown = {"none": "(no draft: the drafter never drafted it)",
-                         "cut short": f"{msg.draft_text} [draft cut short]"}.get(
-                             draft, msg.draft_text)
-                lines.append(f"[{wid}] UNVERIFIED ({reason})  {shown}")
-            if row["status"] not in ("FINAL", "UNVERIFIED"):
+                shown_draft = {"none": "(no draft: the drafter never drafted it)",
+                               "cut short": f"{msg.draft_text} [draft cut short]"}.get(
+                                   draft, msg.draft_text)
+                lines.append(f"[{wid}] UNVERIFIED ({reason})  {shown_draft}")
+            if row["status"] not in FINISHED:
+                self.finished_windows += finished
                 row["status"] = status
-            done = self._row_done(key)
+            outgoing += self._row_done(key)
         for line in lines:
             self._print(line)
-        if done is not None and self.on_row is not None:
-            self.on_row(done)
+        self._hand_out(outgoing)
 
     def _agreement(self, row: dict) -> str:
         """Score the window's complete draft against its FINAL caption (row fields
@@ -209,28 +266,68 @@ class DriveMonitor:
         return (f"; draft: token agreement {_num(score.token_agreement)}, WER "
                 f"{_num(score.word_error_rate)}")
 
-    def _row_done(self, key: tuple[int, int]) -> dict | None:
-        """The row, once and only once, when it is complete: UNVERIFIED, or FINAL with the
-        engine's result too (they arrive on different threads, in either order)."""
+    def _row(self, key: tuple[int, int], fresh: Callable[[], dict], outgoing: list[dict]
+             ) -> dict:
+        """The row of ``key``, opened with ``fresh()`` when it has none; without keep_rows,
+        the oldest open row beyond OPEN_ROWS_KEPT goes to ``outgoing`` as it stands. Under
+        the lock."""
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = fresh()
+            while not self.keep_rows and len(self.rows) > OPEN_ROWS_KEPT:
+                outgoing.append(self._write_out(next(iter(self.rows))))
+        return row
+
+    def _row_done(self, key: tuple[int, int]) -> list[dict]:
+        """[the row], once and only once, when it is complete: UNVERIFIED, or FINAL with the
+        engine's result too (they arrive on different threads, in either order). Under the
+        lock."""
         row = self.rows[key]
         complete = row["status"] == "UNVERIFIED" or (row["status"] == "FINAL"
-                                                    and key in self.results)
-        if not complete or key in self.rows_done:
-            return None
-        self.rows_done.add(key)
+                                                    and key in self.results_in)
+        if not complete or key in self.done_keys:
+            return []
+        return [self._write_out(key)]
+
+    def _write_out(self, key: tuple[int, int]) -> dict:
+        """A copy of the row of ``key`` for ``on_row``; without keep_rows, the row is counted
+        in ``tally`` and let go. Under the lock."""
+        self.done_keys[key] = None
+        self.results_in.discard(key)
+        if self.keep_rows:
+            return dict(self.rows[key])
+        row = self.rows.pop(key)
+        self.tally.add(row)
+        self.drafts_shown.discard(key)
+        while len(self.done_keys) > DONE_KEYS_KEPT:
+            self.done_keys.popitem(last=False)
         return dict(row)
 
+    def _hand_out(self, rows: list[dict]) -> None:
+        if self.on_row is not None:
+            for row in rows:
+                self.on_row(row)
+
     def on_result(self, window: Any, result: Any) -> None:
+        key = window.key
+        s = result.stats
+        # the verifier alone, on this (the verifier's) thread, outside the lock: it takes a
+        # while, and the captions keep coming meanwhile
+        verdict = None if self.check is None else \
+            self.check(window, list(result.tokens), bool(s.acceptance_rule))
+        lines: list[str] = []
+        outgoing: list[dict] = []
         with self.lock:
-            key = window.key
-            self.windows[key], self.results[key] = window, result
+            if key in self.done_keys and key not in self.rows:
+                return
+            if self.hold_windows:
+                self.awaiting_check[key] = (window, list(result.tokens))
             # status FINAL comes with the caption (printed then), which may come after this
-            row = self.rows.setdefault(key, {"window": window.id, "epoch": window.epoch,
-                                             "t0": window.t0 / 1e9,
-                                             "t1": window.t1 / 1e9, "status": "PARTIAL",
-                                             "draft_text": result.draft_text,
-                                             "draft_first_token_ms": None})
-            s = result.stats
+            row = self._row(key, lambda: {"window": window.id, "epoch": window.epoch,
+                                          "t0": window.t0 / 1e9,
+                                          "t1": window.t1 / 1e9, "status": "PARTIAL",
+                                          "draft_text": result.draft_text,
+                                          "draft_first_token_ms": None}, outgoing)
             row.update(confirmed_text=result.text, confirmed_done_ms=_num(s.confirmed_done_ms),
                        accepted=s.total_accepted, proposed=s.total_proposed, rounds=s.rounds,
                        verifier_prefill_ms=_num(s.verifier_prefill_ms),
@@ -238,10 +335,36 @@ class DriveMonitor:
                        final_draft_text=result.draft_text,
                        live_prefill_frames=s.live_prefill_frames,
                        ready_before_close_ms=_num(s.ready_before_close_ms))
+            if verdict is not None:
+                row.update(verdict)
+                if verdict.get("lossless") is False:
+                    lines.append(f"[{window_label(*key)}] NOT LOSSLESS: verifier alone says "
+                                 f"{verdict['verifier_only_text']}")
+            self.results_in.add(key)
             self.last_activity = time.monotonic()
-            done = self._row_done(key)
-        if done is not None and self.on_row is not None:
-            self.on_row(done)
+            outgoing += self._row_done(key)
+        for line in lines:
+            self._print(line)
+        self._hand_out(outgoing)
+
+    def write_out_open_rows(self) -> None:
+        """At the end of a --loop run: the rows still open go to ``on_row`` as they stand."""
+        with self.lock:
+            outgoing = [self._write_out(key) for key in list(self.rows)
+                        if key not in self.done_keys]
+        self._hand_out(outgoing)
+
+    def summary(self, dropped: DroppedWindows | None = None) -> dict[str, Any]:
+        """The pass's summary: of every row (keep_rows), else of those let go and the open
+        ones."""
+        with self.lock:
+            if self.keep_rows:
+                return summarize([self.rows[k] for k in sorted(self.rows)], dropped)
+            tally = copy.deepcopy(self.tally)
+            for key, row in self.rows.items():
+                if key not in self.done_keys:
+                    tally.add(row)
+        return tally.summary(dropped)
 
     def _print(self, line: str) -> None:
         print(self.prefix + line, file=self.out, flush=True)
@@ -262,9 +385,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.rounds < 1:
         print("crossspec drive: --rounds must be >= 1", file=sys.stderr)
-        return 2
-    if args.duration is not None and args.duration <= 0:
-        print("crossspec drive: --duration must be > 0 seconds", file=sys.stderr)
         return 2
     if args.loop and args.compare:
         print("crossspec drive: --loop replays until stopped, and --compare needs passes that "
@@ -336,51 +456,81 @@ def _start_foxglove(args: argparse.Namespace) -> Any:
 
 
 def _drive(args: argparse.Namespace) -> int:
-    """The passes (one, or --compare's rounds of three), their summary and JSON."""
+    """The passes (one, or --compare's rounds of three), their summary and JSON. However the
+    run ends (its passes done, a stop signal at any moment, a node that died), the JSON holds
+    the rows so far and a summary that says how it ended."""
     order = pass_order(args.rounds) if args.compare else [(0, CROSSSPEC)]
     results: dict[tuple[str, int], list[dict]] = {}
     models: dict[str, Any] = {}
     stream = JsonLinesFile(args.json) if args.json else None
+    last: PassResult | None = None
     with sigterm_as_interrupt(ends_process=True) as caught:  # a repeated Ctrl-C too
-        for number, (round_index, graph) in enumerate(order, 1):
-            if args.compare:
-                print(f"crossspec drive: pass {number}/{len(order)} (round {round_index + 1}): "
-                      f"{graph.name}: {graph.about}", file=sys.stderr)
-            tag = {"pass": graph.name, "round": round_index} if args.compare else {}
-            on_row = None if stream is None else (
-                lambda row, tag=tag: stream.add({**row, **tag}))
-            outcome = _drive_once(args, graph, models, on_row,
-                                  label=graph.name if args.compare else "")
-            if isinstance(outcome, int):
-                return outcome
-            done = outcome
-            results[(graph.name, round_index)] = done.rows
-            if done.interrupted:  # what finished is kept: the rows so far and their summary
-                if stream is not None:
-                    summary = summarize(done.rows, done.dropped)
-                    stream.finish([*stream.rows, {"summary": {**summary, "interrupted": True,
-                                                              **tag}}])
-                return exit_code_for(caught)
-            if graph is CROSSSPEC:
-                last = done
-    rounds = range(args.rounds if args.compare else 1)
-    # the crossspec pass of the last round carries the lossless check and the summary
-    rows = last.rows
-    if args.check_lossless:
-        _check_lossless(last.engine, last.monitor, rows)
-    summary = summarize(rows, last.dropped)
+        try:
+            for number, (round_index, graph) in enumerate(order, 1):
+                if args.compare:
+                    print(f"crossspec drive: pass {number}/{len(order)} (round "
+                          f"{round_index + 1}): {graph.name}: {graph.about}", file=sys.stderr)
+                tag = {"pass": graph.name, "round": round_index} if args.compare else {}
+                on_row = None if stream is None else (
+                    lambda row, tag=tag: stream.add({**row, **tag}))
+                outcome = _drive_once(args, graph, models, on_row,
+                                      label=graph.name if args.compare else "", caught=caught)
+                if isinstance(outcome, int):
+                    return outcome
+                results[(graph.name, round_index)] = outcome.rows
+                if outcome.interrupted or outcome.died:  # what finished is kept
+                    with signals_deferred(caught):
+                        return _end_run(args, stream, results, outcome, tag, caught)
+                if graph is CROSSSPEC:
+                    last = outcome
+            if args.check_lossless and not getattr(args, "loop", False):
+                _check_lossless(last.engine, last.monitor, last.rows)
+        except KeyboardInterrupt:  # between passes or in the lossless check after them
+            print("interrupted: writing the windows so far", file=sys.stderr)
+            if last is None:  # no crossspec pass finished: a summary of none
+                last = PassResult([], None, None, DroppedWindows(), interrupted=True)
+            last.interrupted = True
+        # the crossspec pass of the last round carries the lossless check and the summary
+        with signals_deferred(caught):
+            return _end_run(args, stream, results, last, {}, caught)
+
+
+def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
+             results: dict[tuple[str, int], list[dict]], outcome: PassResult,
+             tag: dict[str, Any], caught: dict[str, int]) -> int:
+    """The run's summary (of ``outcome``, the pass it ended on), printed and written after
+    the rows; the exit code: 128 + the stop signal, 1 when a node died or a window was not
+    lossless, else 0."""
+    if outcome.monitor is not None and not outcome.monitor.keep_rows:  # --loop
+        outcome.monitor.write_out_open_rows()
+        summary = outcome.monitor.summary(outcome.dropped)
+    else:
+        summary = summarize(outcome.rows, outcome.dropped)
+    ended = {"interrupted": True} if outcome.interrupted else {}
+    if outcome.died:
+        ended["node_died"] = outcome.died
     extra: dict[str, Any] = {}
-    if args.compare:
-        extra["compare"] = compare_graphs(results, rounds)
+    if args.compare and not ended:
+        extra["compare"] = compare_graphs(results, range(args.rounds))
         print_comparison(results, extra["compare"])
     print(summary["line"])
-    if args.compare:
+    if extra:
         print(compare_line(extra["compare"]))
+    if outcome.died:
+        print(f"crossspec drive: the graph stopped: {'; '.join(outcome.died)} (the windows "
+              "before it are kept)", file=sys.stderr)
     if stream is not None:
-        tagged = [{**r, "pass": name, "round": k} if args.compare else r
-                  for (name, k), pass_rows in results.items() for r in pass_rows]
-        stream.finish([*tagged, {"summary": summary, **extra}])
-    return 0 if all(r.get("lossless", True) for r in rows) else 1
+        last = {"summary": {**summary, **ended, **tag}, **extra}
+        if outcome.monitor is not None and not outcome.monitor.keep_rows:
+            stream.finish_after_rows([last])  # --loop: the rows went out as they finished
+        else:
+            stream.finish([*({**r, "pass": name, "round": k} if args.compare else r
+                             for (name, k), rows in results.items() for r in rows), last])
+    if outcome.interrupted or caught["signal"]:  # a signal while this was written: said too
+        return exit_code_for(caught)
+    if outcome.died:
+        return 1
+    return 0 if summary.get("lossless") == summary.get("lossless_checked") else 1
 
 
 def _describe_inputs(inputs: Any) -> str:
@@ -399,25 +549,34 @@ def _describe_inputs(inputs: Any) -> str:
 
 @dataclass
 class PassResult:
-    """What one replay left: its rows (window order), its monitor (windows and engine results,
-    for the lossless check), the verifier node's engine, windows dropped by busy nodes."""
+    """What one replay left: its rows (window order; none under --loop, which wrote them out
+    as they finished), its monitor (the windows awaiting the lossless check, --loop's
+    tally), the verifier node's engine, windows dropped by busy nodes, whether a stop signal
+    ended it, and what of the graph died (one line each)."""
 
     rows: list[dict]
-    monitor: DriveMonitor
+    monitor: DriveMonitor | None
     engine: Any
-    dropped: int
+    dropped: DroppedWindows
     interrupted: bool
+    died: list[str] = field(default_factory=list)
+
+
+SAMPLING_NOT_CHECKED = (
+    "crossspec drive: --check-lossless compares tokens, which only greedy decoding keeps; "
+    "with sampling the confirmed caption follows the verifier's distribution (tested in "
+    "test_speculative_*), not its tokens for one seed: not compared")
 
 
 def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
-                on_row: Callable[[dict], None] | None = None, label: str = ""
-                ) -> int | PassResult:
+                on_row: Callable[[dict], None] | None = None, label: str = "",
+                caught: dict[str, int] | None = None) -> int | PassResult:
     """One replay of the bag through ``graph``, or an exit code when the graph could not
     start. ``models``: "verifier" and "drafter" once loaded (updated here; later passes reuse
     them). ``on_row``: called with each window's row once it is finished; ``label`` prefixes
-    the live view's lines."""
+    the live view's lines; ``caught``: the run's stop signal (``sigterm_as_interrupt``), held
+    off while the graph shuts down."""
     import rclpy
-    from crossspec import msg as cs_msg
     from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
@@ -434,69 +593,147 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     from crossspec_ros.sync.agreement import text_to_ids
 
     config = args.config or default_config()
+    loop = getattr(args, "loop", False)
     # the run's Foxglove server, if any, is given to the viz node: it outlives the pass
     viz = {"foxglove": False, "record_bag": str(args.record or "")}
     # the viz node is crossspec's: it runs beside crossspec's graph only, never slowing a
     # baseline (and --record / --foxglove show the crossspec pass)
     kinds = graph.kinds + (() if args.no_viz or graph is not CROSSSPEC else ("viz",))
-    monitor = DriveMonitor(on_row=on_row, label=label)
+    # a pass that ends keeps its rows (and, to check them after it, its verified windows);
+    # --loop writes each row out as it finishes and keeps none
+    monitor = DriveMonitor(on_row=on_row, label=label, keep_rows=not loop,
+                           hold_windows=args.check_lossless and not loop and
+                           graph is CROSSSPEC)
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
     executor = make_executor()
     interrupted = False
+    died: list[str] = []
     stop_spinning = None
     verifier_node = None
-    try:
-        models_given = getattr(args, "model_params", {})
-        topics = getattr(args, "topic_params", {})
-        sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
-        nodes = create_nodes(kinds, config=config,
-                             extra={"viz": {**viz, **topics.get("viz", {}), **sim_time},
-                                    "draft": {**models_given, **topics.get("draft", {}),
-                                              **sim_time},
-                                    "verifier": {**models_given, **graph.verifier_params,
-                                                 **topics.get("verifier", {}), **sim_time}},
-                             models=(models.get("verifier"), models.get("drafter")),
-                             on_result=monitor.on_result,
-                             foxglove=getattr(args, "foxglove_output", None))
-        verifier_node = next(n for n in nodes if isinstance(n, VerifierNode))
-        models["verifier"] = verifier_node.engine.verifier
-        monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
-        for node in nodes:
-            if isinstance(node, DraftNode):
-                models["drafter"] = node.drafter
-        watcher = rclpy.create_node("crossspec_drive_monitor")
-        watcher.create_subscription(cs_msg.Caption, verifier_node.params["caption_topic"],
-                                    monitor.on_caption, 100)
-        player = BagPlayer(args.bag, rate=args.rate, loop=getattr(args, "loop", False),
-                           max_duration_s=getattr(args, "duration", None))
-        nodes += [watcher, player]
-        for node in nodes:
-            executor.add_node(node)
-        stop_spinning = spin_in_thread(executor)
-        print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}, graph "
-              f"{' + '.join(n.get_name() for n in nodes[:len(kinds)])}", file=sys.stderr)
-        _wait(player, verifier_node, monitor, args.max_windows)
-    except (ParameterError, ModelLoadError) as err:
-        print(f"crossspec drive: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        interrupted = True
-        print("interrupted: shutting down", file=sys.stderr)
-    finally:
-        if stop_spinning is not None:
-            stop_spinning()
-        executor.shutdown(timeout_sec=2.0)
-        # kept past the nodes: the lossless check and the next pass use the same models
-        engine = verifier_node.engine if verifier_node is not None else None
-        for node in nodes:
-            node.destroy_node()  # the viz node closes its recording here (Ctrl-C, SIGTERM)
-        if rclpy.ok():
-            rclpy.shutdown()
-    rows = [monitor.rows[w] for w in sorted(monitor.rows)]
-    dropped = sum(getattr(getattr(n, "queue", None), "dropped", 0) for n in nodes)
-    return PassResult(rows, monitor, engine, dropped, interrupted)
+    deaths = NodeDeaths()
+    with deaths:
+        try:
+            models_given = getattr(args, "model_params", {})
+            topics = getattr(args, "topic_params", {})
+            sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
+            nodes = create_nodes(kinds, config=config,
+                                 extra={"viz": {**viz, **topics.get("viz", {}), **sim_time},
+                                        "draft": {**models_given, **topics.get("draft", {}),
+                                                  **sim_time},
+                                        "verifier": {**models_given, **graph.verifier_params,
+                                                     **topics.get("verifier", {}),
+                                                     **sim_time}},
+                                 models=(models.get("verifier"), models.get("drafter")),
+                                 on_result=monitor.on_result,
+                                 foxglove=getattr(args, "foxglove_output", None))
+            verifier_node = next(n for n in nodes if isinstance(n, VerifierNode))
+            models["verifier"] = verifier_node.engine.verifier
+            monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
+            if loop and args.check_lossless and graph is CROSSSPEC:
+                monitor.check = _check_as_they_finish(verifier_node.engine)
+            for node in nodes:
+                if isinstance(node, DraftNode):
+                    models["drafter"] = node.drafter
+                    if node.process is not None:
+                        deaths.watch_process("the draft node's drafter process",
+                                             lambda process=node.process: process.alive)
+            watcher = rclpy.create_node("crossspec_drive_monitor")
+            watch_captions(watcher, verifier_node.params["caption_topic"], monitor.on_caption)
+            player = BagPlayer(args.bag, rate=args.rate, loop=loop,
+                               max_duration_s=getattr(args, "duration", None))
+            nodes += [watcher, player]
+            for node in nodes:
+                executor.add_node(node)
+            stop_spinning = spin_in_thread(executor)
+            print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}, graph "
+                  f"{' + '.join(n.get_name() for n in nodes[:len(kinds)])}", file=sys.stderr)
+            _wait(player, verifier_node, monitor, args.max_windows, deaths)
+        except (ParameterError, ModelLoadError) as err:
+            print(f"crossspec drive: {err}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: shutting down", file=sys.stderr)
+        finally:
+            # a stop signal now waits for the shutdown's end: nodes destroyed, the recording
+            # finished (one that came 0.2 s after "recorded N messages" lost the JSON)
+            with signals_deferred(caught) if caught is not None else nullcontext():
+                died = deaths.found()  # before the shutdown ends threads and processes
+                if stop_spinning is not None:
+                    stop_spinning()
+                executor.shutdown(timeout_sec=2.0)
+                # kept past the nodes: the lossless check and the next pass use the models
+                engine = verifier_node.engine if verifier_node is not None else None
+                for node in nodes:
+                    node.destroy_node()  # the viz node closes its recording here
+                if rclpy.ok():
+                    rclpy.shutdown()
+    interrupted = interrupted or bool(caught is not None and caught["signal"])
+    rows = [monitor.rows[w] for w in sorted(monitor.rows)] if monitor.keep_rows else []
+    dropped = DroppedWindows(
+        verifier=sum(_dropped(n) for n in nodes if isinstance(n, VerifierNode)),
+        drafter=sum(_dropped(n) for n in nodes if isinstance(n, DraftNode)))
+    return PassResult(rows, monitor, engine, dropped, interrupted, died)
+
+
+def _dropped(node: Any) -> int:
+    """Windows ``node``'s queue let go because it was full."""
+    return getattr(getattr(node, "queue", None), "dropped", 0)
+
+
+class NodeDeaths:
+    """What of the graph died while it ran, one line each: a thread that ended on an
+    exception (the executor's spin thread, when a callback raised; a node's worker) and a
+    child process that is gone (a drafter process, ``watch_process``). Within the ``with``
+    block ``threading.excepthook`` notes such threads, and still prints their traceback
+    unless ``quiet``."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self._lock = threading.Lock()
+        self._threads: list[str] = []
+        self._processes: list[tuple[str, Callable[[], bool]]] = []
+        self._previous_hook: Callable[[Any], Any] | None = None
+
+    def __enter__(self) -> NodeDeaths:
+        self._previous_hook = threading.excepthook
+        threading.excepthook = self._note
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        threading.excepthook = self._previous_hook
+
+    def _note(self, args: Any) -> None:
+        name = args.thread.name if args.thread is not None else "?"
+        with self._lock:
+            self._threads.append(f"thread {name} ended on {args.exc_type.__name__}: "
+                                 f"{args.exc_value}")
+        if not self.quiet and self._previous_hook is not None:
+            self._previous_hook(args)
+
+    def watch_process(self, name: str, alive: Callable[[], bool]) -> None:
+        """Report ``name`` as gone once ``alive()`` says False."""
+        self._processes.append((name, alive))
+
+    def found(self) -> list[str]:
+        with self._lock:
+            lines = list(self._threads)
+        return lines + [f"{name} is gone" for name, alive in self._processes if not alive()]
+
+
+def watch_captions(node: Any, topic: str, on_caption: Callable[[Any], None]) -> Any:
+    """The drive's own subscription to the captions, with the QoS the graph's readers have
+    (reliable, OUTAGE_DEPTH deep): a burst that comes while the executor is busy elsewhere is
+    taken whole. (100 deep, the oldest captions of a burst were overwritten before the
+    executor took them: at --rate 8 the live view and the JSON missed windows the recording
+    had.)"""
+    from crossspec import msg as cs_msg
+
+    from crossspec_ros.nodes.common import reliable_qos
+
+    return node.create_subscription(cs_msg.Caption, topic, on_caption, reliable_qos())
 
 
 def final_latencies(rows: list[dict]) -> dict[int, float | None]:
@@ -526,10 +763,11 @@ def compare_graphs(results: dict[tuple[str, int], list[dict]], rounds: range
             "graph": list(graph.kinds), "about": graph.about,
             "confirmed_ms_median": _median(v for d in values for v in d.values()),
             "confirmed_ms_median_rounds": [_median(d.values()) for d in values],
-            # early start: how long before the close each caption was complete
+            # early start: how long before the close the captions complete before it were
+            # (one that started early and completed after the close is not among them)
             "ready_before_close_ms_median": _median(
                 r["ready_before_close_ms"] for k in rounds for r in results[(graph.name, k)]
-                if r["status"] == "FINAL" and r.get("ready_before_close_ms") is not None)}
+                if r["status"] == "FINAL" and (r.get("ready_before_close_ms") or 0) > 0)}
     same = [r["confirmed_text"] == other.get(r["window"]) for k in rounds
             for name in (ALONE.name, LIVE_ALONE.name)
             for other in [{o["window"]: o["confirmed_text"] for o in results[(name, k)]
@@ -552,9 +790,10 @@ def compare_line(compare: dict[str, Any]) -> str:
             f"{_x(main['paired_speedup_q75'])}, rounds {', '.join(_x(m) for m in main['rounds'])}"
             f"; {main['pairs']} window pairs); vs the verifier node alone with live prefill "
             f"{_x(live['paired_speedup_median'])}; confirmed median after the close: alone "
-            f"{passes['alone']['confirmed_ms_median']} ms, live_alone "
-            f"{passes['live_alone']['confirmed_ms_median']} ms, crossspec "
-            f"{passes['crossspec']['confirmed_ms_median']} ms{_ahead(passes)}; same captions "
+            f"{_shown_ms(passes['alone']['confirmed_ms_median'])}, live_alone "
+            f"{_shown_ms(passes['live_alone']['confirmed_ms_median'])}, crossspec "
+            f"{_shown_ms(passes['crossspec']['confirmed_ms_median'])}{_ahead(passes)}; same "
+            f"captions "
             f"{compare['same_captions']}/{compare['compared_captions']}")
 
 
@@ -602,11 +841,15 @@ def print_comparison(results: dict[tuple[str, int], list[dict]], compare: dict[s
     print("ratio: alone / crossspec, window by window within a round", file=out)
 
 
-def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -> None:
-    """Until the bag is replayed and every window is finished (or ``max_windows``)."""
+def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int,
+          deaths: NodeDeaths | None = None) -> None:
+    """Until the bag is replayed and every window is finished (or ``max_windows``, or a part
+    of the graph died: nothing more would come)."""
     settle = verifier.params["max_lateness_s"] + verifier.params["window_length_s"] + 2.5
     while True:
         time.sleep(0.1)
+        if deaths is not None and deaths.found():
+            return
         if max_windows and monitor.finished() >= max_windows:
             player.stop()
             return
@@ -617,99 +860,207 @@ def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int) -
                 return
 
 
+def lossless_verdict(engine: Any, window: Any, tokens: list[int], lossy: bool
+                     ) -> dict[str, Any]:
+    """The verifier alone on ``window`` against crossspec's ``tokens``, as row fields:
+    ``verifier_only_ms``, ``verifier_only_text`` and ``lossless`` (or, for a caption made
+    under a relaxed acceptance rule, ``lossy_same_as_verifier``: lossy by choice, counted
+    apart)."""
+    t0 = time.perf_counter()
+    alone = engine.verifier_only(window)
+    verdict: dict[str, Any] = {
+        "verifier_only_ms": round((time.perf_counter() - t0) * 1e3, 2),
+        "verifier_only_text": engine.verifier.tokenizer.decode(alone,
+                                                               skip_special_tokens=True)}
+    verdict["lossy_same_as_verifier" if lossy else "lossless"] = alone == list(tokens)
+    return verdict
+
+
+def _check_as_they_finish(engine: Any) -> Callable[[Any, list[int], bool], dict[str, Any]] | None:
+    """--loop's lossless check, window by window as each finishes (nothing is kept for
+    later); None, said once, where the decoding is not greedy."""
+    if engine.config.mode != "greedy":
+        print(SAMPLING_NOT_CHECKED, file=sys.stderr)
+        return None
+
+    def check(window: Any, tokens: list[int], lossy: bool) -> dict[str, Any]:
+        try:
+            return lossless_verdict(engine, window, tokens, lossy)
+        except Exception as err:  # the row still finishes, unchecked, saying why
+            return {"lossless_check_failed": f"{type(err).__name__}: {err}"}
+    return check
+
+
 def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> None:
-    """The verifier alone on each verified window, after the fact, in the same process."""
+    """The verifier alone on each verified window, after the pass, in the same process (its
+    runs never load the machine while the pass is measured); each window is let go once
+    checked."""
     if engine is not None and engine.config.mode != "greedy":
-        print("crossspec drive: --check-lossless compares tokens, which only greedy decoding "
-              "keeps; with sampling the confirmed caption follows the verifier's distribution "
-              "(tested in test_speculative_*), not its tokens for one seed: not compared",
-              file=sys.stderr)
+        print(SAMPLING_NOT_CHECKED, file=sys.stderr)
+        monitor.awaiting_check.clear()
         return
     for row in rows:
         key = (row.get("epoch", 0), row["window"])
-        window = monitor.windows.get(key)
-        if window is None or engine is None:
+        held = monitor.awaiting_check.pop(key, None)
+        if held is None or engine is None:
             continue
-        t0 = time.perf_counter()
-        alone = engine.verifier_only(window)
-        row["verifier_only_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
-        row["verifier_only_text"] = engine.verifier.tokenizer.decode(alone,
-                                                                     skip_special_tokens=True)
-        if row.get("acceptance_rule"):  # lossy by choice: how far it went, counted apart
-            row["lossy_same_as_verifier"] = alone == monitor.results[key].tokens
-            continue
-        row["lossless"] = alone == monitor.results[key].tokens
-        if not row["lossless"]:
-            print(f"[{row['window']}] NOT LOSSLESS: verifier alone says "
+        window, tokens = held
+        row.update(lossless_verdict(engine, window, tokens, bool(row.get("acceptance_rule"))))
+        if row.get("lossless") is False:
+            print(f"[{window_label(*key)}] NOT LOSSLESS: verifier alone says "
                   f"{row['verifier_only_text']}")
 
 
-def summarize(rows: list[dict], dropped: int) -> dict[str, Any]:
-    """One pass's summary: the JSON's numbers and the terminal's line, named alike.
+class DriveTally:
+    """A pass's summary numbers, taken row by row (``add``): counts and sums exact, medians
+    and percentiles over ``BoundedSample``s, so a --loop run of any length summarizes in
+    bounded memory. ``summary`` gives the JSON's numbers and the terminal's line.
+
     ``confirmed_done_ms``: the window closing (its synchronizer) to its last confirmed token;
     ``draft_first_token_ms``: the window closing (the draft node's synchronizer) to the first
-    draft token."""
-    final = [r for r in rows if r["status"] == "FINAL"]
-    first = [r["draft_first_token_ms"] for r in rows if r.get("draft_first_token_ms") is not None]
-    done = [r["confirmed_done_ms"] for r in final if r.get("confirmed_done_ms") is not None]
-    accepted, proposed = sum(r.get("accepted", 0) for r in final), \
-        sum(r.get("proposed", 0) for r in final)
-    summary: dict[str, Any] = {
-        "windows": len(rows), "final": len(final),
-        "unverified": sum(r["status"] == "UNVERIFIED" for r in rows),
-        "dropped_windows": dropped,
-        "draft_first_token_ms_p50": _median(first), "draft_first_token_ms_p95":
-            summaries.rounded(summaries.percentile(first, 95), 1),
-        "confirmed_done_ms_median": _median(done),
-        "acceptance": round(accepted / proposed, 3) if proposed else None,
-        "accepted": accepted, "proposed": proposed}
-    # early start: captions decoded before their window closed, and how long before
-    ahead = [r["ready_before_close_ms"] for r in final
-             if r.get("ready_before_close_ms") is not None]
-    summary["early_started"] = len(ahead)
-    summary["ready_before_close_ms_median"] = _median(ahead)
-    scored = [r for r in final if r.get("draft_word_error_rate") is not None]
-    summary["draft_agreement_windows"] = len(scored)
-    summary["draft_token_agreement_median"] = summaries.rounded(summaries.median(
-        r["draft_token_agreement"] for r in scored
-        if r.get("draft_token_agreement") is not None), 3)
-    summary["draft_word_error_rate_median"] = summaries.rounded(summaries.median(
-        r["draft_word_error_rate"] for r in scored), 3)
-    checked = [r for r in final if "lossless" in r]
-    lossy = [r for r in final if "lossy_same_as_verifier" in r]
-    if lossy:  # relaxed acceptance: never counted as lossless, reported apart
-        summary["lossy_windows"] = len(lossy)
-        summary["lossy_same_as_verifier"] = sum(r["lossy_same_as_verifier"] for r in lossy)
-        summary["acceptance_rules"] = sorted({r["acceptance_rule"] for r in lossy})
-    if checked:
-        summary["lossless"] = sum(bool(r["lossless"]) for r in checked)
-        summary["lossless_checked"] = len(checked)
-        # the reference run's own time, alone on the machine after the drive: not a latency
-        # after the close, so it never stands beside confirmed_done_ms in the line
-        summary["lossless_check_verifier_ms_median"] = _median(
-            r["verifier_only_ms"] for r in checked)
-    line = (f"{summary['windows']} windows ({summary['final']} FINAL, {summary['unverified']} "
-            f"UNVERIFIED, {dropped} dropped): draft first token after the close p50 "
-            f"{summary['draft_first_token_ms_p50']} ms, p95 "
-            f"{summary['draft_first_token_ms_p95']} ms; confirmed after the close median "
-            f"{summary['confirmed_done_ms_median']} ms; accepted draft tokens {accepted} of "
-            f"{proposed} proposed ({_pct(summary['acceptance'] or math.nan)})")
-    if ahead:
-        line += (f"; {len(ahead)} of {len(final)} captions decoded before the close (early "
-                 f"start), complete a median {summary['ready_before_close_ms_median']} ms "
-                 f"before it")
-    if scored:
-        line += (f"; complete drafts against their final captions ({len(scored)} windows): "
-                 f"token agreement median {summary['draft_token_agreement_median']}, word "
-                 f"error rate median {summary['draft_word_error_rate_median']}")
-    if checked:
-        line += f"; lossless {summary['lossless']}/{len(checked)}"
-    if lossy:
-        line += (f"; LOSSY ({', '.join(summary['acceptance_rules'])}): {len(lossy)} captions "
-                 f"under a relaxed acceptance rule, {summary['lossy_same_as_verifier']} of "
-                 f"them the verifier's own")
-    summary["line"] = line
-    return summary
+    draft token; ``ready_before_close_ms`` (early start): how long before the close a caption
+    was complete (negative: it started before the close and completed after it)."""
+
+    def __init__(self) -> None:
+        self.windows = self.final = self.unverified = self.unfinished = 0
+        self.accepted = self.proposed = 0
+        self.draft_first = BoundedSample()
+        self.confirmed_done = BoundedSample()
+        self.early_started = 0
+        self.ready_before = BoundedSample()   # ms before the close, complete before it
+        self.done_after = BoundedSample()     # ms after the close, early-started ones
+        self.scored = 0
+        self.token_agreement = BoundedSample()
+        self.word_error_rate = BoundedSample()
+        self.checked = self.lossless = 0
+        self.verifier_only_ms = BoundedSample()
+        self.lossy = self.lossy_same = 0
+        self.rules: set[str] = set()
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.windows += 1
+        status = row["status"]
+        self.unverified += status == "UNVERIFIED"
+        self.unfinished += status not in FINISHED
+        self.draft_first.add(row.get("draft_first_token_ms"))
+        if status != "FINAL":
+            return
+        self.final += 1
+        self.accepted += row.get("accepted", 0)
+        self.proposed += row.get("proposed", 0)
+        self.confirmed_done.add(row.get("confirmed_done_ms"))
+        ahead = row.get("ready_before_close_ms")
+        if ahead is not None:
+            self.early_started += 1
+            if ahead > 0:
+                self.ready_before.add(ahead)
+            else:
+                self.done_after.add(-ahead)
+        if row.get("draft_word_error_rate") is not None:
+            self.scored += 1
+            self.word_error_rate.add(row["draft_word_error_rate"])
+            self.token_agreement.add(row.get("draft_token_agreement"))
+        if "lossless" in row:
+            self.checked += 1
+            self.lossless += bool(row["lossless"])
+            self.verifier_only_ms.add(row.get("verifier_only_ms"))
+        if "lossy_same_as_verifier" in row:  # relaxed acceptance: never counted as lossless
+            self.lossy += 1
+            self.lossy_same += bool(row["lossy_same_as_verifier"])
+            self.rules.add(row["acceptance_rule"])
+
+    def summary(self, dropped: DroppedWindows | None = None) -> dict[str, Any]:
+        dropped = dropped or DroppedWindows()
+        first = self.draft_first.values
+        summary: dict[str, Any] = {
+            "windows": self.windows, "final": self.final, "unverified": self.unverified,
+            "unfinished": self.unfinished,
+            "verifier_dropped_windows": dropped.verifier,
+            "drafter_dropped_windows": dropped.drafter,
+            "draft_first_token_ms_p50": _median(first), "draft_first_token_ms_p95":
+                summaries.rounded(summaries.percentile(first, 95), 1),
+            "confirmed_done_ms_median": _median(self.confirmed_done.values),
+            "acceptance": round(self.accepted / self.proposed, 3) if self.proposed else None,
+            "accepted": self.accepted, "proposed": self.proposed,
+            # early start: captions started before their window closed; of them, those
+            # complete before it, and how long before; the others, how long after
+            "early_started": self.early_started,
+            "ready_before_close": self.ready_before.count,
+            "ready_before_close_ms_median": _median(self.ready_before.values),
+            "early_started_done_after_close_ms_median": _median(self.done_after.values),
+            "draft_agreement_windows": self.scored,
+            "draft_token_agreement_median": summaries.rounded(
+                summaries.median(self.token_agreement.values), 3),
+            "draft_word_error_rate_median": summaries.rounded(
+                summaries.median(self.word_error_rate.values), 3)}
+        if self.lossy:
+            summary["lossy_windows"] = self.lossy
+            summary["lossy_same_as_verifier"] = self.lossy_same
+            summary["acceptance_rules"] = sorted(self.rules)
+        if self.checked:
+            summary["lossless"] = self.lossless
+            summary["lossless_checked"] = self.checked
+            # the reference run's own time, alone on the machine after the drive: not a
+            # latency after the close, so it never stands beside confirmed_done_ms in the line
+            summary["lossless_check_verifier_ms_median"] = _median(
+                self.verifier_only_ms.values)
+        samples = (self.draft_first, self.confirmed_done, self.ready_before, self.done_after,
+                   self.token_agreement, self.word_error_rate, self.verifier_only_ms)
+        if any(sample.sampled for sample in samples):  # a very long --loop
+            summary["medians_over_a_sample_of"] = self.draft_first.capacity
+        summary["line"] = self._line(summary)
+        return summary
+
+    def _line(self, summary: dict[str, Any]) -> str:
+        counts = f"{self.final} FINAL, {self.unverified} UNVERIFIED"
+        if self.unfinished:
+            counts += f", {self.unfinished} unfinished"
+        verifier, drafter = (summary["verifier_dropped_windows"],
+                             summary["drafter_dropped_windows"])
+        if verifier or drafter:
+            counts += f"; dropped by the busy verifier {verifier}, by the busy drafter {drafter}"
+        line = (f"{self.windows} windows ({counts}): draft first token after the close p50 "
+                f"{_shown_ms(summary['draft_first_token_ms_p50'])}, p95 "
+                f"{_shown_ms(summary['draft_first_token_ms_p95'])}; confirmed after the close "
+                f"median {_shown_ms(summary['confirmed_done_ms_median'])}; accepted draft "
+                f"tokens {self.accepted} of {self.proposed} proposed "
+                f"({_pct(summary['acceptance'] or math.nan)})")
+        if self.ready_before.count:
+            line += (f"; {self.ready_before.count} of {self.final} captions decoded before the "
+                     f"close (early start), complete a median "
+                     f"{_shown_ms(summary['ready_before_close_ms_median'])} before it")
+        if self.done_after.count:
+            line += (f"; {self.done_after.count} started early completed only after the close "
+                     f"(a median "
+                     f"{_shown_ms(summary['early_started_done_after_close_ms_median'])} "
+                     f"after it)")
+        if self.scored:
+            line += (f"; complete drafts against their final captions ({self.scored} "
+                     f"windows): token agreement median "
+                     f"{shown(summary['draft_token_agreement_median'], '.3g')}, word error "
+                     f"rate median {shown(summary['draft_word_error_rate_median'], '.3g')}")
+        if self.checked:
+            line += f"; lossless {self.lossless}/{self.checked}"
+        if self.lossy:
+            line += (f"; LOSSY ({', '.join(summary['acceptance_rules'])}): {self.lossy} "
+                     f"captions under a relaxed acceptance rule, {self.lossy_same} of them the "
+                     f"verifier's own")
+        if "medians_over_a_sample_of" in summary:
+            line += (f" (medians over a uniform sample of "
+                     f"{summary['medians_over_a_sample_of']} windows)")
+        return line
+
+
+def summarize(rows: list[dict], dropped: DroppedWindows | None = None) -> dict[str, Any]:
+    """One pass's summary from its rows (``DriveTally``)."""
+    tally = DriveTally()
+    for row in rows:
+        tally.add(row)
+    return tally.summary(dropped)
+
+
+def _shown_ms(value: float | None) -> str:
+    return shown(value, ".1f", " ms")
 
 
 def _median(values: Any) -> float | None:

@@ -7,9 +7,12 @@ Each command module exposes ``register(subparsers)``, which adds its parser and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
 
 from crossspec_ros import __version__
 
@@ -62,8 +65,46 @@ def _take_verbose(argv: list[str]) -> tuple[list[str], bool]:
     return argv[:at] + argv[at + 1:], True
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_while_starting(_signum: int, _frame: object) -> None:
+    """A Ctrl-C or SIGTERM that reaches `crossspec node` before the command takes the signals
+    over: exit 0 at once and quietly, as later (launch reports any other exit as "process has
+    died", and a KeyboardInterrupt here was a traceback and exit -2). Further signals are
+    ignored: under launch a terminal's Ctrl-C comes twice, and the second would cut the exit
+    short."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    raise SystemExit(0)
+
+
+@contextlib.contextmanager
+def _quiet_stop_while_starting(command: str | None) -> Iterator[None]:
+    """For `crossspec node` (what launch starts): from the first line of ``main``, not only
+    from node_cmd's handlers on, a signal stops the process with exit 0. Python imports every
+    command and rclpy first, seconds on a loaded machine, and launch's Ctrl-C often comes then
+    (issue 45, fault 5). The handlers are put back unless a signal came or the command took
+    them over."""
+    if command != "node":
+        yield
+        return
+    previous = {signum: signal.signal(signum, _stop_while_starting) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is _stop_while_starting:
+                signal.signal(signum, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv, verbose = _take_verbose(list(sys.argv[1:] if argv is None else argv))
+    with _quiet_stop_while_starting(argv[0] if argv else None):
+        return _main(argv, verbose)
+
+
+def _main(argv: list[str], verbose: bool) -> int:
     if not verbose:  # before any command imports transformers; an explicit setting wins
         for key, value in QUIET_ENV.items():
             os.environ.setdefault(key, value)

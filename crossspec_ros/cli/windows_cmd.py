@@ -83,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
               + (f"; {s['unreadable_messages']} unreadable messages skipped"
                  if s["unreadable_messages"] else "")
               + (f"; {s['out_of_bounds_events']} events outside the sensor dropped"
-                 if s["out_of_bounds_events"] else ""))
+                 if s["out_of_bounds_events"] else "")
+              + (f"; {s['outlier_events']} events and {s['outlier_frames']} frames far from "
+                 "the streams' time dropped" if s["outlier_events"] or s["outlier_frames"]
+                 else ""))
     return 0
 
 

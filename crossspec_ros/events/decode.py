@@ -16,7 +16,11 @@ This module adds what a robot needs around them:
   batches;
 - ``is_bigendian`` true is unsupported (all four are little-endian word streams; drivers
   send false);
-- a sensor size or encoding change starts a new decoder and clock estimate;
+- a packet whose sensor size or encoding differs from the stream's is held, and the next
+  packet decides: the same new format confirms a change (a new decoder and clock estimate, the
+  held packet decoded first), the stream's own format shows the odd packet was damage (dropped,
+  counted in ``size_mismatch``, warned with its topic and stamp), so one mislabelled packet
+  never reaches a consumer with another sensor size; the stream's first packet sets its format;
 - corrupt bytes never raise: library errors are caught; events outside width x height,
   words of no known type and events before any time word are dropped and counted;
 - sensor microseconds are mapped to ROS nanoseconds by ``SensorClock`` (events/clock.py).
@@ -67,7 +71,8 @@ class DecodeStats:
     unsupported_encoding: int = 0
     big_endian: int = 0
     invalid_size: int = 0
-    size_changes: int = 0
+    size_changes: int = 0        # confirmed by the next packet: the decoder restarted
+    size_mismatch: int = 0       # a lone packet of another size or encoding: dropped
     odd_length: int = 0
     decoder_errors: int = 0
     out_of_bounds_events: int = 0
@@ -87,7 +92,8 @@ class DecodeStats:
     @property
     def bad_packets(self) -> int:
         """Packets whose events were dropped entirely (not counting empty packets)."""
-        return self.unsupported_encoding + self.big_endian + self.invalid_size + self.decoder_errors
+        return (self.unsupported_encoding + self.big_endian + self.invalid_size
+                + self.decoder_errors + self.size_mismatch)
 
 
 # a larger forward jump of an EventPacket's seq is a restarted driver, not lost packets
@@ -113,6 +119,8 @@ class EventPacketDecoder:
         self._triggers = TriggerWordCounter() if count_triggers else None
         self._warned: set[str] = set()
         self._last_seq: int | None = None
+        # a packet of another format than the stream's, until the next packet decides
+        self._held: EventPacketData | None = None
 
     def _problem(self, kind: str, msg: str, *args: object) -> None:
         """Warn the first time a kind of problem shows up in this stream, then log at debug."""
@@ -131,8 +139,8 @@ class EventPacketDecoder:
             self._triggers.reset()
 
     def _accept(self, packet: EventPacketData) -> str | None:
-        """Check encoding, byte order and size; (re)start the decoder when needed. Returns
-        the encoding's canonical name, None if the packet is dropped."""
+        """Check encoding, byte order and size; start the decoder on the stream's first packet.
+        Returns the encoding's canonical name, None if the packet is dropped."""
         enc = packet.encoding.strip().lower()
         enc = ENCODING_ALIASES.get(enc, enc)
         if enc not in WORD_BYTES:
@@ -157,13 +165,49 @@ class EventPacketDecoder:
                           "packets are dropped. Check the driver's width/height.",
                           w, h, enc, MAX_SENSOR_SIZE)
             return None
-        if (self._encoding, self._size) != (enc, (w, h)):
-            if self._size is not None:
-                self.stats.size_changes += 1
-                self._problem("size_change", "stream changed from %s %dx%d to %s %dx%d: "
-                              "restarting the decoder", self._encoding, *self._size, enc, w, h)
+        if self._size is None:
             self._restart(enc, w, h)
         return enc
+
+    def _format_of(self, packet: EventPacketData) -> tuple[str, int, int]:
+        enc = packet.encoding.strip().lower()
+        return ENCODING_ALIASES.get(enc, enc), packet.width, packet.height
+
+    def _other_format(self, packet: EventPacketData, enc: str) -> EventBatch:
+        """A packet whose format is not the stream's: held until the next packet decides
+        (returns nothing yet), or, if it has the held packet's format, the confirmed change:
+        the decoder restarts and both packets' events come out, the held one's first."""
+        held, self._held = self._held, None
+        w, h = self._size  # type: ignore[misc]
+        if held is None or self._format_of(held) != self._format_of(packet):
+            if held is not None:
+                self._drop_held(held)
+            self._held = packet
+            return EventBatch.empty(w, h)  # the stream's size: consumers see no change
+        self.stats.size_changes += 1
+        self._problem("size_change", "stream changed from %s %dx%d to %s %dx%d (two packets "
+                      "in a row): restarting the decoder", self._encoding, w, h, enc,
+                      packet.width, packet.height)
+        self._restart(enc, packet.width, packet.height)
+        return EventBatch.concat([self._decode_words(held, enc),
+                                  self._decode_words(packet, enc)])
+
+    def _drop_held(self, held: EventPacketData) -> None:
+        self.stats.size_mismatch += 1
+        enc, w, h = self._format_of(held)
+        self._problem("size_mismatch", "dropped a packet stamped %.6f s (seq %d) labelled %s "
+                      "%dx%d in a stream of %s %dx%d: the packets around it keep the stream's "
+                      "format, so it is damaged or mislabelled (a real change shows in two "
+                      "packets in a row). Counted in size_mismatch; further ones are logged "
+                      "at debug level. If this repeats, check the driver's width, height and "
+                      "encoding.", held.stamp_ns / 1e9, held.seq, enc, w, h, self._encoding,
+                      *self._size)
+
+    def finish(self) -> None:
+        """End of the stream: a packet still held (its format never confirmed) is dropped."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._drop_held(held)
 
     def _count_gap(self, seq: int) -> None:
         """Count the packets a forward jump of ``seq`` skipped. A seq that stays (drivers
@@ -185,6 +229,15 @@ class EventPacketDecoder:
         enc = self._accept(packet)
         if enc is None:
             return EventBatch.empty(max(packet.width, 0), max(packet.height, 0))
+        if (enc, (packet.width, packet.height)) != (self._encoding, self._size):
+            return self._other_format(packet, enc)
+        if self._held is not None:  # the stream goes on in its format: the held one was odd
+            self._drop_held(self._held)
+            self._held = None
+        return self._decode_words(packet, enc)
+
+    def _decode_words(self, packet: EventPacketData, enc: str) -> EventBatch:
+        """One packet of the stream's format (``enc``, the decoder's size) into events."""
         w, h = self._size  # type: ignore[misc]
         try:
             data = packet.events_bytes()

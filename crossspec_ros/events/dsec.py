@@ -31,8 +31,17 @@ RECTIFY_DATASET = "rectify_map"
 OFF_SENSOR = np.uint32(0xFFFF_FFFF)
 
 
+# ROS 2 stamps (builtin_interfaces/Time) hold whole seconds in an int32: image-clock times
+# must lie in [0, 2**31 s) to become stamps.
+MAX_STAMP_US = (1 << 31) * 1_000_000
+
+
 class DsecFormatError(EventSourceError):
     """The file is missing, not HDF5, or lacks a DSEC dataset."""
+
+
+class DsecFieldError(DsecFormatError):
+    """A dataset is there but holds values no DSEC file has (checked before any read)."""
 
 
 class DsecEventsReader:
@@ -62,11 +71,32 @@ class DsecEventsReader:
         if len(lengths) > 1:
             self.close()
             raise DsecFormatError(f"{self.path}: /events/x,y,t,p differ in length {lengths}.")
-        self.t_offset_us = int(np.asarray(self._file["t_offset"][()]).reshape(-1)[0])
-        # One entry per millisecond (60k for a minute): small enough to hold.
-        self._ms_to_idx = np.asarray(self._file["ms_to_idx"][:], dtype=np.int64)
+        try:
+            self.t_offset_us = _one_integer(self._file["t_offset"][()], "/t_offset")
+            # One entry per millisecond (60k for a minute): small enough to hold.
+            self._ms_to_idx = np.asarray(self._file["ms_to_idx"][:], dtype=np.int64).reshape(-1)
+            self._check_fields()
+        except DsecFieldError as exc:
+            self.close()
+            raise DsecFieldError(f"{self.path}: {exc}") from None
         self.out_of_bounds_events = 0
         self._warned = False
+
+    def _check_fields(self) -> None:
+        """The checks every read relies on, so a damaged file fails here in one line rather
+        than with an IndexError mid-read or an int64 overflow of its nanoseconds."""
+        if self.num_events and not len(self._ms_to_idx):
+            raise DsecFieldError(f"/ms_to_idx is empty but the file holds {self.num_events:,} "
+                                 "events (it needs one index per millisecond)")
+        if not self.num_events:
+            return
+        first = int(self._t[0]) + self.t_offset_us
+        last = int(self._t[-1]) + self.t_offset_us
+        for name, value in (("first", first), ("last", last)):
+            if not 0 <= value < MAX_STAMP_US:
+                raise DsecFieldError(
+                    f"/t_offset = {self.t_offset_us} us puts the {name} event at {value} us on "
+                    f"the image clock, outside what a ROS stamp holds (0 to {MAX_STAMP_US} us)")
 
     def close(self) -> None:
         self._file.close()
@@ -118,6 +148,21 @@ class DsecEventsReader:
                     self.width, self.height)
             batch = batch.take(inside)
         return batch
+
+
+def _one_integer(value: object, name: str) -> int:
+    """The single integer a scalar dataset (or a one-element array) holds."""
+    values = np.asarray(value).reshape(-1)
+    if len(values) != 1:
+        raise DsecFieldError(f"{name} holds no value" if not len(values) else
+                             f"{name} holds {len(values)} values; DSEC's holds one")
+    number = values[0]
+    if np.issubdtype(values.dtype, np.integer):
+        return int(number)
+    if np.issubdtype(values.dtype, np.floating) and np.isfinite(number) and \
+            float(number).is_integer():
+        return int(number)
+    raise DsecFieldError(f"{name} must be a whole number of microseconds, got {number}")
 
 
 class DsecRectifyMap:

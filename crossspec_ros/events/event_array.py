@@ -209,3 +209,6 @@ class EventArrayDecoder:
             t, x, y, p = t[keep], x[keep], y[keep], p[keep]
         self.stats.events += len(t)
         return EventBatch(t, x, y, p, w, h)
+
+    def finish(self) -> None:
+        """End of the stream: nothing is held (the packet decoder's interface)."""

@@ -22,6 +22,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from crossspec_ros.models.compile_gate import COMPILE_GATE
+
 
 @dataclass(frozen=True)
 class HeadConfig:
@@ -59,6 +61,7 @@ class DraftHead(nn.Module):
                                   dim=-1))
 
     @torch.inference_mode()
+    @COMPILE_GATE.model_work()  # model work: never while another thread compiles
     def propose(self, context: torch.Tensor, confirmed: list[int], limit: int,
                 state: HeadState | None = None) -> tuple[list[int], HeadState]:
         """Greedy continuation (at most ``limit`` tokens, ending at EOS) of ``confirmed``;

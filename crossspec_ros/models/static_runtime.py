@@ -23,7 +23,12 @@ their tokens are proposals, checked anyway.
 
 Shapes run compiled are compiled at ``warm_up`` (the lifecycle's configure), with inductor's
 cache on disk (``TORCHINDUCTOR_CACHE_DIR``, default ~/.cache/crossspec/inductor): a second
-start reuses the kernels.
+start reuses the kernels. Nothing compiles after it (``compile_gate.py``: compiling on a
+worker thread breaks the other threads' model work): a step in a shape the warm-up did not
+run, or one its compiled graphs refuse, runs eager, logged once and counted
+(``eager_steps``). The warm-up runs every shape a window steps in, so on the verifier that
+never happens (``test_models_warm_up.py``): an eager step may round differently from the
+compiled ones.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import os
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +47,11 @@ from typing import Any
 import torch
 
 from crossspec_ros.models.base import ModelSession, PrefillTiming
+from crossspec_ros.models.compile_gate import COMPILE_GATE, refused_by_compiled_graphs
 from crossspec_ros.models.streams import inference, synchronize
 from crossspec_ros.process_tuning import COMPILE_CACHE
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,25 @@ def compile_mode(device: torch.device) -> str | None:
     return None if mode == "default" else mode
 
 
+def _kept_guards(guards: Sequence[Any]) -> list[bool]:
+    """Every guard dynamo puts on a compiled step but those on transformers' registry of the
+    model classes instantiated so far (``output_capturing._CAN_RECORD_REGISTRY``): it grows
+    when a later model loads (the verifier after the drafter warmed up), which made every
+    graph compiled before fail its guards in the middle of a drive. A step reads only its
+    own class's entry there, fixed with the class."""
+    return ["_CAN_RECORD_REGISTRY" not in guard.name for guard in guards]
+
+
+def _compiled(fn: Any, device: torch.device) -> Any:
+    """``fn`` compiled for ``device`` (its mode given as options: torch.compile takes one of
+    the two, and the guard filter is an option)."""
+    import torch._inductor
+
+    options = dict(torch._inductor.list_mode_options(compile_mode(device) or "default"))
+    return torch.compile(fn, dynamic=False, fullgraph=True,
+                         options={**options, "guard_filter_fn": _kept_guards})
+
+
 def runtime_options(params: dict[str, Any], role: str) -> RuntimeOptions | None:
     """The runtime a node's ``role`` ("verifier" or "drafter") model runs, from validated
     RUNTIME_PARAMS values (None: the transformers runtime). A drafter's tokens are proposals,
@@ -127,6 +152,13 @@ def prepare_runtime(model: Any, params: dict[str, Any], role: str,
     return line
 
 
+def runtime_counters(model: Any) -> dict[str, int]:
+    """``model``'s static runtime counters for a node's diagnostics (``StaticLM.counters``;
+    {} on the transformers runtime)."""
+    runtime = getattr(model, "runtime", None)
+    return runtime.counters() if runtime is not None else {}
+
+
 def use_compile_cache(directory: str | Path | None = None) -> Path:
     """Point inductor's on-disk cache at ``directory`` (default COMPILE_CACHE) unless
     ``TORCHINDUCTOR_CACHE_DIR`` is set already; returns where it is."""
@@ -149,47 +181,6 @@ def _configure_compiler(device: torch.device) -> None:
         # the generated C++ calls the kernels without a Python wrapper: measured 0.54x -> 0.44x
         # of eager for a one-token step of the bundled verifier
         torch._inductor.config.cpp_wrapper = True
-
-
-class _GuardStance:
-    """Once every compiled shape of the process is warmed up, dynamo may skip evaluating its
-    guards on each call (``skip_guard_eval_unsafe``: it keeps only those that tell the cached
-    graphs apart): measured on the bundled verifier, a compiled one-token step 0.59 -> 0.52
-    ms. The stance is global, so it is default while any model warms up; a shape that was
-    not warmed up is compiled under the default stance (logged) instead of failing."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.warming = 0
-        self.compiled = 0  # compiled runtimes in this process
-
-    def _set(self, skip: bool) -> None:
-        torch.compiler.set_stance("default", skip_guard_eval_unsafe=skip)
-
-    def begin_warm_up(self) -> None:
-        with self.lock:
-            self.warming += 1
-            self._set(False)
-
-    def end_warm_up(self, compiled: bool) -> None:
-        with self.lock:
-            self.warming -= 1
-            self.compiled += compiled
-            if self.warming == 0 and self.compiled:
-                self._set(True)
-
-    def call_unwarmed(self, fn: Any, *args: Any) -> Any:
-        """``fn(*args)`` with the guards evaluated (a new shape compiles)."""
-        with self.lock:
-            self._set(False)
-            try:
-                return fn(*args)
-            finally:
-                if self.warming == 0 and self.compiled:
-                    self._set(True)
-
-
-_STANCE = _GuardStance()
 
 
 class _CacheSlot:
@@ -234,6 +225,13 @@ class StaticLM:
         self.compiled = False
         self.compile_failed: str | None = None  # why compiling did not work, if it did not
         self.compile_s: dict[str, float] = {}
+        self.warmed: set[str] = set()  # the shapes the warm-up ran ("rows 32", "chunk 17")
+        # steps in a shape the warm-up did not run, by shape (compiled: they ran eager)
+        self.steps_not_warmed: Counter[str] = Counter()
+        # steps of a compiled runtime that ran eager (shape not warmed, or refused by the
+        # compiled graphs): nothing compiles after the warm-up
+        self.eager_steps = 0
+        self._told: set[str] = set()  # what was logged about eager steps (once each)
 
     # ------------------------------------------------------------ caches
     def _new_slot(self) -> _CacheSlot:
@@ -316,20 +314,45 @@ class StaticLM:
             embeds = torch.cat([embeds, embeds.new_zeros(1, rows - q, embeds.shape[-1])], 1)
         positions = self.positions[pos:pos + rows][None]
         mask = self.tri[pos:pos + rows][None, None]
-        fn = self._last_fn if last_only else self._rows_fn
         args = (embeds.to(self.dtype), positions, mask, slot.cache)
-        try:
-            hidden, logits = fn(*args)
-        except RuntimeError as err:
-            if not (self.compiled and "skip_guard_eval_unsafe" in str(err)):
-                raise
-            logger.warning("%s: a step of %d rows at %d was not warmed up: compiling it now",
-                           self.name, rows, pos)
-            hidden, logits = _STANCE.call_unwarmed(fn, *args)
+        hidden, logits = self._step(f"{'chunk' if last_only else 'rows'} {rows}", last_only,
+                                    args)
         # copies: a CUDA graph's outputs are written over by its next replay
         if last_only:
             return hidden.to(torch.float32, copy=True), logits.to(torch.float32, copy=True)
         return hidden[:q].to(torch.float32, copy=True), logits[:q].to(torch.float32, copy=True)
+
+    def _step(self, shape: str, last_only: bool, args: tuple[Any, ...]
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: compiled when its shape was warmed up and a compiled graph takes it,
+        else eager (a compiled runtime never compiles after its warm-up)."""
+        eager = self._last_row if last_only else self._rows
+        if shape not in self.warmed:
+            self.steps_not_warmed[shape] += 1
+            if self.compiled:
+                self._eager_step(shape, "its shape was not warmed up at configure")
+            return eager(*args)
+        try:
+            return (self._last_fn if last_only else self._rows_fn)(*args)
+        except RuntimeError as err:
+            if not (self.compiled and refused_by_compiled_graphs(err)):
+                raise
+            self._eager_step(shape, "no compiled graph takes it: "
+                             f"{str(err).strip().splitlines()[-1].strip()}")
+            return eager(*args)
+
+    def _eager_step(self, shape: str, why: str) -> None:
+        self.eager_steps += 1
+        if shape not in self._told:
+            self._told.add(shape)
+            logger.warning("%s: a step of %s runs eager (%s); nothing compiles after the "
+                           "warm-up (counted in eager_steps)", self.name, shape, why)
+
+    def counters(self) -> dict[str, int]:
+        """For a node's diagnostics: steps in shapes the warm-up did not run, steps run eager
+        on a compiled runtime."""
+        return {"steps_not_warmed": sum(self.steps_not_warmed.values()),
+                "eager_steps": self.eager_steps}
 
     def embed_ids(self, ids: Sequence[int]) -> torch.Tensor:
         return self.embed(torch.tensor([list(ids)], dtype=torch.long, device=self.device))
@@ -338,12 +361,11 @@ class StaticLM:
     def warm_up(self, prompt_chunks: Sequence[int] = ()) -> dict[str, float]:
         """Compile (with ``options.compile``) and run once every shape this model steps in:
         each size of ``step_rows`` and each prompt chunk size. Returns seconds per shape; a
-        compile that fails leaves that model's steps eager (logged)."""
-        _STANCE.begin_warm_up()
-        try:
+        compile that fails leaves that model's steps eager (logged). Alone in the process
+        (``compile_gate.py``): other threads' model work waits, and so does another warm-up."""
+        with COMPILE_GATE.warming_up():
             timings = self._warm_up(prompt_chunks)
-        finally:
-            _STANCE.end_warm_up(self.compiled)
+            COMPILE_GATE.compiled |= self.compiled
         self.compile_s = timings
         return timings
 
@@ -351,10 +373,8 @@ class StaticLM:
         if self.options.compile and not self.compiled and self.compile_failed is None:
             use_compile_cache()
             _configure_compiler(self.device)
-            mode = compile_mode(self.device)
-            self._rows_fn = torch.compile(self._rows, dynamic=False, fullgraph=True, mode=mode)
-            self._last_fn = torch.compile(self._last_row, dynamic=False, fullgraph=True,
-                                          mode=mode)
+            self._rows_fn = _compiled(self._rows, self.device)
+            self._last_fn = _compiled(self._last_row, self.device)
             self.compiled = True
         shapes = [("rows", r) for r in self.step_rows] + [
             ("chunk", c) for c in sorted(set(prompt_chunks))]
@@ -363,6 +383,7 @@ class StaticLM:
         try:
             for kind, size in shapes:
                 t0 = time.perf_counter()
+                self.warmed.add(f"{kind} {size}")
                 # as the real steps: inference tensors (another dispatch key set would be
                 # another graph), at a position past 0 (views at an offset)
                 with inference(self.device, self.stream):

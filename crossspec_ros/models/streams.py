@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from crossspec_ros.models.compile_gate import COMPILE_GATE
+
 
 def on_stream(device: torch.device, stream: Any | None) -> contextlib.AbstractContextManager:
     """Context placing CUDA work on ``stream``; a no-op on CPU or without a stream."""
@@ -49,8 +51,9 @@ class Stopwatch:
 
 @contextlib.contextmanager
 def inference(device: torch.device, stream: Any | None) -> Iterator[None]:
-    """``torch.inference_mode`` on the model's stream."""
-    with torch.inference_mode(), on_stream(device, stream):
+    """``torch.inference_mode`` on the model's stream, as model work: never while another
+    thread compiles (``compile_gate.py``)."""
+    with COMPILE_GATE.model_work(), torch.inference_mode(), on_stream(device, stream):
         yield
 
 

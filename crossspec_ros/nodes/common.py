@@ -36,9 +36,9 @@ def declare_params(node: Node, spec: list[Param],
     Integers given to float parameters are taken as floats, at startup (a file's
     ``window_length_s: 2``) and at runtime (``ros2 param set ... temperature 2``).
     Returns the values; live changes update that dict in place, then call ``on_change`` with
-    the changed names and values (executor thread). ``live_check(values)``: what the node
-    itself refuses at runtime (its reason), beyond the spec (e.g. more tokens than the
-    caches allocated at configure hold)."""
+    the changed names and values (executor thread; what it raises refuses the change, which is
+    undone). ``live_check(values)``: what the node itself refuses at runtime (its reason),
+    beyond the spec (e.g. more tokens than the caches allocated at configure hold)."""
     from rcl_interfaces.msg import SetParametersResult
 
     where = f"node '{node.get_name()}' parameters"
@@ -85,9 +85,18 @@ def declare_params(node: Node, spec: list[Param],
         reason = live_check(checked) if live_check is not None else None
         if reason:
             return SetParametersResult(successful=False, reason=f"{where}: {reason}")
+        previous = {name: params[name] for name in changed}
         params.update({name: checked[name] for name in changed})
         if changed and on_change is not None:
-            on_change(changed)
+            try:
+                on_change(changed)
+            except Exception as err:  # raised in the services callback, it would end the
+                params.update(previous)  # executor: refused, the node carries on as it was
+                node.get_logger().error(f"applying {', '.join(sorted(changed))} failed: {err}")
+                return SetParametersResult(
+                    successful=False, reason=f"{where}: {', '.join(map(repr, sorted(changed)))} "
+                    f"could not be applied ({type(err).__name__}: {err}); the node keeps its "
+                    "previous values")
         return SetParametersResult(successful=True)
 
     node.add_pre_set_parameters_callback(before_set)
@@ -131,6 +140,52 @@ def steady_timer(node: Node, period_s: float, callback: Callable[[], None]) -> A
     /clock stops (a bag player paused or ended under ``use_sim_time``), where a timer on the
     node's own clock would stop with it."""
     return node.create_timer(period_s, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+
+class ClockFollow:
+    """Whether a node should run on /clock (``use_sim_time``), from whether anyone publishes
+    it: at once when a publisher appears, and only after ``grace_s`` without one when it goes
+    (a looping player re-creating its publisher must not flap the node's clock)."""
+
+    def __init__(self, grace_s: float = 5.0) -> None:
+        self.grace_s = grace_s
+        self.on_clock = False
+        self._silent_since: float | None = None
+
+    def update(self, clock_published: bool, now: float) -> bool | None:
+        """The new ``use_sim_time`` when it should change now, else None."""
+        if clock_published:
+            self._silent_since = None
+            if not self.on_clock:
+                self.on_clock = True
+                return True
+            return None
+        if not self.on_clock:
+            return None
+        if self._silent_since is None:
+            self._silent_since = now
+        if now - self._silent_since >= self.grace_s:
+            self.on_clock, self._silent_since = False, None
+            return False
+        return None
+
+
+def follow_clock(node: Any) -> Callable[[], None]:
+    """A timer callback that keeps ``node``'s ``use_sim_time`` following /clock
+    (``ClockFollow``; parameter follow_clock), saying so in the log at every change."""
+    import time
+
+    follow = ClockFollow()
+
+    def tick() -> None:
+        wanted = follow.update(node.count_publishers("/clock") > 0, time.monotonic())
+        if wanted is None:
+            return
+        node.set_parameters([Parameter("use_sim_time", value=wanted)])
+        node.get_logger().info("/clock is published: use_sim_time true (a bag is replayed)"
+                               if wanted else "/clock has stopped: use_sim_time false")
+
+    return tick
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -198,7 +253,8 @@ def stats_msg(stats: WindowStats, prefill_slowdown: float = math.nan) -> Any:
     names = list(stats.proposer_names)
     return cs_msg.WindowStats(
         rounds=stats.rounds, proposed=stats.total_proposed, accepted=stats.total_accepted,
-        acceptance=_f(stats.acceptance), mean_accepted_length=_f(stats.mean_accepted_length),
+        acceptance=_f(stats.acceptance), acceptance_rule=stats.acceptance_rule,
+        mean_accepted_length=_f(stats.mean_accepted_length),
         proposer_names=names,
         proposer_proposed=[stats.proposed.get(n, 0) for n in names],
         proposer_accepted=[stats.accepted.get(n, 0) for n in names],
@@ -219,6 +275,7 @@ class WindowQueue:
         self.cond = threading.Condition()
         self.dropped = 0
         self.closed = False
+        self._in_hand: Any = None  # the window the last get took (see get)
 
     def put(self, window: Any, t_close: float) -> Any | None:
         """Queue a window; returns the window dropped to make room, if any."""
@@ -232,15 +289,31 @@ class WindowQueue:
             return dropped
 
     def get(self, timeout: float = 0.2) -> tuple[Any, float] | None:
+        """The oldest window and its close time, or None after ``timeout``. The window stays
+        among ``keys()`` until the next ``get``: between taking it and marking it as being
+        worked on, nobody may take it for one that was never queued."""
         with self.cond:
+            self._in_hand = None
             if not self._items and not self.closed:
                 self.cond.wait(timeout)
-            return self._items.popleft() if self._items else None
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            self._in_hand = item[0]
+            return item
+
+    def drain(self) -> list[Any]:
+        """Take every queued window out (oldest first)."""
+        with self.cond:
+            windows = [w for w, _ in self._items]
+            self._items.clear()
+            return windows
 
     def keys(self) -> list[tuple[int, int]]:
-        """(epoch, id) of the queued windows."""
+        """(epoch, id) of the queued windows and of the one the last ``get`` took."""
         with self.cond:
-            return [w.key for w, _ in self._items]
+            taken = [self._in_hand.key] if self._in_hand is not None else []
+            return taken + [w.key for w, _ in self._items]
 
     def __len__(self) -> int:
         with self.cond:

@@ -25,12 +25,14 @@ from event_camera_msgs.msg import EventPacket
 
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.packet import from_msg
+from crossspec_ros.models.static_runtime import runtime_counters
 from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.nodes.common import (
     WindowQueue,
     Worker,
     declare_params,
     diagnostics,
+    follow_clock,
     ns_to_msg,
     reliable_qos,
     sensor_qos,
@@ -74,6 +76,8 @@ class DraftNode(ManagedNode):
         self.process: Any = None  # a DrafterProcess, when the drafter runs in one
         self.sync: Any = None  # the events synchronizer (configure); its timeline outlives it
         self.windows_cut_short = 0  # left unfinished for a newer window, or dropped unstarted
+        # the verifier finished the window before its first draft token: nothing published
+        self.windows_confirmed_before_draft = 0
         self.drafter_runs_in = "a thread"  # where the last configure put it (for reports)
 
     def configure_node(self) -> None:
@@ -108,6 +112,8 @@ class DraftNode(ManagedNode):
                               self._on_confirmed, reliable_qos())
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
+            self.add_timer(0.5, follow_clock(self))
         if self.verifier_first is not None:
             self.verifier_first.add_drafter(self._hold, self._release_hold)
         self.get_logger().info(
@@ -237,6 +243,7 @@ class DraftNode(ManagedNode):
             verifier_done = self.cursor.end(window.key)
         if not (last and last[0].done) and not verifier_done:
             self._publish_cut_short(window, last[0] if last else None, stats)
+        self.windows_confirmed_before_draft += verifier_done and not last
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
 
@@ -290,13 +297,19 @@ class DraftNode(ManagedNode):
         s = self.sync.stats
         values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
                   "sync_dropped_windows": s.dropped_windows, "windows_drafted":
-                  self.windows_drafted, "late_events": s.late_events, "resets": s.resets,
+                  self.windows_drafted, "late_events": s.late_events,
+                  "outlier_events": s.outlier_events, "resets": s.resets,
                   "windows_cut_short": self.windows_cut_short,
+                  "windows_confirmed_before_draft": self.windows_confirmed_before_draft,
+                  "callback_errors": self.callback_errors,
                   "bad_packets": self.decoder.stats.bad_packets,
                   "missing_packets": self.decoder.stats.missing_packets,
-                  "last_first_token_ms": round(self.last_first_token_ms, 1)}
+                  "last_first_token_ms": round(self.last_first_token_ms, 1),
+                  **runtime_counters(self.drafter)}  # eager_steps: not compiled, see its log
         stats = self.decoder.stats
-        level = 1 if self.queue.dropped or stats.bad_packets or stats.missing_packets else 0
+        level = 1 if self.queue.dropped or stats.bad_packets or stats.missing_packets or \
+            self.callback_errors else 0
         message = "dropping windows" if self.queue.dropped else \
-            "event packets missing (raise event_qos_depth)" if stats.missing_packets else "ok"
+            "event packets missing (raise event_qos_depth)" if stats.missing_packets else \
+            "callbacks failed (see the log)" if self.callback_errors else "ok"
         self.pub_diag.publish(diagnostics(self, "crossspec: draft", values, level, message))

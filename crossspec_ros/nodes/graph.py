@@ -243,6 +243,34 @@ def bring_up_follow_up(start_state: str, goal_state: str) -> str | None:
     return None
 
 
+def exit_shuts_down_launch(name: str, returncode: int, shutting_down: bool) -> str | None:
+    """Why launch shuts down when the crossspec process ``name`` exits with ``returncode``, or
+    None. A process that fails (a node that could not configure; its own line says why) ends
+    the launch instead of leaving the rest of the graph and the player waiting for it. An exit
+    while launch is already shutting down is part of that shutdown, whatever its code: a
+    second Shutdown makes launch_ros' ROS adapter raise "Cannot shutdown a ROS adapter that is
+    not running", and launch exit 1 (issue 45, fault 5)."""
+    if returncode == 0 or shutting_down:
+        return None
+    return f"{name} exited with code {returncode} (its log above says why)"
+
+
+def sim_time_parameters(use_sim_time: str, replayed_here: bool | None) -> dict[str, bool]:
+    """The clock parameters a launch gives every node: ``use_sim_time`` (the launch argument:
+    auto, true or false) and ``follow_clock``. ``replayed_here``: whether this launch replays
+    a bag (True) or reads live cameras (False); None when its robot is elsewhere (the server
+    of a split). auto is then decided at run time: the nodes follow /clock, on while someone
+    publishes it (the robot replays a bag), off while nobody does (live cameras)."""
+    value = use_sim_time.strip().lower()
+    if value in ("true", "false"):
+        return {"use_sim_time": value == "true", "follow_clock": False}
+    if value != "auto":
+        raise ValueError(f"use_sim_time:={use_sim_time}: give auto, true or false")
+    if replayed_here is None:
+        return {"use_sim_time": False, "follow_clock": True}
+    return {"use_sim_time": replayed_here, "follow_clock": False}
+
+
 # After the bag's last message the last window still closes (on the steady clock, at most
 # window_length_s + max_lateness_s later) and the verifier finishes its caption.
 CAPTION_FINISH_S = 5.0

@@ -174,8 +174,8 @@ class BagPlayer(Node):
         for topic, counts in self.replay.event_counts.items():
             line += (f"; {topic} as evt3: {counts.events_out:,} of {counts.events_in:,} events"
                      + (f" ({counts.outside_sensor:,} outside the sensor, "
-                        f"{counts.out_of_order:,} out of order: dropped)" if counts.dropped
-                        else ""))
+                        f"{counts.out_of_order:,} out of order, {counts.time_outliers:,} far "
+                        "from the topic's time: dropped)" if counts.dropped else ""))
         if self.replay.unconverted:
             line += "; skipped ROS 1 messages that do not convert: " + ", ".join(
                 f"{t} {n}" for t, n in self.replay.unconverted.items())

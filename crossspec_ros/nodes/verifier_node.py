@@ -27,6 +27,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CompressedImage, Image
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
+from crossspec_ros.models.static_runtime import runtime_counters
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
     NS,
@@ -34,6 +35,7 @@ from crossspec_ros.nodes.common import (
     Worker,
     declare_params,
     diagnostics,
+    follow_clock,
     latched_qos,
     msg_to_ns,
     ns_to_msg,
@@ -43,7 +45,7 @@ from crossspec_ros.nodes.common import (
     sync_from_params,
 )
 from crossspec_ros.nodes.lifecycle import ManagedNode
-from crossspec_ros.params import VERIFIER_NODE_PARAMS
+from crossspec_ros.params import VERIFIER_NODE_PARAMS, ParameterError, combination_problem
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.early_start import HeldCaption, HeldCaptions, provisional_window
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
@@ -63,7 +65,15 @@ from crossspec_ros.sync.window import StampedFrame
 NAN = math.nan
 
 
-def engine_config(p: dict[str, Any]) -> EngineConfig:
+def engine_config(p: dict[str, Any], verifier: Any = None,
+                  where: str = "parameters") -> EngineConfig:
+    """The engine's config from the node's parameters (each checked, and checked together, by
+    ``validate``); ``verifier``: the loaded model, whose vocabulary they must fit too, else
+    ParameterError naming ``where`` (configure fails in one line, before compiling)."""
+    if verifier is not None:
+        problem = combination_problem(p, verifier.info.vocab_size)
+        if problem is not None:
+            raise ParameterError(f"{where}: {problem}")
     proposers = tuple(p["proposers"].split(","))
     if p["draft_head"] and "draft_head" not in proposers:  # the head is asked for: use it
         proposers += ("draft_head",)
@@ -89,7 +99,7 @@ class VerifierNode(ManagedNode):
         super().__init__(node_name, parameter_overrides=parameter_overrides or [], **kwargs)
         self.verifier_first = verifier_first
         self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params,
-                                         live_check=self._check_room)
+                                         live_check=self._live_refusal)
         self._next_config: EngineConfig | None = None  # a live change, for the next window
         self._given = (verifier, drafter)
         self.engine: SpeculativeEngine | None = None
@@ -120,6 +130,7 @@ class VerifierNode(ManagedNode):
             from crossspec_ros.models.pair import load_from_params
 
             verifier = load_from_params(p, drafter=False)[0]
+        config = engine_config(p, verifier, where=f"node '{self.get_name()}' parameters")
         from crossspec_ros.models.static_runtime import prepare_runtime
 
         self.get_logger().info(prepare_runtime(verifier, p, "verifier", p["max_new_tokens"]))
@@ -135,7 +146,7 @@ class VerifierNode(ManagedNode):
         corpus = load_corpus(p["caption_corpus"], verifier)
         if corpus is not None:
             self.get_logger().info(f"caption corpus: {corpus.summary()}")
-        self.engine = SpeculativeEngine(verifier, drafter, engine_config(p), head=head,
+        self.engine = SpeculativeEngine(verifier, drafter, config, head=head,
                                         corpus=corpus.captions if corpus else ())
         self.agreement.tokenize = text_to_ids(verifier.tokenizer)
         self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
@@ -166,6 +177,8 @@ class VerifierNode(ManagedNode):
                               reliable_qos())
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
+        if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
+            self.add_timer(0.5, follow_clock(self))
         self.caption_action = CaptionWindowServer(self, p["caption_action"],
                                                   p["window_length_s"])
         self.get_logger().info(
@@ -187,9 +200,21 @@ class VerifierNode(ManagedNode):
         if self.live is not None:
             self.live.clear()  # their KV caches go with them
         self.held.clear()
-        with self._lock:  # the windows left open will never be verified: say so now
-            stopped = self.book.stop(time.monotonic())
-            if self.context.ok():  # not when the whole process is going down
+        # The windows queued or still open will never be verified: given up now (their frames
+        # are let go, and frames that come for them after an activate are late), they end
+        # UNVERIFIED with their drafts, which the node relays while inactive (_on_draft).
+        # Shutting down, nothing more will be published: they end at once.
+        going_on = self.context.ok()
+        with self._lock:
+            now, stopped = time.monotonic(), []
+            epoch = self.sync.epoch
+            left = [(w.key, w.t0, w.t1) for w in self.queue.drain()]
+            left += [((epoch, wid), t0, t1) for wid, t0, t1 in self.sync.abandon_pending()]
+            for key, t0, t1 in left:
+                stopped += self.book.on_verifier_gave_up(key, t0, t1, now,
+                                                         UnverifiedReason.VERIFIER_STOPPED)
+            stopped += self.book.stop(now, wait_for_drafts=going_on)
+            if going_on:
                 self._publish(stopped)
 
     def release(self) -> None:
@@ -242,14 +267,17 @@ class VerifierNode(ManagedNode):
                         UnverifiedReason.VERIFIER_BUSY))
 
     def _on_draft(self, msg: Any) -> None:
-        if not self.active:
-            return
         key = (int(msg.epoch), int(msg.window_id))
+        t0, t1 = msg_to_ns(msg.window_start), msg_to_ns(msg.window_end)
         with self._lock:
-            captions = self.book.on_draft(
-                key, msg_to_ns(msg.window_start), msg_to_ns(msg.window_end), msg.text,
-                msg.first_token_latency_ms, msg.done, time.monotonic(),
-                cut_short=msg.cut_short)
+            now = time.monotonic()
+            captions = self.book.on_draft(key, t0, t1, msg.text, msg.first_token_latency_ms,
+                                          msg.done, now, cut_short=msg.cut_short)
+            if not self.active:  # stopped: the draft is the caption (UNVERIFIED once final)
+                captions += self.book.on_verifier_gave_up(key, t0, t1, now,
+                                                          UnverifiedReason.VERIFIER_STOPPED)
+                self._publish(captions)
+                return
             self._publish(captions)
             if not captions or captions[-1].finished:
                 return  # late, or finished as UNVERIFIED: no verifier will read it
@@ -259,7 +287,9 @@ class VerifierNode(ManagedNode):
         channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
 
     def _tick(self) -> None:
-        if not self.active:
+        if not self.active:  # windows given up at the deactivate wait for their drafts
+            with self._lock:
+                self._publish(self.book.expire(time.monotonic(), set(), None))
             return
         self._enqueue(self.sync.poll(time.monotonic_ns()))
         waiting = {(self.sync.epoch, wid) for wid in self.sync.pending_ids()}
@@ -269,9 +299,15 @@ class VerifierNode(ManagedNode):
             self._publish(self.book.expire(
                 time.monotonic(), waiting, None if closed is None else (self.sync.epoch, closed)))
 
-    def _check_room(self, values: dict[str, Any]) -> str | None:
-        """A live max_new_tokens the static caches (sized at configure) cannot hold."""
-        room = self.engine.verifier.generated_room() if self.engine is not None else None
+    def _live_refusal(self, values: dict[str, Any]) -> str | None:
+        """What the loaded verifier cannot run: a top_k beyond its vocabulary, a live
+        max_new_tokens its static caches (sized at configure) cannot hold."""
+        if self.engine is None:
+            return None
+        problem = combination_problem(values, self.engine.verifier.info.vocab_size)
+        if problem is not None:
+            return problem
+        room = self.engine.verifier.generated_room()
         if room is not None and values["max_new_tokens"] > room:
             return (f"max_new_tokens {values['max_new_tokens']} exceeds the {room} tokens the "
                     "verifier's static caches hold (sized at configure): set it in the "
@@ -301,13 +337,18 @@ class VerifierNode(ManagedNode):
         if held is not None:
             self._release(held, window, t_close)
             return
-        live = self.live.take(key) if self.live is not None else None
         with self._lock:
-            if not self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic()):
+            started = self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic())
+            channel = self.channels.setdefault(key, DraftChannel()) if started else \
                 self.channels.pop(key, None)
-                return  # its caption already finished without RGB: one caption per window
-            channel = self.channels.setdefault(key, DraftChannel())
+        if not started:
+            if self.live is not None:
+                self.live.take(key)  # its live prefill is let go
+            return  # its caption already finished without RGB: one caption per window
         try:
+            # taken once the book knows the verifier has the window: its queued frames are
+            # prefilled here, and one that fails fails the window (never "no RGB")
+            live = self.live.take(key) if self.live is not None else None
             result = self._run_engine(window, channel, live, t_close,
                                       on_event=lambda e: self._on_engine(window, e))
         finally:
@@ -390,6 +431,7 @@ class VerifierNode(ManagedNode):
             window_id=int(window.id), epoch=int(window.epoch), window_start=ns_to_msg(window.t0),
             window_end=ns_to_msg(window.t1), base_index=event.base,
             new_token_ids=[int(t) for t in event.tokens], text=event.text, done=event.done,
+            acceptance_rule=stats.acceptance_rule if stats is not None else "",
             frame_stamps_sec=[int(f.stamp_ns // NS) for f in window.frames],
             frame_stamps_nanosec=[int(f.stamp_ns % NS) for f in window.frames],
             stats=stats_msg(stats) if stats is not None else cs_msg.WindowStats())
@@ -421,9 +463,12 @@ class VerifierNode(ManagedNode):
         s = self.sync.stats
         values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
                   "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
-                  "resets": s.resets, **self.counters, **self.book.counters,
+                  "outlier_frames": s.outlier_frames,
+                  "resets": s.resets, "callback_errors": self.callback_errors,
+                  **self.counters, **self.book.counters,
                   **(self.live.counters if self.live is not None else {}),
                   **self.held.counters,
+                  **(runtime_counters(self.engine.verifier) if self.engine is not None else {}),
                   **{k: round(v, 3) for k, v in self.last_stats.items()},
                   **self.agreement.summary()}
         finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])
@@ -431,7 +476,8 @@ class VerifierNode(ManagedNode):
                                                             strict=True))
         self._finished_seen = finished
         level, message = 0, "ok"
-        if self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"]:
+        if self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"] or \
+                self.callback_errors:
             level, message = 1, "degraded"
         if unverified_now and not final_now:  # whatever the cause, nothing is verified
             level, message = 1, (f"no window verified since the last report: {unverified_now} "

@@ -5,7 +5,7 @@ Subscribes to crossspec/Caption and the RGB stream; publishes a visualization_ms
 frame with the confirmed text in one style and the unconfirmed draft tail in another: RViz and
 Foxglove). Optionally serves the same live on a Foxglove WebSocket (127.0.0.1 by default), and
 records captions, annotated images, the marker and diagnostics as a rosbag2 bag
-(``record_bag``) on the graph's clock.
+(``record_bag``), each message under its own header stamp.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ from sensor_msgs.msg import CompressedImage, Image
 from visualization_msgs.msg import Marker
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
-from crossspec_ros.nodes.common import declare_params, msg_to_ns, reliable_qos, sensor_qos
+from crossspec_ros.nodes.common import (
+    declare_params,
+    follow_clock,
+    msg_to_ns,
+    reliable_qos,
+    sensor_qos,
+)
 from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import FOXGLOVE_PARAMS, VIZ_NODE_PARAMS
 from crossspec_ros.viz.overlay import annotate_frame, marker_text
@@ -50,6 +56,7 @@ class VizNode(ManagedNode):
         self.not_recorded = 0
         self._frame_id = p["marker_frame"]  # the RGB camera's, once a frame came
         self.foxglove = self.recorder = None
+        self.foxglove_failed = ""  # why the Foxglove server could not start, if it could not
         self._given_foxglove = foxglove
 
     def configure_node(self) -> None:
@@ -57,15 +64,23 @@ class VizNode(ManagedNode):
         if self._given_foxglove is not None:
             self.foxglove = self._given_foxglove
         elif p["foxglove"]:
-            from crossspec_ros.viz.foxglove_out import FoxgloveOutput
+            from crossspec_ros.viz.foxglove_out import FoxgloveOutput, FoxgloveServerError
 
             # Foxglove channels take the topics' full names, as a ROS bridge would show them
             # (the bundled layout asks for /crossspec/...)
-            self.foxglove = FoxgloveOutput(serve=True, host=p["foxglove_host"],
-                                           port=p["foxglove_port"],
-                                           caption_topic=self.resolve_topic_name(
-                                               p["caption_topic"]))
-            self.get_logger().info(f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
+            try:
+                self.foxglove = FoxgloveOutput(serve=True, host=p["foxglove_host"],
+                                               port=p["foxglove_port"],
+                                               caption_topic=self.resolve_topic_name(
+                                                   p["caption_topic"]))
+            except FoxgloveServerError as err:  # a busy port: captioning goes on without it
+                self.foxglove_failed = str(err)
+                self.get_logger().error(
+                    f"Foxglove not served: {err}; the graph goes on without it (set the "
+                    "parameter foxglove_port, launch argument foxglove_port:=N)")
+            else:
+                self.get_logger().info(
+                    f"Foxglove: ws://{p['foxglove_host']}:{self.foxglove.port}")
         self.recorder = self._start_recording(p["record_bag"]) if p["record_bag"] else None
         self.pub_marker = self.add_publisher(Marker, p["marker_topic"], reliable_qos(10))
         self.pub_image = self.add_publisher(Image, p["annotated_image_topic"], 5)
@@ -76,6 +91,8 @@ class VizNode(ManagedNode):
                               self._on_compressed, sensor_qos(5))
         if p["event_image_hz"] > 0:
             self._start_event_image()
+        if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
+            self.add_timer(0.5, follow_clock(self))
 
     def _start_event_image(self) -> None:
         """Decode the event stream and publish a time surface of the events since the last
@@ -121,7 +138,8 @@ class VizNode(ManagedNode):
             self.foxglove.log_caption(msg.window_id, msg.status, msg.confirmed_text,
                                       msg.unconfirmed_text,
                                       {**_latencies(msg), "acceptance_rule": msg.acceptance_rule},
-                                      msg_to_ns(msg.header.stamp))
+                                      msg_to_ns(msg.header.stamp), epoch=msg.epoch,
+                                      unverified_reason=msg.unverified_reason)
 
     def _on_image(self, msg: Image) -> None:
         self._annotate(msg, image_to_rgb)
@@ -188,6 +206,11 @@ class VizNode(ManagedNode):
             with self._lock:
                 self._events_header = held.header
                 if len(batch):
+                    if self._events and (self._events[-1].width, self._events[-1].height) != \
+                            (batch.width, batch.height):
+                        # the camera changed size (the decoder confirmed it): an image shows
+                        # one sensor, the new one
+                        self._events.clear()
                     self._events.append(batch)
 
     def _publish_event_image(self) -> None:

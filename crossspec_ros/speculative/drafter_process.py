@@ -209,6 +209,11 @@ class DrafterProcess:
                 if on_draft is not None:
                     on_draft(EventKind.DRAFT_ERROR, text=message["text"])
 
+    @property
+    def alive(self) -> bool:
+        """Whether the child process still runs (`crossspec drive` reports one that died)."""
+        return self._process.is_alive()
+
     def close(self) -> None:
         """End the child process (also at exit: it is a daemon)."""
         try:

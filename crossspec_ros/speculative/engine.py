@@ -107,8 +107,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("greedy", "sampling"):
             raise ValueError(f"mode must be 'greedy' or 'sampling', got '{self.mode}'")
-        if self.mode == "sampling" and self.temperature <= 0:
-            raise ValueError("sampling needs temperature > 0")
+        if self.mode == "sampling" and not self.temperature > 0:  # NaN too
+            raise ValueError(f"sampling needs temperature > 0, got {self.temperature}")
         if self.max_new_tokens < 1 or self.max_proposal < 0 or self.max_tree_nodes < 0:
             raise ValueError("max_new_tokens must be >= 1, max_proposal and max_tree_nodes "
                              ">= 0")
@@ -121,8 +121,9 @@ class EngineConfig:
                              f"{', '.join(EVENT_CHOICES)}")
         if not 0.0 < self.visual_keep <= 1.0:
             raise ValueError(f"visual_keep must be in (0, 1], got {self.visual_keep}")
-        if not AcceptanceRule.parse(self.acceptance).lossless and self.mode != "greedy":
-            raise ValueError("a relaxed acceptance rule needs greedy decoding")
+        refusal = AcceptanceRule.parse(self.acceptance).refusal(self.mode)
+        if refusal is not None:
+            raise ValueError(f"acceptance {self.acceptance} with {self.mode} decoding: {refusal}")
 
     @property
     def acceptance_rule(self) -> AcceptanceRule:
@@ -164,6 +165,7 @@ class SpeculativeEngine:
         of earlier drives, in its ids (proposer ``corpus_ngram``; ``speculative/corpus.py``)."""
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.config = config or EngineConfig()
+        self._check_fits(self.config)
         self.rule = self.config.acceptance_rule  # parsed once: read in every verification
         self.features = self._features(self.rule)
         assign_cuda_streams(verifier, drafter)
@@ -184,7 +186,8 @@ class SpeculativeEngine:
     def reconfigure(self, config: EngineConfig) -> None:
         """Use ``config`` from the next window on (call between windows: a window keeps the
         config it started with). What the policy measured is kept unless the proposers
-        change."""
+        change. Raises ValueError, keeping its config, for one its verifier cannot run."""
+        self._check_fits(config)
         if tuple(config.proposers) != tuple(self.config.proposers):
             self.policy = ProposalPolicy(config.proposers, max_depth=config.max_proposal,
                                          max_nodes=config.max_tree_nodes,
@@ -194,6 +197,13 @@ class SpeculativeEngine:
         self.history.max_sources = config.history_windows
         self.config, self.rule = config, config.acceptance_rule
         self.features = self._features(self.rule)
+
+    def _check_fits(self, config: EngineConfig) -> None:
+        """ValueError for a config this verifier cannot run (top_k beyond its vocabulary:
+        every window would fail), before any window runs."""
+        refusal = config.acceptance_rule.refusal(config.mode, self.verifier.info.vocab_size)
+        if refusal is not None:
+            raise ValueError(f"acceptance {config.acceptance}: {refusal}")
 
     def _features(self, rule: AcceptanceRule) -> torch.Tensor | None:
         """The verifier's token features, for cosine acceptance only."""
@@ -301,8 +311,9 @@ class SpeculativeEngine:
         lock = threading.Lock()
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
-            event = EngineEvent(kind, window_id, (time.monotonic() - t_close) * 1e3, **fields)
-            with lock:
+            with lock:  # timed under the lock: events are appended (and handed on) in time order
+                event = EngineEvent(kind, window_id, (time.monotonic() - t_close) * 1e3,
+                                    **fields)
                 events.append(event)
                 if on_event is not None:
                     on_event(event)

@@ -11,6 +11,7 @@ rules (``AcceptanceRule``, ``verify_relaxed``) are not: opt-in, and their captio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,10 @@ def verify_greedy(proposals: Sequence[int], target_logits: torch.Tensor) -> Verd
     return Verdict(n, int(argmax[n]))
 
 
+_INTEGER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
 @dataclass(frozen=True)
 class AcceptanceRule:
     """Which proposed tokens greedy verification accepts. ``exact`` (the default): only the
@@ -70,21 +75,34 @@ class AcceptanceRule:
     @classmethod
     def parse(cls, text: str) -> AcceptanceRule:
         """``exact``, ``top_k:K`` (K >= 2), ``typical:EPS`` (0 < EPS < 1) or ``cosine:T``
-        (0 < T < 1)."""
-        kind, _, value = text.strip().partition(":")
-        try:
-            if kind == "exact" and not value:
-                return cls()
-            if kind == "top_k" and int(value) >= 2:
-                return cls("top_k", k=int(value))
-            if kind == "typical" and 0.0 < float(value) < 1.0:
-                return cls("typical", epsilon=float(value))
-            if kind == "cosine" and 0.0 < float(value) < 1.0:
-                return cls("cosine", threshold=float(value))
-        except ValueError:
-            pass
+        (0 < T < 1); K and the fractions plain ASCII decimals (``int`` and ``float`` alone
+        would also take '٣', '2_0' and ' 3')."""
+        kind, colon, value = text.strip().partition(":")
+        if kind == "exact" and not colon:
+            return cls()
+        if kind == "top_k" and _INTEGER.fullmatch(value) and int(value) >= 2:
+            return cls("top_k", k=int(value))
+        fraction = float(value) if _DECIMAL.fullmatch(value) else 0.0
+        if kind == "typical" and 0.0 < fraction < 1.0:
+            return cls("typical", epsilon=fraction)
+        if kind == "cosine" and 0.0 < fraction < 1.0:
+            return cls("cosine", threshold=fraction)
         raise ValueError(f"acceptance must be 'exact', 'top_k:K' (K >= 2), 'typical:EPS' "
-                         f"(0 < EPS < 1) or 'cosine:T' (0 < T < 1), got '{text}'")
+                         f"(0 < EPS < 1) or 'cosine:T' (0 < T < 1), numbers in ASCII digits, "
+                         f"got '{text}'")
+
+    def refusal(self, decoding: str = "greedy", vocab_size: int | None = None) -> str | None:
+        """Why this rule cannot verify under ``decoding`` ("greedy" or "sampling") or for a
+        verifier of ``vocab_size`` tokens (None: not known yet), or None when it can: the one
+        statement of these limits, asked by the parameters' validation (params.py), by
+        EngineConfig and by the engine."""
+        if not self.lossless and decoding != "greedy":
+            return ("a relaxed rule widens greedy verification's argmax test and needs greedy "
+                    "decoding (sampling keeps the verifier's distribution by a test of its own)")
+        if self.kind == "top_k" and vocab_size is not None and self.k > vocab_size:
+            return (f"{self.name} asks for the verifier's {self.k} likeliest tokens, but its "
+                    f"vocabulary holds {vocab_size}")
+        return None
 
     @property
     def lossless(self) -> bool:

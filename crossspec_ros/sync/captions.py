@@ -246,14 +246,17 @@ class CaptionBook:
             return [self._finish(state, CaptionStatus.UNVERIFIED, now)]
         return []
 
-    def stop(self, now: float) -> list[WindowCaption]:
-        """The verifier stops (deactivate, shutdown): every open window ends UNVERIFIED now
-        with the draft it has (``VERIFIER_STOPPED``; drafts are not taken while stopped)."""
+    def stop(self, now: float, wait_for_drafts: bool = False) -> list[WindowCaption]:
+        """The verifier stops: every open window is given up (``VERIFIER_STOPPED``).
+        ``wait_for_drafts`` (deactivate: the node still relays drafts): a window ends
+        UNVERIFIED once its draft is final or ``patience_s`` passed (``expire``), so it carries
+        the draft; else (shutdown: nothing more will be published) every one ends now."""
         out = []
         for state in list(self.windows.values()):
             state.verifying, state.given_up_at = False, now
             state.reason = UnverifiedReason.VERIFIER_STOPPED
-            out.append(self._finish(state, CaptionStatus.UNVERIFIED, now))
+            if state.draft_final or not wait_for_drafts:
+                out.append(self._finish(state, CaptionStatus.UNVERIFIED, now))
         return out
 
     # ------------------------------------------------------------ time passing

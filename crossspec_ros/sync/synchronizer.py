@@ -21,12 +21,26 @@ nearer to its target (``decided_frames``), in slot order, so a verifier can enco
 frame k before the window closes. The closed Window still carries the exact selection; a frame
 later than the reorder slack can contradict an announcement, and consumers compare.
 
-A time jump backwards by more than ``reset_threshold_ns`` (a bag looping, a
-clock reset) flushes the old timeline's pending windows, logs one line, starts a
-new epoch and clears all state. Until a stream shows new-timeline data, its
-old-timeline data still in flight (more than ``reset_threshold_ns`` ahead of
-the new frontier and no more than that behind the stream's old latest time) is
-dropped as late rather than causing a second reset.
+Wild timestamps and clock jumps (``sync/outliers.py``, one gate per stream, ``reset_threshold_ns``
+its threshold, the frontier of both streams its timeline): a frame or an event batch more than
+``reset_threshold_ns`` from the frontier, ahead or behind, is held until its stream's next
+datum. If that one agrees with the frontier, the held one was an isolated outlier (a damaged
+time word, a bad stamp): dropped, counted (outlier_events / outlier_frames), warned once. If it
+agrees with the held one, the clock really jumped:
+
+- backwards (a bag looping, a clock reset): the old timeline's pending windows are flushed, one
+  line is logged, a new epoch starts and all state is cleared. Until a stream shows
+  new-timeline data, its old-timeline data still in flight (more than ``reset_threshold_ns``
+  ahead of the new frontier and no more than that behind the stream's old latest time) is
+  dropped as late rather than causing a second reset;
+- forwards (a gap in the recording): the data are taken; the windows in between are skipped.
+
+A batch whose own events span more than ``reset_threshold_ns`` (no packet does: its time words
+are damaged) is dropped at once. A jump confirmed while the timeline it leaves holds a single
+datum and closed no window shows that datum was the outlier (the stream's first datum was
+wild): it is dropped and counted, and no epoch starts. ``flush`` drops a datum still held that
+disagrees with the frontier (nothing will confirm it). So every node sees an isolated outlier
+alike (dropped), and a real jump alike (one new epoch), whichever streams it synchronizes.
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ from itertools import pairwise
 import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.sync.outliers import GateVerdict, TimeOutlierGate
 from crossspec_ros.sync.window import (
     StampedFrame,
     Window,
@@ -65,6 +80,9 @@ class SyncStats:
     rejected_events: int = 0
     dropped_windows: int = 0
     dropped_events: int = 0
+    outlier_events: int = 0  # in batches far from the streams' time (isolated): dropped
+    outlier_frames: int = 0  # frames stamped far from the streams' time (isolated): dropped
+    abandoned_windows: int = 0  # pending when their node stopped (abandon_pending)
     resets: int = 0
     epoch: int = 0
     pending_windows: int = 0
@@ -206,6 +224,15 @@ class WindowSynchronizer:
         # per stream, its latest time on the old timeline until it shows new-timeline data
         self._stale: dict[str, int | None] = {"events": None, "rgb": None}
         self._sensor = (0, 0)  # (width, height) for windows without events
+        # per stream, a datum far from the frontier until the stream's next datum decides
+        self._gates: dict[str, TimeOutlierGate] = {
+            "events": TimeOutlierGate(self.reset_threshold_ns),
+            "rgb": TimeOutlierGate(self.reset_threshold_ns)}
+        # data taken and windows closed (emitted or dropped) on this timeline: a jump away from
+        # a timeline of one datum and no window drops that datum rather than starting an epoch
+        self._timeline_data = 0
+        self._timeline_windows = 0
+        self._warned_outlier: set[str] = set()
         self._warned_drop = False
         self._warned_size = False
         self._arrivals = 0
@@ -248,22 +275,59 @@ class WindowSynchronizer:
         self._stats.epoch = previous.epoch
         self._ev_max, self._rgb_max = previous._ev_max, previous._rgb_max
         self._closed_before = previous._closed_before
+        self._timeline_data = previous._timeline_data
+        self._timeline_windows = previous._timeline_windows
 
     def add_events(self, batch: EventBatch) -> list[Window]:
-        """Buffer a batch (any order, any window span); return windows now complete."""
+        """Buffer a batch (any order, spanning windows but no more than
+        ``reset_threshold_ns``); return windows now complete."""
         self._arrivals += 1
         if len(batch) == 0:
             return []
-        t_last = int(batch.t_last)
-        out: list[Window] = []
-        # Decide on the batch's newest event: the whole batch is from the past.
-        if self._is_backwards(t_last):
-            out += self._reset(t_last, "events")
-        elif self._is_stale("events", t_last):
+        # Decide staleness on the batch's newest event: the whole batch is from the past.
+        if self._is_stale("events", int(batch.t_last)):
             self._stats.late_events += len(batch)
-            return out
+            return []
+        return self._through_gate("events", batch, int(batch.t_first), int(batch.t_last))
+
+    def add_frame(self, frame: StampedFrame) -> list[Window]:
+        """Buffer one frame; return windows now complete."""
+        self._arrivals += 1
+        t = int(frame.stamp_ns)
+        if self._is_stale("rgb", t):
+            self._stats.late_frames += 1
+            return []
+        return self._through_gate("rgb", frame, t, t)
+
+    def _through_gate(self, stream: str, item: EventBatch | StampedFrame, t_first: int,
+                      t_last: int) -> list[Window]:
+        """Offer a datum to its stream's outlier gate; take what it lets through."""
+        verdict = self._gates[stream].offer(item, t_first, t_last, self._frontier())
+        return self._apply(stream, verdict)
+
+    def _apply(self, stream: str, verdict: GateVerdict) -> list[Window]:
+        for item in verdict.dropped:
+            self._count_outlier(stream, item, "the stream's next datum agreed with the "
+                                "streams' time, not with it")
+        if not verdict.passed:
+            return []
+        out: list[Window] = []
+        if verdict.jump:
+            out += self._jump(stream, verdict.jump_ns)
+        for item in verdict.passed:
+            if stream == "events":
+                self._take_events(item)
+            else:
+                self._take_frame(item)
+            self._timeline_data += 1
+        if stream == "rgb" and self.announce_frames:
+            self._announce()
+        return out + self._after_input()
+
+    def _take_events(self, batch: EventBatch) -> None:
+        t_last = int(batch.t_last)
         if not self._accept_sensor(batch):
-            return out
+            return
         ev = batch.sorted()
         ids = np.floor_divide(ev.t, self.window_len_ns)
         start = 0
@@ -279,18 +343,9 @@ class WindowSynchronizer:
                 pend.n_events += b - a
                 self._pending_events += b - a
         self._ev_max = t_last if self._ev_max is None else max(self._ev_max, t_last)
-        return out + self._after_input()
 
-    def add_frame(self, frame: StampedFrame) -> list[Window]:
-        """Buffer one frame; return windows now complete."""
-        self._arrivals += 1
+    def _take_frame(self, frame: StampedFrame) -> None:
         t = int(frame.stamp_ns)
-        out: list[Window] = []
-        if self._is_backwards(t):
-            out += self._reset(t, "rgb")
-        elif self._is_stale("rgb", t):
-            self._stats.late_frames += 1
-            return out
         wid = t // self.window_len_ns
         if self._closed_before is not None and wid < self._closed_before:
             self._stats.late_frames += 1
@@ -302,9 +357,6 @@ class WindowSynchronizer:
             else:
                 pend.frames[t] = frame
         self._rgb_max = t if self._rgb_max is None else max(self._rgb_max, t)
-        if self.announce_frames:
-            self._announce()
-        return out + self._after_input()
 
     def poll(self, now_ns: int) -> list[Window]:
         """Call periodically with a wall/ROS clock; emits all pending windows once no input
@@ -322,8 +374,27 @@ class WindowSynchronizer:
         return []
 
     def flush(self) -> list[Window]:
-        """Emit every pending window now (end of a bag); later data for them is late."""
-        return self._close_all("flush")
+        """Emit every pending window now (end of a bag); later data for them is late. A datum
+        still held by an outlier gate is taken if it agrees with the frontier, else dropped
+        and counted."""
+        out: list[Window] = []
+        for stream, gate in self._gates.items():
+            out += self._apply(stream, gate.settle(self._frontier()))
+        return out + self._close_all("flush")
+
+    def abandon_pending(self) -> list[tuple[int, int, int]]:
+        """Close every pending window without emitting it (its node stops: it will never be
+        captioned); returns their (id, t0, t1). Later data for them is late, so a node that
+        starts again never captions a window from half of its data; counted in
+        ``abandoned_windows``."""
+        ids = sorted(self._pending)
+        for wid in ids:
+            self._pending_events -= self._pending.pop(wid).n_events
+        if ids:
+            self._close_through(ids[-1])
+        self._selections.clear()  # announcements of the abandoned windows
+        self._stats.abandoned_windows += len(ids)
+        return [(wid, *window_bounds(wid, self.window_len_ns)) for wid in ids]
 
     # ---------------------------------------------------------------- internals
 
@@ -331,9 +402,64 @@ class WindowSynchronizer:
         seen = [m for m in (self._ev_max, self._rgb_max) if m is not None]
         return max(seen) if seen else None
 
-    def _is_backwards(self, t: int) -> bool:
+    def _jump(self, stream: str, t_new: int) -> list[Window]:
+        """The gate confirmed a jump of ``stream`` to ``t_new``: a lone datum left behind was
+        the outlier; else a jump back starts a new epoch and one ahead is a gap."""
+        if self._timeline_data == 1 and self._timeline_windows == 0:
+            self._drop_lone_datum(t_new)
+            return []
         front = self._frontier()
-        return front is not None and t < front - self.reset_threshold_ns
+        if front is not None and t_new < front - self.reset_threshold_ns:
+            flushed = self._reset(t_new, stream)
+            self._stale[stream] = None  # the stream is on the new timeline already
+            return flushed
+        logger.info("sync: %s time jumped forward by %.3f s (two data in a row agree): a gap "
+                    "in the input", stream, (t_new - (front or t_new)) / 1e9)
+        return []
+
+    def _drop_lone_datum(self, t_new: int) -> None:
+        """The timeline so far is one datum that closed no window, and the streams' next data
+        agree elsewhere: that datum was the outlier (e.g. a wild first frame)."""
+        frames = sum(len(p.frames) for p in self._pending.values())
+        stream = "rgb" if frames else "events"
+        self._stats.outlier_frames += frames
+        self._stats.outlier_events += self._pending_events
+        self._warn_outlier(stream, "the only datum of the timeline so far, at %s ns (the "
+                           "data after it agree with each other at %d ns)",
+                           self._frontier(), t_new)
+        self._pending.clear()
+        self._pending_events = 0
+        self._ev_max = self._rgb_max = None
+        self._closed_before = None
+        self._timeline_data = 0
+        self._stale = {"events": None, "rgb": None}
+
+    def _count_outlier(self, stream: str, item: EventBatch | StampedFrame, why: str) -> None:
+        front = self._frontier()
+        if stream == "events":
+            self._stats.outlier_events += len(item)
+            t_first, t_last = int(item.t_first), int(item.t_last)
+            if t_last - t_first > self.reset_threshold_ns:
+                self._warn_outlier(stream, "a batch of %d events spanning %.3f s (%d to %d ns; "
+                                   "no packet spans that: damaged time words)", len(item),
+                                   (t_last - t_first) / 1e9, t_first, t_last)
+                return
+        else:
+            self._stats.outlier_frames += 1
+            t_first = t_last = int(item.stamp_ns)
+        what = f"a batch of {len(item)} events" if stream == "events" else "a frame"
+        self._warn_outlier(stream, "%s stamped %d ns, %.3f s from the streams' time %s ns (%s)",
+                           what, t_last, (t_last - (front or t_last)) / 1e9, front, why)
+
+    def _warn_outlier(self, stream: str, msg: str, *args: object) -> None:
+        """Warn once per stream (then debug): what was dropped, why, where it is counted."""
+        counter = "outlier_events" if stream == "events" else "outlier_frames"
+        level = logging.DEBUG if stream in self._warned_outlier else logging.WARNING
+        self._warned_outlier.add(stream)
+        logger.log(level, "sync: %s: dropped " + msg + ": an isolated wild timestamp (a "
+                   "damaged packet or stamp), not a clock jump. Counted in %s; further ones "
+                   "are logged at debug level. If it repeats, check the camera driver's clock "
+                   "and stamps.", stream, *args, counter)
 
     def _is_stale(self, stream: str, t: int) -> bool:
         """Old-timeline data still in flight after a reset (e.g. RGB of the last pass of a
@@ -365,6 +491,7 @@ class WindowSynchronizer:
         self._pending_events = 0
         self._ev_max = self._rgb_max = None
         self._closed_before = None
+        self._timeline_data = self._timeline_windows = 0
         return flushed
 
     def _accept_sensor(self, batch: EventBatch) -> bool:
@@ -471,6 +598,7 @@ class WindowSynchronizer:
             epoch=self._stats.epoch, closed_by=reason,
         )
         self._stats.windows_emitted += 1
+        self._timeline_windows += 1
         self._stats.windows_without_rgb += not win.has_rgb
         self._stats.windows_without_events += not win.has_events
         return win
@@ -484,6 +612,7 @@ class WindowSynchronizer:
             self._pending_events -= pend.n_events
             self._close_through(wid)
             self._stats.dropped_windows += 1
+            self._timeline_windows += 1
             self._stats.dropped_events += pend.n_events
             if not self._warned_drop:
                 self._warned_drop = True

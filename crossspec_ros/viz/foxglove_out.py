@@ -12,7 +12,9 @@ The caption channel (/crossspec/caption) is JSON whose field names are those of 
 (window_id, confirmed_text, unconfirmed_text, draft_first_token_ms, ...), so the layout in
 config/crossspec.foxglove.json plots the same paths whether Foxglove reads this output or the
 ROS topic through foxglove_bridge. Its `status` is the name ("PARTIAL"); `status_code` the
-Caption.msg number.
+Caption.msg number. `epoch` tells apart the windows of one id in different passes (a bag loop:
+`drive --loop` brings every id once per pass); `unverified_reason` is Caption.msg's REASON_*
+number (0 unless UNVERIFIED), `unverified_reason_name` its words ("verifier busy").
 
 The SDK's server speaks the `foxglove.sdk.v1` WebSocket subprotocol only (checked on 0.30.3).
 """
@@ -45,6 +47,7 @@ from crossspec_ros.viz.overlay import (
     STATUS_NAMES,
     STATUS_RGB,
     UNCONFIRMED_RGB,
+    UNVERIFIED_REASON_NAMES,
     status_name,
 )
 
@@ -72,6 +75,7 @@ CAPTION_SCHEMA: dict[str, Any] = {
             },
         },
         "window_id": {"type": "integer"},
+        "epoch": {"type": "integer"},
         "status": {"type": "string", "enum": list(STATUS_NAMES)},
         "status_code": {"type": "integer"},
         "confirmed_text": {"type": "string"},
@@ -83,6 +87,8 @@ CAPTION_SCHEMA: dict[str, Any] = {
         "confirmed_done_ms": _NUMBER_OR_NULL,
         "acceptance": _NUMBER_OR_NULL,
         "acceptance_rule": {"type": "string"},  # "": lossless; else the relaxed rule (LOSSY)
+        "unverified_reason": {"type": "integer"},
+        "unverified_reason_name": {"type": "string"},
     },
 }
 
@@ -156,6 +162,15 @@ def caption_annotations(confirmed: str, unconfirmed: str, status: int | str, wid
         for label in caption_labels(confirmed, unconfirmed, status, width, height)])
 
 
+class FoxgloveServerError(RuntimeError):
+    """The Foxglove server could not start (a busy port); the message says what to do."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
 class FoxgloveOutput:
     """Serve live on a Foxglove WebSocket server and/or record an MCAP file.
 
@@ -208,9 +223,10 @@ class FoxgloveOutput:
                     self._server = foxglove.start_server(
                         name=name, host=host, port=int(port), context=self._context)
                 except Exception as err:
-                    raise RuntimeError(
-                        f"could not start the Foxglove server on {host}:{port} ({err}); "
-                        "is the port in use? port=0 picks a free one") from err
+                    raise FoxgloveServerError(
+                        f"could not start the Foxglove server on {host}:{port} "
+                        f"({_first_line(err)}); is the port in use? port 0 picks a free "
+                        "one") from None
             # Created up front so a client sees the caption channel (and the layout's paths)
             # as soon as it connects, before the first window is captioned.
             self._json_channel(caption_topic, CAPTION_SCHEMA)
@@ -267,18 +283,26 @@ class FoxgloveOutput:
         stamp_ns: int,
         *,
         frame_id: str = "",
+        epoch: int = 0,
+        unverified_reason: int = 0,
     ) -> None:
         """Log one caption update on the caption topic (JSON, Caption.msg field names).
 
         latencies: Caption.msg fields such as draft_first_token_ms, confirmed_first_ms,
         confirmed_done_ms, acceptance; NaN (not measured yet) is written as null.
+        epoch, unverified_reason: Caption.msg's (a reason code, 0 unless UNVERIFIED).
         """
         name = status_name(status)
+        reason = int(unverified_reason)
         message: dict[str, Any] = {
             "header": {"stamp": {"sec": int(stamp_ns) // 1_000_000_000,
                                  "nsec": int(stamp_ns) % 1_000_000_000},
                        "frame_id": frame_id},
             "window_id": int(window_id),
+            "epoch": int(epoch),
+            "unverified_reason": reason,
+            "unverified_reason_name": UNVERIFIED_REASON_NAMES[reason]
+            if 0 <= reason < len(UNVERIFIED_REASON_NAMES) else str(reason),
             "status": name,
             "status_code": STATUS_NAMES.index(name) if name in STATUS_NAMES else -1,
             "confirmed_text": confirmed or "",

@@ -25,6 +25,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 # Index = the STATUS_* code of msg/Caption.msg, so nodes can pass msg.status as is.
 STATUS_NAMES: tuple[str, ...] = ("DRAFT", "PARTIAL", "FINAL", "UNVERIFIED")
+# Index = the REASON_* code of msg/Caption.msg, in the words `crossspec drive` prints
+UNVERIFIED_REASON_NAMES: tuple[str, ...] = ("", "no RGB", "verifier busy", "verifier failed",
+                                            "verifier stopped")
 
 # The band never covers more than this share of the frame height: the scene stays visible.
 MAX_BAND_FRACTION = 0.45
