@@ -130,7 +130,7 @@ def combination_problem(values: dict[str, Any], vocab_size: int | None = None) -
     passes here, the engine runs."""
     if "acceptance" not in values:
         return None
-    from crossspec_ros.speculative.verify import AcceptanceRule  # torch: only when checked
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
 
     acceptance, decoding = values["acceptance"], values.get("decoding", "greedy")
     rule = AcceptanceRule.parse(acceptance)
@@ -203,7 +203,7 @@ def one_of(*choices: str) -> Callable[[Any], bool]:
 
 
 def _acceptance_rule(x: Any) -> bool:
-    from crossspec_ros.speculative.verify import AcceptanceRule  # torch: only when checked
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
 
     try:
         AcceptanceRule.parse(x)

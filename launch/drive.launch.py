@@ -1,7 +1,7 @@
 """ros2 launch crossspec drive.launch.py [bag:=PATH|live] [config:=YAML] [composed:=true|false]
     [drafter_model:=DIR] [draft_head:=DIR] [verifier_model:=DIR|HUB_ID] [device:=cpu|cuda]
-    [foxglove:=true] [rviz:=true] [rate:=1.0] [namespace:=NS] [exit_when_bag_ends:=true]
-    [nodes:=draft,verifier,viz] [use_sim_time:=auto|true|false]
+    [foxglove:=true] [foxglove_port:=8765] [rviz:=true] [rate:=1.0] [namespace:=NS]
+    [exit_when_bag_ends:=true] [nodes:=draft,verifier,viz] [use_sim_time:=auto|true|false]
 
 The graph (which nodes, what runs them) is defined once in crossspec_ros/nodes/graph.py and
 shared with `crossspec drive`; this file only turns it into launch actions. composed:=true
@@ -44,6 +44,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
+from launch_ros.substitutions import ExecutableInPackage
 from lifecycle_msgs.msg import Transition
 
 from crossspec_ros.nodes.graph import (
@@ -53,7 +54,9 @@ from crossspec_ros.nodes.graph import (
     GRAPH,
     bag_end_grace_s,
     default_config,
+    exit_shuts_down_launch,
     node_parameters,
+    sim_time_parameters,
 )
 from crossspec_ros.params import check_param_file
 from crossspec_ros.paths import sample_bag
@@ -67,14 +70,17 @@ ARGUMENTS = {
     "draft_head": ("", "draft head directory (crossspec distill --method head; empty: none)"),
     "verifier_model": ("", "Video-LLaVA directory or hub id (empty: the bundled tiny verifier)"),
     "device": ("cpu", "cpu, cuda or cuda:N"),
-    "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:8765"),
+    "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:PORT"),
+    "foxglove_port": ("8765", "the Foxglove server's port (foxglove:=true); 0 picks a free one"),
     "rviz": ("false", "start RViz with config/crossspec.rviz"),
     "namespace": ("", "namespace of every node and topic (two robots on one DDS domain)"),
     "nodes": ("draft,verifier,viz", "which of the graph's nodes this launch starts: all (one "
               "host), or a side of the edge-cloud split (robot.launch.py: draft,viz; "
               "server.launch.py: verifier); a subset runs one process per node"),
-    "use_sim_time": ("auto", "auto: true when a bag is replayed (bag is not live); true or "
-                     "false: as given (a server whose robot replays a bag: true)"),
+    "use_sim_time": ("auto", "auto: true when this launch replays a bag (bag is not live), "
+                     "false for live cameras, and where the robot is elsewhere (nodes without "
+                     "draft: the server of a split) true while /clock is published, at run "
+                     "time; true or false: as given"),
     "exit_when_bag_ends": ("false", "shut the launch down once the bag has been replayed and "
                            "its last window captioned (false: the graph keeps running, as "
                            "with ros2 bag play)"),
@@ -92,19 +98,23 @@ def _nodes(context, *_args, **_kwargs) -> list:
     get = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
     check_param_file(get("config"), node_parameters())  # ParameterError: one line, no start
     kinds = _kinds(get("nodes"))
-    sim_time = get("use_sim_time").lower()
-    use_sim_time = get("bag") not in LIVE if sim_time == "auto" else sim_time == "true"
-    overrides = {"use_sim_time": use_sim_time, "device": get("device"),
+    # the bag is played where the draft node runs (_replay): elsewhere (the server of a
+    # split) auto follows /clock at run time
+    replayed_here = get("bag") not in LIVE if "draft" in kinds else None
+    overrides = {**sim_time_parameters(get("use_sim_time"), replayed_here),
+                 "device": get("device"),
                  "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
                  "verifier_model": get("verifier_model"),
-                 "foxglove": get("foxglove").lower() == "true"}
+                 "foxglove": get("foxglove").lower() == "true",
+                 "foxglove_port": _port(get("foxglove_port"))}
     params = [get("config"), overrides]
     namespace = _namespace(context)
     if get("composed").lower() == "true" and len(kinds) == len(GRAPH):
         # no name remapping here: it would rename every node of the process
-        return [Node(package="crossspec", executable=EXECUTABLE, arguments=COMPOSED.arguments,
-                     namespace=namespace, parameters=params, output="screen",
-                     emulate_tty=True)]
+        composed = Node(package="crossspec", executable=EXECUTABLE,
+                        arguments=COMPOSED.arguments, namespace=namespace, parameters=params,
+                        output="screen", emulate_tty=True)
+        return [composed, _shutdown_when_it_fails(composed, COMPOSED.name)]
     declared = node_parameters()
 
     def own(name: str) -> dict:  # a node's file may only hold what that node declares
@@ -119,7 +129,7 @@ def _nodes(context, *_args, **_kwargs) -> list:
                              arguments=[*spec.arguments, "--no-autostart"],
                              parameters=[get("config"), own(spec.name)], output="screen",
                              emulate_tty=True)
-        actions.append(node)
+        actions += [node, _shutdown_when_it_fails(node, spec.name)]
         for rule in BRING_UP:  # once: the node's later transitions are the user's
             follow_up = EmitEvent(event=ChangeState(
                 lifecycle_node_matcher=matches_action(node),
@@ -130,6 +140,27 @@ def _nodes(context, *_args, **_kwargs) -> list:
         actions.append(EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                                    transition_id=Transition.TRANSITION_CONFIGURE)))
     return actions
+
+
+def _shutdown_when_it_fails(process, name: str) -> RegisterEventHandler:
+    """End the launch when a crossspec process exits with an error (a node that could not
+    configure: a missing model, CUDA on a CPU machine; its own line says why) instead of
+    leaving the rest of the graph and the player waiting for it; not once launch is shutting
+    down anyway (nodes/graph.py exit_shuts_down_launch)."""
+
+    def on_exit(event, context) -> list:
+        reason = exit_shuts_down_launch(name, event.returncode, context.is_shutdown)
+        if reason is None:
+            return []
+        return [LogInfo(msg=f"crossspec: {reason}; shutting down"), Shutdown(reason=reason)]
+
+    return RegisterEventHandler(OnProcessExit(target_action=process, on_exit=on_exit))
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or int(value) > 65535:
+        raise ValueError(f"foxglove_port:={value}: give a port number 0..65535 (0: any free)")
+    return int(value)
 
 
 def _kinds(value: str) -> list[str]:
@@ -149,7 +180,9 @@ def _replay(context, *_args, **_kwargs) -> list:
         return [LogInfo(msg="crossspec: bag:=live, no replay: waiting for the cameras")]
     # the player starts once every node is active (models loaded): no window is replayed
     # before anyone listens, however long a 7B model takes to load
-    cmd = [EXECUTABLE, "play", bag, "--rate", LaunchConfiguration("rate").perform(context),
+    # the package's executable, as the nodes are started (not whatever `crossspec` is on PATH)
+    executable = ExecutableInPackage(EXECUTABLE, "crossspec").perform(context)
+    cmd = [executable, "play", bag, "--rate", LaunchConfiguration("rate").perform(context),
            "--wait-active", *(spec.name for spec in GRAPH)]
     namespace = _namespace(context)
     if namespace:  # the player's topics are relative: they move with the graph

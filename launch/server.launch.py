@@ -1,7 +1,8 @@
 """ros2 launch crossspec server.launch.py [the arguments of drive.launch.py]
 
-The server's side of the edge-cloud split: the verifier node (the GPU); pass
-use_sim_time:=true when the robot replays a bag (its /clock crosses the link). It is
+The server's side of the edge-cloud split: the verifier node (the GPU). Its clock follows
+the robot's input: with the default use_sim_time:=auto the node runs on /clock while the
+robot's bag player publishes it (it crosses the link), on its own clock live. It is
 drive.launch.py with nodes:=verifier: the graph is defined once (crossspec_ros/nodes/graph.py).
 Both sides need the same ROS_DOMAIN_ID and DDS discovery between the hosts (on one subnet the
 default multicast works; see docs/deployment.md).

@@ -22,7 +22,7 @@ def _description():
 def test_launch_file_declares_its_documented_arguments():
     names = {a.name for a in _description().get_launch_arguments()}
     assert {"bag", "rate", "config", "composed", "drafter_model", "verifier_model", "device",
-            "foxglove", "rviz", "namespace", "exit_when_bag_ends"} <= names
+            "foxglove", "foxglove_port", "rviz", "namespace", "exit_when_bag_ends"} <= names
 
 
 @pytest.mark.parametrize(("composed", "expected"), [("true", 1), ("false", 3)])
@@ -78,3 +78,79 @@ def test_distributed_launch_activates_a_node_after_its_configure_only_and_once()
         assert len(after_configure) == 1 and after_configure[0].handle_once
         assert not any(h.matches(transition(node, "deactivating", "inactive"))
                        for h in handlers)
+
+
+@pytest.mark.parametrize("composed", ["true", "false"])
+def test_a_node_process_that_exits_with_an_error_shuts_the_launch_down(composed):
+    # issue 45, fault 6: a node that could not configure ended its process and launch stayed
+    # up with the player waiting for it
+    from launch.actions import OpaqueFunction, RegisterEventHandler, Shutdown
+    from launch.event_handlers import OnProcessExit
+    from launch.events.process import ProcessExited
+    from launch_ros.actions import Node
+
+    context = launch.LaunchContext()
+    description = _description()
+    for action in description.entities:
+        if isinstance(action, launch.actions.DeclareLaunchArgument):
+            action.visit(context)
+    context.launch_configurations["composed"] = composed
+    opaque = next(a for a in description.entities if isinstance(a, OpaqueFunction))
+    actions = opaque.execute(context)
+    nodes = [a for a in actions if isinstance(a, Node)]
+    handlers = [a.event_handler for a in actions if isinstance(a, RegisterEventHandler)
+                and isinstance(a.event_handler, OnProcessExit)]
+    for node in nodes:
+        def exited(returncode, node=node):
+            return ProcessExited(action=node, name="crossspec", cmd=["crossspec"], cwd=None,
+                                 env=None, pid=1, returncode=returncode)
+
+        [handler] = [h for h in handlers if h.matches(exited(2))]
+        assert any(isinstance(e, Shutdown) for e in handler.handle(exited(2), context) or [])
+        assert not handler.handle(exited(0), context)
+
+
+def test_the_server_launch_leaves_the_clock_to_follow_the_robots_input():
+    # issue 45, fault 8: server.launch.py (no bag of its own) set use_sim_time true, also for
+    # a robot with live cameras
+    from launch.actions import OpaqueFunction
+    from launch_ros.actions import LifecycleNode
+
+    context = launch.LaunchContext()
+    description = _description()
+    for action in description.entities:
+        if isinstance(action, launch.actions.DeclareLaunchArgument):
+            action.visit(context)
+    context.launch_configurations.update(nodes="verifier", composed="false")
+    opaque = next(a for a in description.entities if isinstance(a, OpaqueFunction))
+    [node] = [a for a in opaque.execute(context) if isinstance(a, LifecycleNode)]
+    # launch_ros keeps the overrides normalized: names as text substitutions
+    overrides = {name[0].text: value for name, value in node._Node__parameters[-1].items()}
+    assert overrides["use_sim_time"] is False and overrides["follow_clock"] is True
+
+
+def test_an_exit_while_launch_shuts_down_asks_for_no_second_shutdown():
+    # issue 45, fault 5: a server node stopped by Ctrl-C in its first seconds exited non-zero
+    # and the handler emitted a second Shutdown; launch_ros' ROS adapter raised "Cannot
+    # shutdown a ROS adapter that is not running" and launch exited 1
+    from launch.actions import OpaqueFunction, RegisterEventHandler
+    from launch.event_handlers import OnProcessExit
+    from launch.events.process import ProcessExited
+    from launch_ros.actions import LifecycleNode
+
+    context = launch.LaunchContext()
+    description = _description()
+    for action in description.entities:
+        if isinstance(action, launch.actions.DeclareLaunchArgument):
+            action.visit(context)
+    context.launch_configurations.update(nodes="verifier", composed="false")
+    opaque = next(a for a in description.entities if isinstance(a, OpaqueFunction))
+    actions = opaque.execute(context)
+    [node] = [a for a in actions if isinstance(a, LifecycleNode)]
+    [handler] = [a.event_handler for a in actions if isinstance(a, RegisterEventHandler)
+                 and isinstance(a.event_handler, OnProcessExit)]
+    died = ProcessExited(action=node, name="crossspec", cmd=["crossspec"], cwd=None, env=None,
+                         pid=1, returncode=-2)
+    assert handler.handle(died, context)  # on its own: the launch shuts down
+    context._set_is_shutdown(True)  # launch is stopping already (Ctrl-C)
+    assert not handler.handle(died, context)

@@ -438,3 +438,20 @@ def test_a_node_refuses_a_relaxed_acceptance_with_sampling_from_ros_args_in_one_
     assert len(ours) == 1 and ours[0].startswith(
         "crossspec node verifier: node 'crossspec_verifier' parameters: 'acceptance' = "
         "'top_k:3' cannot run with 'decoding' = 'sampling'"), done.stderr
+
+
+def test_checking_a_parameter_file_with_a_relaxed_acceptance_rule_imports_no_torch():
+    # a launch file checks the config in launch's own process: torch cost it 3.6 s there, and
+    # its exit hooks ran inside launch's shutdown (issue 45, fault 5)
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from crossspec_ros.nodes.graph import default_config, node_parameters\n"
+            "from crossspec_ros.params import check_param_file, validate, VERIFIER_NODE_PARAMS\n"
+            "check_param_file(default_config(), node_parameters())\n"
+            "validate({'acceptance': 'top_k:3'}, VERIFIER_NODE_PARAMS)\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -5,8 +5,10 @@ What launch files and `ros2 run crossspec crossspec node draft` start. ROS argum
 
 The nodes are lifecycle nodes: by default they configure (load their models) and activate at
 once; ``--no-autostart`` leaves them unconfigured for a lifecycle manager (`ros2 lifecycle set
-/crossspec_verifier configure`, launch). Ctrl-C and SIGTERM stop the spin loop, then the nodes
-stop their workers and the process exits 0.
+/crossspec_verifier configure`, launch). A configure that fails (a missing model, CUDA asked for
+on a machine without it) ends the process with one line and exit code 2, either way. Ctrl-C and
+SIGTERM stop the spin loop, then the nodes stop their workers and the process exits 0; while
+models load or compile, the loading is cut short at once.
 """
 
 from __future__ import annotations
@@ -59,24 +61,30 @@ def run(args: argparse.Namespace) -> int:
 
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.nodes.graph import create_nodes, make_executor, tune_process_for_models
+    from crossspec_ros.nodes.lifecycle import where_raised
+    from crossspec_ros.speculative.corpus import CorpusError
 
     # Ctrl-C and SIGTERM (what launch sends) only set a flag: the spin loop ends within 0.1 s,
     # then the nodes stop their model workers while the ROS context is still valid. (Raising
     # from the handler landed inside the executor's dispatch; rclpy's own handler would
-    # invalidate the context under workers still publishing.) Only the first signal counts:
-    # under launch a terminal's Ctrl-C comes twice (the terminal's and launch's).
+    # invalidate the context under workers still publishing.) While models load or compile
+    # (before spinning, or in a configure a lifecycle manager asked for, which runs in this
+    # thread's spin) nothing is running yet: the loading is cut at once, or launch would kill
+    # the process after its grace period. Only the first signal counts: under launch a
+    # terminal's Ctrl-C comes twice (the terminal's and launch's).
     stopping, spinning = threading.Event(), threading.Event()
+    nodes: list = []
 
     def on_signal(*_: object) -> None:
         first = not stopping.is_set()
         stopping.set()
-        if first and not spinning.is_set():  # still loading models: stop that at once
+        loading = not spinning.is_set() or any(node.configuring for node in nodes)
+        if first and loading:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
-    nodes: list = []
     try:
         try:
             rclpy.init(args=["crossspec", *args.ros_args],
@@ -86,17 +94,27 @@ def run(args: argparse.Namespace) -> int:
                   f"{str(err).splitlines()[0]}", file=sys.stderr)
             return 2
         tune_process_for_models()
-        nodes = create_nodes(kinds, use_overrides=False,
-                             state="unconfigured" if "--no-autostart" in ours else "active")
+        try:
+            nodes[:] = create_nodes(kinds, use_overrides=False,
+                                    state="unconfigured" if "--no-autostart" in ours else
+                                    "active")
+        except (ParameterError, ModelLoadError, CorpusError) as err:
+            print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
+            return 2
+        except Exception as err:  # any other reason a node could not come up: one line too
+            print(f"crossspec node {args.kind}: could not start: {type(err).__name__}: {err} "
+                  f"({where_raised(err)})", file=sys.stderr)
+            return 2
         executor = make_executor()
         for node in nodes:
             executor.add_node(node)
         spinning.set()
         while not stopping.is_set():
             executor.spin_once(timeout_sec=0.1)
-    except (ParameterError, ModelLoadError) as err:
-        print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
-        return 2
+            failed = _failed_configure(nodes)
+            if failed:  # asked by a lifecycle manager (launch): the process ends, saying why
+                print(f"crossspec node {args.kind}: {failed}", file=sys.stderr)
+                return 2
     except KeyboardInterrupt:  # while starting
         pass
     finally:
@@ -108,3 +126,13 @@ def run(args: argparse.Namespace) -> int:
         if rclpy.ok():
             rclpy.shutdown()
     return 0
+
+
+def _failed_configure(nodes: list) -> str | None:
+    """Why a node's configure failed (not a signal's interruption), or None. A node that cannot
+    configure (a missing model or bag, CUDA asked for on a CPU machine) ends its process, as a
+    bad parameter file does, instead of leaving launch up with a node that does nothing."""
+    for node in nodes:
+        if node.failure is not None and not isinstance(node.failure, KeyboardInterrupt):
+            return f"{node.get_name()} could not be configured: {node.failure}"
+    return None

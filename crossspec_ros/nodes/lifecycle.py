@@ -39,7 +39,9 @@ class ManagedNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         self.active = False
         self.configured = False  # configure ran (maybe in part) and cleanup did not yet
-        self.failure: Exception | None = None  # why the last configure failed
+        self.failure: BaseException | None = None  # why the last configure failed
+        self.callback_errors = 0  # exceptions caught in its callbacks (``_guarded``)
+        self.configuring = False  # in ``configure`` now (loading models, compiling)
         self._entities: list[tuple[Callable[[Any], Any], Any]] = []
 
     # ------------------------------------------------------------ for subclasses
@@ -58,13 +60,45 @@ class ManagedNode(LifecycleNode):
     def add_publisher(self, *args: Any, **kwargs: Any) -> Any:
         return self._keep(self.destroy_publisher, self.create_publisher(*args, **kwargs))
 
-    def add_subscription(self, *args: Any, **kwargs: Any) -> Any:
-        return self._keep(self.destroy_subscription,
-                          self.create_subscription(*args, **kwargs))
+    def add_subscription(self, msg_type: Any, topic: str, callback: Callable[[Any], None],
+                         *args: Any, **kwargs: Any) -> Any:
+        return self._keep(self.destroy_subscription, self.create_subscription(
+            msg_type, topic, self._guarded(callback, f"a message on {topic}"), *args,
+            **kwargs))
 
     def add_timer(self, period_s: float, callback: Callable[[], None]) -> Any:
         """A steady-clock timer (see ``steady_timer``)."""
-        return self._keep(self.destroy_timer, steady_timer(self, period_s, callback))
+        name = getattr(callback, "__name__", "callback")
+        return self._keep(self.destroy_timer, steady_timer(
+            self, period_s, self._guarded(callback, f"timer {name}", takes_message=False)))
+
+    def _guarded(self, callback: Callable[..., None], what: str, takes_message: bool = True
+                 ) -> Callable[..., None]:
+        """``callback`` that logs and counts (``callback_errors``) what it raises instead of
+        raising it: an exception leaving a callback ends the executor's spin, and with it
+        every node of the process (one odd message must not stop the graph)."""
+
+        def failed(err: Exception) -> None:
+            self.callback_errors += 1
+            self.get_logger().error(
+                f"handling {what} failed ({where_raised(err)}): {type(err).__name__}: {err}; "
+                f"the node carries on ({self.callback_errors} such errors so far)",
+                throttle_duration_sec=5.0)
+
+        # two fixed signatures: rclpy hands a timer callback that takes an argument a TimerInfo
+        def guarded_message(msg: Any) -> None:
+            try:
+                callback(msg)
+            except Exception as err:
+                failed(err)
+
+        def guarded_timer() -> None:
+            try:
+                callback()
+            except Exception as err:
+                failed(err)
+
+        return guarded_message if takes_message else guarded_timer
 
     def _keep(self, destroy: Callable[[Any], Any], entity: Any) -> Any:
         self._entities.append((destroy, entity))
@@ -73,7 +107,7 @@ class ManagedNode(LifecycleNode):
     # ------------------------------------------------------------ transitions
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.failure = None
-        self.configured = True
+        self.configured = self.configuring = True
         try:
             self.configure_node()
         except Exception as err:  # a model that does not load: the node stays unconfigured
@@ -81,6 +115,14 @@ class ManagedNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {err}")
             self._release_all()
             return FAILURE
+        except KeyboardInterrupt as interrupt:  # a signal cut the loading short (`crossspec
+            # node`): answered here, it does not leave the executor's callback as an error
+            self.failure = interrupt
+            self.get_logger().info("configure interrupted by a signal: stopping")
+            self._release_all()
+            return FAILURE
+        finally:
+            self.configuring = False
         settle_heap()  # the models just loaded stay out of the collector's full walks
         return SUCCESS
 
@@ -124,8 +166,20 @@ class ManagedNode(LifecycleNode):
         _empty_cuda_cache()
 
 
+def where_raised(err: BaseException) -> str:
+    """file:line of the innermost frame ``err`` was raised in (one line, for logs)."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "unknown place"
+    last = frames[-1]
+    return f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name}"
+
+
 def bring_up(node: ManagedNode, activate: bool = True) -> ManagedNode:
-    """Configure (and activate) ``node``; raises what made configure fail."""
+    """Configure (and activate) ``node``; raises what made configure fail (KeyboardInterrupt
+    when a signal cut it short)."""
     if node.trigger_configure() != SUCCESS:
         failure = node.failure
         if failure is not None:
