@@ -5,6 +5,10 @@ CROSSSPEC := $(BIN)/crossspec
 # The bag `make drive` replays: the bundled sample bag (rosbags/README.md), or BAG=...
 BAG ?= rosbags/sample
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (one per core on the 2-core reference machine; each
+# test file runs whole on one worker, so a module's loaded models are shared): TEST_WORKERS=0
+# runs in one process
+TEST_WORKERS ?= 2
 # CUDA=1: set up with a CUDA build of torch (scripts/install_torch.sh; docs/gpu.md)
 CUDA ?= 0
 
@@ -20,7 +24,7 @@ drive: setup
 	$(CROSSSPEC) drive --bag $(BAG) --compare --check-lossless --json build/drive.jsonl $(DRIVE_ARGS)
 
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,42 +1,187 @@
-"""scripts/gpu_check.sh, the GPU kit, on the CPU: every stage's commands run on the tiny random
-pair and the report is written with its tables (CI has no GPU; a session with one runs the
-same script there)."""
+"""scripts/gpu_check.sh, the GPU kit, rehearsed on the CPU: one process runs every stage in
+priority order against a time budget with the tiny random pair, a stage that fails or
+overruns does not stop the next, a budget too small skips the later stages by name, the report
+builds from whatever came back, and the kit imports nothing the GPU machine lacks (CI has no
+GPU; a session with one runs the same kit there)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from crossspec_ros.bench.gpu_kit import STAGE_NAMES, Kit, Stage, run_kit
+from crossspec_ros.cli.main import main
+
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+# Import names of what the GPU machine's image holds that crossspec may import (the device
+# tool's KINDS.md, "Python packages already there", 2026-11-17; torch's wheel brings torch,
+# torchgen and functorch)
+DEVICE_IMAGE = {
+    "torch", "torchgen", "functorch", "torchvision", "triton", "numpy", "PIL", "accelerate",
+    "safetensors",
+    "packaging", "yaml", "tqdm", "regex", "filelock", "fsspec", "jinja2", "markupsafe",
+    "sympy", "mpmath", "networkx", "idna", "anyio", "h11", "psutil", "typing_extensions",
+    "sentencepiece", "peft", "h5py", "matplotlib", "scipy", "certifi", "charset_normalizer",
+    "requests", "urllib3", "hf_xet", "pytest", "_pytest", "pluggy", "iniconfig",
+}
+# imported here, not needed there: torch's optional compression (torch._utils.try_import)
+# and the ROS wheels' bootstrap of this venv (a .pth file)
+NOT_NEEDED_THERE = {"zstandard", "ros_wheels_bootstrapper"}
+# pip names of the carried wheels -> their import names, where they differ
+IMPORT_NAMES = {"backports.zstd": "backports", "ruamel.yaml": "ruamel"}
+
+
+def carried_wheels() -> set[str]:
+    text = SCRIPT.read_text()
+    block = re.search(r"WHEELS=\((.*?)\)", text, re.S).group(1)
+    names = {spec.split("==")[0] for spec in block.split()}
+    return {IMPORT_NAMES.get(name, name) for name in names}
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kit")
+    result = subprocess.run([str(SCRIPT), "smoke", str(out)], capture_output=True, text=True,
+                            timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, result
 
 
 @pytest.mark.slow
-def test_the_gpu_kit_runs_every_stage_and_writes_the_dated_report(tmp_path):
-    result = subprocess.run([str(ROOT / "scripts/gpu_check.sh"), "smoke", str(tmp_path)],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for stage in ("env", "exactness-bfloat16", "exactness-float32", "exactness-4bit",
-                  "passes-bfloat16", "engine-bfloat16"):
-        assert (tmp_path / f"{stage}.json").is_file(), stage
-    [report] = (tmp_path / "docs").glob("gpu-*.md")
+def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_json(
+        rehearsal):
+    out, result = rehearsal
+    stages = json.loads((out / "stages.json").read_text())
+    assert [s["name"] for s in stages["stages"]] == list(STAGE_NAMES)
+    assert {s["name"]: s["status"] for s in stages["stages"]} == \
+        dict.fromkeys(STAGE_NAMES, "done")
+    for name in ("env", "verifier", "exactness-bfloat16", "passes-bfloat16",
+                 "engine-bfloat16", "drafter", "exactness-float32", "exactness-4bit",
+                 "passes-4bit", "tests", "costs"):
+        assert (out / f"{name}.json").is_file(), name
+    # progress: a line per stage as it starts and ends
+    assert result.stderr.index("[env] running") < result.stderr.index("[verifier] done") \
+        < result.stderr.index("[tests] done")
+    exact = json.loads((out / "exactness-bfloat16.json").read_text())
+    assert exact["exact"] and exact["runtimes"]["static"]["flips"] == 0
+    assert exact["runtimes"]["static"]["flips_per_position"] == {}
+    engine = json.loads((out / "engine-bfloat16.json").read_text())
+    assert set(engine["modes"]) == {"verifier_alone_exact", "history_only", "crossspec",
+                                    "oracle_free@a=0.5", "oracle_free@a=0.8", "live_alone",
+                                    "crossspec_live"}
+    assert engine["lossless"]
+    verifier = json.loads((out / "verifier.json").read_text())
+    assert set(verifier["runtimes"]["exact"]["warm_up_s_per_shape"]) >= {"rows 32"}
+
+
+@pytest.mark.slow
+def test_the_rehearsal_imports_nothing_the_gpu_machine_lacks(rehearsal):
+    out, _ = rehearsal
+    imported = set(json.loads((out / "stages.json").read_text())["imported"])
+    missing = imported - DEVICE_IMAGE - carried_wheels() - NOT_NEEDED_THERE
+    assert not missing, f"the kit imports {sorted(missing)}: carry them in gpu_check.sh's " \
+        "WHEELS or import them only where the GPU run does not go"
+
+
+@pytest.mark.slow
+def test_the_report_of_the_rehearsal_has_its_tables_and_the_cost_profile(rehearsal):
+    out, _ = rehearsal
+    [report] = (out / "docs").glob("gpu-*.md")
     text = report.read_text()
-    for heading in ("## The verifier alone", "## One verifier pass",
+    for heading in ("## Stages", "## Loading and compiling", "## Two models on one device",
+                    "## The verifier alone", "## One verifier pass",
                     "## Exactness: k-token verification", "## bench engine"):
         assert heading in text, heading
-    exact = json.loads((tmp_path / "exactness-bfloat16.json").read_text())
-    assert exact["runtimes"]["static"]["flips"] == 0
+    assert "Stages not done: none." in text
+    costs = json.loads((out / "costs.json").read_text())
+    bf16 = costs["bfloat16"]
+    assert set(bf16["pass_ms_by_rows"]["static_eager_exact_32"]) == {"1", "8", "32"}
+    assert bf16["vision_ms_per_frame"] > 0 and len(bf16["prefill_ms_by_tokens"]) == 9
+    assert costs["sharing"]["verifier_pass_ms_beside_drafter_process"] > 0
+    assert costs["drafter"]["ms_per_pass"]["1"] > 0
+
+
+def _kit_args(out: Path, *extra: str) -> list[str]:
+    return ["bench", "gpu-kit", str(out), "--device", "cpu", "--models", "tiny-random",
+            "--windows", "3", "--max-new-tokens", "4", "--no-compile", "--repeats", "2",
+            *extra]
+
+
+def test_a_budget_too_small_for_the_later_stages_skips_them_by_name(tmp_path):
+    assert main(_kit_args(tmp_path, "--budget", "7")) == 0  # env alone fits
+    stages = json.loads((tmp_path / "stages.json").read_text())["stages"]
+    assert [s["name"] for s in stages] == list(STAGE_NAMES)
+    assert stages[0]["status"] == "done"
+    for stage in stages[1:]:
+        assert stage["status"] == "skipped", stage
+        assert "budget" in stage["why"] or "needs verifier" in stage["why"], stage
+    # the report builds from what came back, naming what did not
+    assert main(["bench", "gpu-report", str(tmp_path), "--out", str(tmp_path / "docs"),
+                 "--date", "2026-11-27"]) == 0
+    text = (tmp_path / "docs" / "gpu-gpu-2026-11-27.md").read_text()
+    assert "Stages not done: verifier (skipped), exactness (skipped)" in text
+    assert "| engine | skipped |" in text
+
+
+def test_a_stage_that_fails_does_not_stop_the_next(tmp_path):
+    code = main(_kit_args(tmp_path, "--stages", "exactness,passes",
+                          "--rehearse-failure", "exactness"))
+    assert code == 0
+    stages = {s["name"]: s for s in json.loads((tmp_path / "stages.json").read_text())
+              ["stages"]}
+    assert list(stages) == ["verifier", "exactness", "passes"]  # verifier: what they need
+    assert stages["exactness"]["status"] == "failed"
+    assert "RehearsedFailureError" in stages["exactness"]["why"]
+    assert "Traceback" in (tmp_path / "exactness.error.txt").read_text()
+    assert stages["passes"]["status"] == "done"
+    assert (tmp_path / "passes-bfloat16.json").is_file()
+    assert not (tmp_path / "exactness-bfloat16.json").exists()
+
+
+def test_a_stage_that_overruns_the_budget_is_cut_and_the_rest_named_skipped(tmp_path):
+    def hang(_kit):
+        while True:
+            time.sleep(0.05)
+
+    kit = Kit(out=tmp_path, device="cpu", models="tiny-random", dtype="bfloat16",
+              budget_s=1.5, windows=[], max_new_tokens=4, step_rows=32, compile=False,
+              repeats=1, log=lambda _line: None)
+    stages = (Stage("hangs", hang, lambda _kit: 0.1),
+              Stage("after", lambda _kit: {"ran": True}, lambda _kit: 0.1))
+    t0 = time.monotonic()
+    records = run_kit(kit, stages=stages)
+    assert time.monotonic() - t0 < 30
+    assert [(r.name, r.status) for r in records] == [("hangs", "failed"),
+                                                     ("after", "skipped")]
+    assert "StageTimeoutError" in records[0].why and "budget" in records[1].why
+
+
+def test_an_unknown_stage_is_refused_in_one_line(tmp_path, capsys):
+    assert main(_kit_args(tmp_path, "--stages", "exactnes")) == 2
+    err = capsys.readouterr().err
+    assert "unknown stage exactnes" in err and "exactness" in err
+    assert not (tmp_path / "stages.json").exists()
+
+
+def test_the_working_tree_and_the_carried_packages_fit_one_device_call():
+    result = subprocess.run([str(SCRIPT), "check"], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "a device call carries at most 64 MiB" in result.stderr
 
 
 def test_the_gpu_report_names_the_stages_that_did_not_come_back(tmp_path):
-    from crossspec_ros.cli.main import main
-
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3",
                                                    "torch": "2.11.0", "cuda": "13.0"}))
     assert main(["bench", "gpu-report", str(tmp_path), "--out", str(tmp_path / "docs"),
                  "--date", "2026-11-25"]) == 0
     text = (tmp_path / "docs" / "gpu-h100-2026-11-25.md").read_text()
-    assert "NVIDIA H100 80GB HBM3" in text and "Stages missing: tests, exactness" in text
+    assert "NVIDIA H100 80GB HBM3" in text and "Stages missing: stages, verifier, tests" in text
     assert main(["bench", "gpu-report", str(tmp_path / "empty")]) == 2

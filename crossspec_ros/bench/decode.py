@@ -29,7 +29,6 @@ import numpy as np
 from crossspec_ros.bench.outputs import save_outputs
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
-from crossspec_ros.events.encode import encode_evt3_packets
 from crossspec_ros.events.evt2 import encode_evt2
 from crossspec_ros.events.evt21 import encode_evt21
 from crossspec_ros.events.libcaer_cmp import encode_libcaer_cmp
@@ -94,6 +93,10 @@ def word_packets(batch: EventBatch, packet_ms: float, encoding: str) -> list[Eve
 
 def run_benchmark(n: int, packet_ms: float, repeats: int, rate_ev_s: float,
                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    # here, not at the top: faery (the encoder) is not on a GPU machine, where the bench
+    # commands are registered too
+    from crossspec_ros.events.encode import encode_evt3_packets
+
     batch = synthetic_batch(n, rate_ev_s)
     log(f"encoding {n:,} events into {packet_ms} ms packets (evt3, evt2, evt21, "
         "libcaer_cmp)...")

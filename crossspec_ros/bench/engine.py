@@ -384,20 +384,21 @@ def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
                 continue
             local = distilled if suffix == "_distilled" else drafter
             runners[f"crossspec{suffix}_process"] = process_runner(crossspec(local), process)
-        # an oracle runs the real drafter's compute too, so it competes like it; a free
-        # one runs none
-        kinds = {"oracle": drafter, **({"oracle_free": None} if free_oracles else {})}
-        for a in oracle_acceptances:
-            for kind, backing in kinds.items():
-                name = f"{kind}@a={a:g}"
-                oracles[name] = OracleDrafter(verifier, a, seed=7, backing=backing)
-                runners[name] = engine_runner(SpeculativeEngine(
-                    verifier, oracles[name],
-                    variant(proposers=("draft_stream",), drafter_gate=False)))
     else:
         runners["crossspec"] = engine_runner(crossspec(None))
         runners["crossspec_event"] = engine_runner(crossspec(None, variant(
             event_aware=("acceptance",))))  # without a drafter there is nothing to cascade
+    # an oracle runs the real drafter's compute too, so it competes like it; a free one runs
+    # none (and needs no drafter)
+    kinds = {**({"oracle": drafter} if drafter is not None else {}),
+             **({"oracle_free": None} if free_oracles else {})}
+    for a in oracle_acceptances:
+        for kind, backing in kinds.items():
+            name = f"{kind}@a={a:g}"
+            oracles[name] = OracleDrafter(verifier, a, seed=7, backing=backing)
+            runners[name] = engine_runner(SpeculativeEngine(
+                verifier, oracles[name],
+                variant(proposers=("draft_stream",), drafter_gate=False)))
     if live and getattr(verifier, "tokens_per_frame", None):  # Video-LLaVA verifiers
         runners["live_alone"] = live_runner(verifier, SpeculativeEngine(
             verifier, None, variant(max_proposal=0)))
@@ -434,10 +435,14 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      processes: dict[str, DrafterProcess] | None = None,
                      head: tuple[Any, CaptionModel] | None = None,
                      live: bool = False, corpus: Sequence[Sequence[int]] = (),
-                     free_oracles: bool = False, settle: bool = False) -> dict[str, Any]:
+                     free_oracles: bool = False, settle: bool = False,
+                     runtimes: BenchRuntimes | None = None,
+                     modes: Sequence[str] | None = None) -> dict[str, Any]:
     """Run every mode on every window, in a fresh order per window; returns the report dict.
     ``runtime``: the static_runtime.RuntimeOptions the speculative modes' verifier runs on
-    (None: the transformers runtime; ``bench_runtimes``).
+    (None: the transformers runtime; ``bench_runtimes``), or ``runtimes`` built before (the
+    GPU kit compiles once for all its stages). ``modes``: only these (those that exist here;
+    default every one).
     ``settle``: once every mode's engine is built, take the heap out of the collector's full
     walks (``process_tuning.settle_heap``), as the graph's nodes do after configuring: the
     engines' caption-corpus tries alone once cost a full collection of 120-150 ms in a
@@ -445,10 +450,14 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
-    runtimes = bench_runtimes(verifier, drafter, runtime, max_new_tokens, log)
+    if runtimes is None:
+        runtimes = bench_runtimes(verifier, drafter, runtime, max_new_tokens, log)
     runners, oracles = make_runners(runtimes, config, oracle_acceptances, lookup_k,
                                     prompt_lookup, distilled, processes, head, live, corpus,
                                     free_oracles)
+    if modes is not None:
+        runners = {name: run for name, run in runners.items() if name in modes}
+        oracles = {name: oracle for name, oracle in oracles.items() if name in runners}
     if settle:
         settle_heap()
     modes = list(runners)
@@ -492,8 +501,12 @@ def paired(baseline: list[float], mode: list[float]) -> dict[str, float | None]:
 def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> dict[str, Any]:
     # the paired speedups are against the fastest plain decoder that ran: the compiled one
     # when the run compiled (what a user would run instead), else today's eager one
-    main = "verifier_alone_compiled" if "verifier_alone_compiled" in runs \
-        else "verifier_alone"
+    # (a run of chosen modes may have only the exact runtime's own plain decoding)
+    main = next((b for b in ("verifier_alone_compiled", "verifier_alone",
+                             "verifier_alone_exact") if b in runs), None)
+    if main is None:
+        raise ValueError("a bench engine run needs one of verifier_alone_compiled, "
+                         "verifier_alone or verifier_alone_exact: the paired baseline")
     report: dict[str, Any] = {"windows": windows, "max_new_tokens": max_new_tokens,
                               "baseline": main, "modes": {}}
     alone = runs[main]  # prefill slowdowns and the ceiling: against the baseline
@@ -509,7 +522,7 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
             "same_as_hf_generate": f"{sum(run.same_as_hf)}/{len(run.same_as_hf)}",
             "latency_ms_per_window": [round(x, 2) for x in run.latency_ms],
         }
-        for baseline in (b for b in BASELINES if b in runs):
+        for baseline in (b for b in dict.fromkeys((main, *BASELINES)) if b in runs):
             entry[f"paired_speedup_vs_{baseline}"] = paired(runs[baseline].latency_ms,
                                                             run.latency_ms)
         entry["paired_speedup_median"] = entry[f"paired_speedup_vs_{main}"]["median"]
@@ -521,7 +534,7 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
         if run.stats:
             entry.update(_engine_summary(run.stats, alone_prefill))
         report["modes"][mode] = entry
-    crossspec = report["modes"]["crossspec"]
+    crossspec = report["modes"].get("crossspec", {})
     # Speculation only removes decoding: with every token confirmed for free a window would
     # still take the verifier's preparation and prefill. The most any mode could reach:
     ceiling = [s.confirmed_done_ms / (s.verifier_prepare_ms + s.verifier_prefill_ms)
@@ -529,12 +542,12 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
     report.update({
         "ceiling_speedup_median": _round(summaries.percentile(ceiling, 50)),
         "lossless": all(m["lossless"] for m in report["modes"].values()),
-        "speedup_median": crossspec["speedup_median"],
-        "paired_speedup_median": crossspec["paired_speedup_median"],
+        "speedup_median": crossspec.get("speedup_median"),
+        "paired_speedup_median": crossspec.get("paired_speedup_median"),
         "draft_first_token_ms_p95": crossspec.get("draft_first_token_ms_p95"),
         "acceptance": crossspec.get("acceptance"),
     })
-    for name in (m for m in EVENT_MODES if m in runs):
+    for name in (m for m in EVENT_MODES if m in runs and "crossspec" in runs):
         report["modes"][name]["by_change_level"] = by_change_level(
             runs["crossspec"].latency_ms, runs[name])
     live = report["modes"].get("crossspec_live", {}).get("paired_speedup_vs_live_alone")

@@ -1,9 +1,11 @@
 """`crossspec bench gpu-report DIR...`: the stages of ``scripts/gpu_check.sh`` as one dated
 report, JSON and Markdown, under docs/ (the README's GPU section quotes it).
 
-Each stage leaves JSON files (``env.json``, ``tests.json``, ``exactness-*.json``,
-``passes-*.json``, ``engine-*.json``); this reads whatever came back, says which are missing,
-and writes the tables: the verifier's costs per runtime against the physical limits (FACTS.md:
+The kit (``crossspec bench gpu-kit``) leaves ``stages.json`` (every stage: done, skipped or
+failed, and why) and one JSON per stage (``env``, ``verifier``, ``exactness-*``, ``passes-*``,
+``engine-*``, ``drafter``, ``tests``, ``costs``); this reads whatever came back, names the
+stages that were skipped, failed or never reached, and writes the tables: the verifier's
+costs per runtime against the physical limits (FACTS.md:
 prefill >= ~30 ms, decode >= ~4.4 ms per token in bf16 and >= ~1.5 ms in 4-bit on an H100),
 pass cost for 1/4/8/16 tokens, memory, exactness per runtime and float type, and the engine's
 paired speedups. Nothing is computed that a stage did not measure.
@@ -19,8 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-STAGE_FILES = ("env", "tests", "exactness-bfloat16", "exactness-float32", "exactness-4bit",
-               "passes-bfloat16", "passes-4bit", "engine-bfloat16", "engine-4bit")
+STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
+               "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
+               "engine-4bit", "drafter", "costs")
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -57,8 +60,9 @@ def markdown(stages: dict[str, Any], date: str) -> str:
     lines = [f"# crossspec on {device}: scripts/gpu_check.sh ({date})", "",
              f"{device}; torch {env.get('torch', '?')}, CUDA {env.get('cuda', '?')}, "
              f"transformers {env.get('transformers', '?')}, bitsandbytes "
-             f"{env.get('bitsandbytes', '?')}. Stages missing: "
-             f"{', '.join(n for n in STAGE_FILES if n not in stages) or 'none'}.", ""]
+             f"{env.get('bitsandbytes', '?')}. " + _missing(stages), ""]
+    lines += _stages_table(stages.get("stages"))
+    lines += _load_table(stages)
     tests = stages.get("tests")
     if tests:
         lines += [f"CUDA tests: {tests.get('summary', '?')}", ""]
@@ -67,6 +71,71 @@ def markdown(stages: dict[str, Any], date: str) -> str:
     lines += _exactness_table(stages)
     lines += _engine_table(stages)
     return "\n".join(lines) + "\n"
+
+
+def _missing(stages: dict[str, Any]) -> str:
+    """The stages that did not come back: from the kit's stage list when there is one (with
+    why), else the files that are not there (reports of the separate-call kit)."""
+    kit = stages.get("stages")
+    if not kit:
+        return ("Stages missing: "
+                f"{', '.join(n for n in STAGE_FILES if n not in stages) or 'none'}.")
+    from crossspec_ros.bench.gpu_kit import STAGE_NAMES
+
+    records = kit.get("stages", [])
+    reached = {r["name"] for r in records}
+    not_done = [f"{r['name']} ({r['status']})" for r in records if r["status"] != "done"]
+    not_done += [f"{name} (not reached)" for name in STAGE_NAMES if name not in reached]
+    return f"Stages not done: {', '.join(not_done) or 'none'}."
+
+
+def _stages_table(kit: dict[str, Any] | None) -> list[str]:
+    """The kit's stage list: what ran, what was skipped or failed and why."""
+    if not kit:
+        return []
+    rows = [f"| {s['name']} | {s['status']} | {_f(s.get('seconds'))} | "
+            f"{_f(s.get('estimate_s'), places=0)} | {s.get('why', '')} |"
+            for s in kit.get("stages", [])]
+    return [f"## Stages ({kit.get('elapsed_s', '?')} s of a {kit.get('budget_s', '?')} s "
+            "budget)", "", "| stage | status | seconds | expected | why |",
+            "|---|---|---:|---:|---|", *rows, ""]
+
+
+def _load_table(stages: dict[str, Any]) -> list[str]:
+    """Loading and compiling: each model's load seconds and each step shape's warm-up."""
+    rows = []
+    verifier = stages.get("verifier") or {}
+    for name, runtime in (verifier.get("runtimes") or {}).items():
+        if runtime:
+            rows.append(f"| verifier, {name} | {_f(verifier.get('load_s'))} | "
+                        f"{runtime.get('describe', '?')} | "
+                        + ", ".join(f"{shape} {sec} s" for shape, sec in
+                                    runtime.get("warm_up_s_per_shape", {}).items()) + " |")
+    drafter = stages.get("drafter") or {}
+    if drafter.get("runtime"):
+        runtime = drafter["runtime"]
+        rows.append(f"| drafter | {_f(drafter.get('load_s'))} | {runtime.get('describe', '?')} "
+                    "| " + ", ".join(f"{shape} {sec} s" for shape, sec in
+                                     runtime.get("warm_up_s_per_shape", {}).items()) + " |")
+    if not rows:
+        return []
+    lines = ["## Loading and compiling", "", f"{verifier.get('compile', '')}", "",
+             "| model | load s | runtime | warm-up per shape (compile + first run) |",
+             "|---|---:|---|---|", *rows, ""]
+    sharing = drafter.get("sharing") or {}
+    if sharing:
+        lines += ["## Two models on one device", "",
+                  "The verifier's one-token pass (its exact runtime) alone and while the "
+                  "drafter steps without a pause:", "",
+                  "| where the drafter runs | verifier pass ms | x alone |", "|---|---:|---:|",
+                  f"| not running | {_f(sharing.get('verifier_pass_ms_alone'), places=2)} | 1 |"]
+        for where, key in (("this process, its own CUDA stream", "drafter_stream"),
+                           ("a process of its own", "drafter_process")):
+            beside = sharing.get(f"verifier_pass_ms_beside_{key}")
+            lines.append(f"| {where} | {_f(beside, places=2)} | "
+                         f"{_f(sharing.get(f'slowdown_beside_{key}'), 'x', 2)} |")
+        lines.append("")
+    return lines
 
 
 def _verifier_table(stages: dict[str, Any]) -> list[str]:
@@ -100,13 +169,28 @@ def _passes_table(stages: dict[str, Any]) -> list[str]:
         passes = stages.get(f"passes-{quant}")
         if not passes:
             continue
+        counts = sorted({int(k) for r in passes["runtimes"].values()
+                         for k in r["ms_per_pass"]})
         lines += [f"## One verifier pass, {passes.get('models', quant)}", "",
-                  "| runtime | 1 token ms | 4 | 8 | 16 | 8 tokens x 1 token |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "| runtime | " + " | ".join(f"{k} tokens ms" for k in counts)
+                  + " | 8 tokens x 1 token |", "|---|" + "---:|" * (len(counts) + 1)]
         for name, r in passes["runtimes"].items():
-            ms = r["ms_per_pass"]
-            lines.append(f"| {name} | {ms['1']:.2f} | {ms['4']:.2f} | {ms['8']:.2f} | "
-                         f"{ms['16']:.2f} | {r['x_one_token']['8']:.2f}x |")
+            ms, x = r["ms_per_pass"], r["x_one_token"]
+            lines.append(f"| {name} | " + " | ".join(_f(ms.get(str(k)), places=2)
+                                                     for k in counts)
+                         + f" | {_f(x.get('8'), 'x', 2)} |")
+        prefill = passes.get("prefill")
+        if prefill:
+            whole = prefill.get("whole", {})
+            lines += ["", f"Prefill of {prefill.get('prompt_tokens')} tokens in one shot: "
+                      f"vision {_f(whole.get('vision_ms'), ' ms', 2)}, prefill "
+                      f"{_f(whole.get('prefill_ms'), ' ms', 2)}; frame preparation "
+                      f"{_f(prefill.get('prepare_ms_per_frame'), ' ms', 2)} per frame."]
+            chunks = prefill.get("per_frame_chunk")
+            if chunks:
+                lines.append("Live prefill, per frame (tokens: vision ms + prefill ms): "
+                             + ", ".join(f"{c['tokens']}: {c['vision_ms']:.2f} + "
+                                         f"{c['prefill_ms']:.2f}" for c in chunks) + ".")
         memory = passes.get("memory_gib")
         if memory:
             lines += ["", "Memory (GiB): " + ", ".join(f"{k} {v}" for k, v in memory.items())]

@@ -15,6 +15,7 @@ BENCH_MODULES = [
     "crossspec_ros.bench.exactness",
     "crossspec_ros.bench.fuzz",
     "crossspec_ros.bench.lossy",
+    "crossspec_ros.bench.gpu_kit",
     "crossspec_ros.bench.gpu_report",
     "crossspec_ros.bench.passes",
     "crossspec_ros.bench.split",

@@ -1,0 +1,829 @@
+"""`crossspec bench gpu-kit OUT`: everything crossspec measures on a GPU, in one process and one
+device call, the numbers that decide the next steps first (``scripts/gpu_check.sh run all``).
+
+A lease of a GPU is rare and short (15 minutes in all, one call at most 10), so the kit loads
+each model once, keeps what it compiled for every later stage, and runs the stages in priority
+order against a time budget (``--budget``, default 480 s):
+
+  env             the machine, torch, CUDA, the GPU and its free memory
+  verifier        load the verifier; build its static runtime (one step shape of
+                  ``--step-rows`` rows: the exact one) and the one-row runtime of the fastest
+                  plain decoder; each shape's compile seconds
+  exactness       k-token verification against one-token decoding on the exact runtime:
+                  argmax flips per position, rows bit-identical (2 windows)
+  passes          ms per pass of 1, 8 and step-rows tokens per runtime (compiled and eager),
+                  frame preparation, vision encoding and prefill per frame chunk and whole,
+                  the verifier's memory
+  engine          ``bench engine``'s modes that decide the design (the verifier alone,
+                  compiled and exact; history_only; crossspec without a drafter; free oracle
+                  drafts of acceptance 0.5 and 0.8; live_alone and crossspec_live)
+  drafter         the drafter: load, compile, prefill and step; the verifier's pass beside it
+                  (its steps on their own CUDA stream in this process, and in a process of
+                  its own): the cost of sharing the device
+  exactness-float32, 4bit, tests
+                  what the budget leaves: fp32 exactness; the verifier in 4-bit NF4
+                  (exactness and passes); the CUDA tests (test/test_models_gpu.py)
+
+Each stage writes its JSON into OUT as soon as it is done, and ``stages.json`` lists every stage
+with its status (done, skipped, failed; running while it runs) and seconds, so a call killed at
+its limit still returns all that finished before. A stage that would not fit the time left
+(judged from the stages before it) is skipped and named; one that fails writes its error and
+the next one runs; one that overruns its own limit is cut (SIGALRM: a kernel that never
+returns is cut by the device call's limit instead, and the stage list still says which stage
+was running). ``costs.json`` gathers what a cost model needs (frame preparation, vision, prefill
+per token count, pass ms per row count, the drafter's costs, the sharing slowdown, compile
+seconds, memory), each number with the stage file and field it comes from.
+
+On a CPU (``scripts/gpu_check.sh smoke``) the same kit runs on the tiny random pair with eager
+steps: the rehearsal that fails here, not there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crossspec_ros.paths import sample_bag
+
+DEFAULT_BUDGET_S = 480.0
+# the modes of the engine stage: what decides the design (issue 42), the paired baseline first
+ENGINE_MODES = ("verifier_alone_compiled", "verifier_alone_exact", "history_only", "crossspec",
+                "oracle_free@a=0.5", "oracle_free@a=0.8", "live_alone", "crossspec_live")
+ORACLE_ACCEPTANCES = (0.5, 0.8)
+EXACTNESS_WINDOWS = 2
+SHARING_PASSES = 12  # verifier passes timed alone and beside the drafter, each way
+
+
+class StageTimeoutError(Exception):
+    """A stage ran past its own limit."""
+
+
+class RehearsedFailureError(RuntimeError):
+    """``--rehearse-failure STAGE``: the failure the rehearsal asks for."""
+
+
+@dataclass
+class Stage:
+    """One measurement: ``run(kit)`` returns the JSON written to OUT/``file``.json;
+    ``estimate(kit)`` the seconds it is expected to take, from what the stages before it
+    measured; ``needs``: stages that must be done before it."""
+
+    name: str
+    run: Callable[[Kit], dict[str, Any]]
+    estimate: Callable[[Kit], float]
+    needs: tuple[str, ...] = ()
+    file: str = ""
+
+
+@dataclass
+class StageRecord:
+    name: str
+    status: str  # running, done, skipped, failed
+    seconds: float = 0.0
+    why: str = ""
+    estimate_s: float | None = None
+
+
+@dataclass
+class Kit:
+    """A kit run's settings, the models it loaded and what its stages measured so far."""
+
+    out: Path
+    device: str
+    models: str
+    dtype: str
+    budget_s: float
+    windows: list[Any]
+    max_new_tokens: int
+    step_rows: int
+    compile: bool
+    repeats: int
+    rehearse_failure: str = ""
+    t0: float = field(default_factory=time.monotonic)
+    records: list[StageRecord] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verifier: Any = None      # on the transformers runtime (eager); its static twins below
+    exact: Any = None         # the static runtime of one step shape (step_rows): exact
+    plain: Any = None         # the static runtime of one-row steps, compiled (or None)
+    drafter: Any = None
+    log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
+
+    @property
+    def full_size(self) -> bool:
+        return self.models == "full-size"
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def seconds(self, stage: str, default: float) -> float:
+        """How long ``stage`` took (``default`` if it did not run)."""
+        for record in self.records:
+            if record.name == stage and record.status == "done":
+                return record.seconds
+        return default
+
+    def write_stages(self) -> None:
+        report = {"budget_s": self.budget_s, "elapsed_s": round(self.elapsed(), 1),
+                  "device": self.device, "models": self.models, "dtype": self.dtype,
+                  "stages": [{k: v for k, v in record.__dict__.items()
+                              if v not in ("", None)} for record in self.records],
+                  # what the device's image must hold or the call carry (.gpu): the
+                  # rehearsal checks it against gpu_check.sh's wheels
+                  "imported": third_party_modules()}
+        _write_json(self.out / "stages.json", report)
+
+
+def third_party_modules() -> list[str]:
+    """The top-level packages imported so far from outside the standard library and
+    crossspec (their import names)."""
+    names = set()
+    for name, module in list(sys.modules.items()):
+        top = name.partition(".")[0]
+        where = str(getattr(module, "__file__", None) or "")
+        if top in sys.stdlib_module_names or top == "crossspec_ros" or top.startswith("_"):
+            continue
+        if "site-packages" in where or "dist-packages" in where:
+            names.add(top)
+    return sorted(names)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".json.partial")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)  # a call killed mid-write leaves the last whole file
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _sync(model: Any) -> None:
+    from crossspec_ros.models.streams import synchronize
+
+    synchronize(model.device, model.stream)
+
+
+def gpu_memory() -> dict[str, float] | None:
+    """GiB allocated now and at most so far, and free on the device (None on a CPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return {"allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2),
+            "max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            "free_gib": round(free / 2**30, 2), "total_gib": round(total / 2**30, 2)}
+
+
+def _allocated() -> float | None:
+    memory = gpu_memory()
+    return memory["allocated_gib"] if memory else None
+
+
+def _load_pair_member(kit: Kit, role: str, dtype: str) -> Any:
+    """The verifier or the drafter of the kit's pair, in ``dtype``."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    if kit.full_size:
+        from crossspec_ros.models.full_size import full_size_eventgpt_drafter, full_size_verifier
+
+        build = full_size_verifier if role == "verifier" else full_size_eventgpt_drafter
+        return build(kit.device, torch_dtype)
+    from crossspec_ros.bench import engine as bench
+
+    pair = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}[kit.models]
+    model = pair(kit.device)[0 if role == "verifier" else 1]
+    model.model.to(torch_dtype)
+    return model
+
+
+def _static_twin(model: Any, rows: tuple[int, ...], compile: bool, max_new: int
+                 ) -> tuple[Any, dict[str, float]]:
+    """``model`` on a static runtime of ``rows`` (sharing its weights) and each shape's
+    warm-up (compile and first run) seconds."""
+    from crossspec_ros.models.static_runtime import RuntimeOptions
+
+    twin = model.with_runtime(None)
+    timings = twin.use_static_runtime(RuntimeOptions(compile=compile, step_rows=rows), max_new)
+    return twin, timings
+
+
+def _runtime_json(model: Any, timings: dict[str, float]) -> dict[str, Any]:
+    runtime = model.runtime
+    return {"describe": runtime.describe(), "compiled": runtime.compiled,
+            "compile_failed": runtime.compile_failed,
+            "warm_up_s_per_shape": timings, "warm_up_s": round(sum(timings.values()), 2)}
+
+
+def _close(session: Any) -> None:
+    """Give a static session's cache back (a transformers session has none to give)."""
+    close = getattr(session, "close", None)
+    if close is not None:
+        close()
+
+
+def _pass_ms(model: Any, window: Any, tokens: int, repeats: int) -> float:
+    from crossspec_ros.bench.passes import pass_cost_ms
+
+    return round(pass_cost_ms(model, window, tokens, repeats), 3)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise StageTimeoutError in this (the main) thread after ``seconds`` (SIGALRM; between
+    bytecodes: a call that never comes back is cut by the device call's own limit)."""
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def expire(_signum: int, _frame: Any) -> None:
+        raise StageTimeoutError(f"cut after its limit of {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    t0 = time.monotonic()
+    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_delay > 0:  # an alarm set before (a test runner's timeout) keeps its time
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(outer_delay - (time.monotonic() - t0), 0.001), outer_interval)
+
+
+# ------------------------------------------------------------------ the stages
+
+
+def stage_env(kit: Kit) -> dict[str, Any]:
+    import importlib
+
+    import torch
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(), "machine": platform.machine(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "device": kit.device}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["gpu_memory"] = gpu_memory()
+        info["multiprocessors"] = props.multi_processor_count
+    for name in ("transformers", "bitsandbytes", "rosbags", "evt3", "tokenizers",
+                 "safetensors", "triton"):
+        try:
+            info[name] = getattr(importlib.import_module(name), "__version__", "?")
+        except Exception as err:  # reported, not fatal: the stage that needs it says more
+            info[name] = f"missing ({type(err).__name__})"
+    return info
+
+
+def stage_verifier(kit: Kit) -> dict[str, Any]:
+    from crossspec_ros.models.streams import assign_cuda_streams
+
+    before = _allocated()
+    t0 = time.perf_counter()
+    kit.verifier = _load_pair_member(kit, "verifier", kit.dtype)
+    assign_cuda_streams(kit.verifier)  # its own stream: the drafter's may overlap it later
+    _sync(kit.verifier)
+    load_s = round(time.perf_counter() - t0, 2)
+    weights = _allocated()
+    kit.log(f"verifier loaded in {load_s:.1f} s")
+    kit.exact, exact_timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
+                                            kit.max_new_tokens)
+    kit.log(f"exact runtime ready: {exact_timings}")
+    result: dict[str, Any] = {
+        "model": kit.verifier.info.name, "dtype": kit.dtype, "load_s": load_s,
+        "prompt_tokens": kit.verifier.prompt_layout()[0],
+        "prompt_chunks": kit.verifier.prompt_layout()[1],
+        "compile": ("each step shape compiled whole (torch.compile fullgraph, one graph per "
+                    "shape; CUDA graphs on a GPU)") if kit.compile else "eager steps",
+        "runtimes": {"exact": _runtime_json(kit.exact, exact_timings)}}
+    # the fastest plain decoder (verifier_alone_compiled) only when its compile fits: judged
+    # from the exact runtime's, as long as the rest of the kit's first stages need
+    if kit.compile and sum(exact_timings.values()) * 1.5 + 120 < kit.left():
+        kit.plain, plain_timings = _static_twin(kit.verifier, (1,), True, kit.max_new_tokens)
+        result["runtimes"]["one_row"] = _runtime_json(kit.plain, plain_timings)
+        kit.log(f"one-row runtime ready: {plain_timings}")
+    else:
+        result["runtimes"]["one_row"] = None
+        result["one_row_left_out"] = "not compiled" if not kit.compile else \
+            "its compile would not fit the budget"
+    if weights is not None and before is not None:
+        result["memory_gib"] = {"weights": round(weights - before, 2),
+                                "with_runtimes": round(_allocated() - before, 2),
+                                **gpu_memory()}
+    return result
+
+
+def stage_exactness(kit: Kit) -> dict[str, Any]:
+    return _exactness(kit, kit.exact, kit.dtype, "none")
+
+
+def _exactness(kit: Kit, model: Any, dtype: str, quantization: str) -> dict[str, Any]:
+    from crossspec_ros.bench.exactness import runtime_exactness
+
+    k = min(8, kit.step_rows - 1)
+    result = runtime_exactness(model, kit.windows[:EXACTNESS_WINDOWS], kit.max_new_tokens, k)
+    flips = Counter(i for w in result["windows"] for i in w["argmax_differs_at"])
+    result["flips_per_position"] = {str(i): n for i, n in sorted(flips.items())}
+    name = "static_compiled" if model.runtime is not None and model.runtime.compiled \
+        else "static"
+    exact = result["flips"] == 0 and result["rows_bit_identical"] == result["positions"]
+    kit.log(f"exactness ({dtype}, {quantization}): {result['flips']}/{result['positions']} "
+            f"flips, {result['rows_bit_identical']} rows bit-identical")
+    return {"models": kit.models, "dtype": dtype, "device": kit.device,
+            "quantization": quantization, "k": k, "step_rows": kit.step_rows,
+            "runtimes": {name: result}, "exact_runtime": name, "exact": exact}
+
+
+def stage_passes(kit: Kit) -> dict[str, Any]:
+    return _passes(kit, kit.dtype)
+
+
+def _passes(kit: Kit, label: str) -> dict[str, Any]:
+    window = kit.windows[0]
+    rows = sorted({1, min(8, kit.step_rows), kit.step_rows})
+    runtimes: dict[str, tuple[Any, list[int]]] = {
+        f"static_{'compiled' if kit.exact.runtime.compiled else 'eager'}_exact_"
+        f"{kit.step_rows}": (kit.exact, rows),
+        "transformers_eager": (kit.verifier, rows)}
+    if kit.plain is not None:
+        runtimes["static_compiled_one_row"] = (kit.plain, [1])
+    report: dict[str, Any] = {"models": f"{kit.models} verifier ({label})",
+                              "device": kit.device, "repeats": kit.repeats,
+                              "step_rows": kit.step_rows, "runtimes": {}}
+    for name, (model, counts) in runtimes.items():
+        costs = {k: _pass_ms(model, window, k, kit.repeats) for k in counts}
+        report["runtimes"][name] = {
+            "ms_per_pass": {str(k): v for k, v in costs.items()},
+            "x_one_token": {str(k): round(v / costs[1], 3) for k, v in costs.items()}}
+        kit.log(f"passes {name}: " + ", ".join(f"{k} tokens {v:.2f} ms"
+                                               for k, v in costs.items()))
+    report["prefill"] = _prefill_costs(kit.exact, window)
+    report["prefill_transformers"] = _prefill_costs(kit.verifier, window, live=False)
+    memory = gpu_memory()
+    if memory:
+        report["memory_gib"] = memory
+    return report
+
+
+def _prefill_costs(model: Any, window: Any, live: bool = True) -> dict[str, Any]:
+    """Frame preparation, vision encoding and prefill: per frame chunk (live prefill, as the
+    graph runs it while the window is open) and whole (one shot after the close)."""
+    from crossspec_ros.models.live_prefill import LivePrefill
+
+    t0 = time.perf_counter()
+    inputs = model.prepare(window)
+    prepare_ms = (time.perf_counter() - t0) * 1e3
+    frames = getattr(model, "num_frames", 1) or 1
+    whole = []
+    for _ in range(2):  # the first warms caches up
+        session = model.prefill(inputs)
+        _sync(model)
+        whole.append((session.timing.vision_ms, session.timing.prefill_ms))
+        _close(session)
+    prompt_tokens, chunks = model.prompt_layout()
+    out: dict[str, Any] = {
+        "frames": frames, "prompt_tokens": prompt_tokens,
+        "prepare_ms_per_frame": round(prepare_ms / frames, 3),
+        "whole": {"vision_ms": round(whole[-1][0], 3), "prefill_ms": round(whole[-1][1], 3),
+                  "tokens": prompt_tokens}}
+    if live and hasattr(model, "tokens_per_frame") and len(window.frames) >= frames:
+        live_prefill = LivePrefill(model)
+        chunk_costs = []
+        for index in range(frames):
+            vision, prefill = live_prefill.timing.vision_ms, live_prefill.timing.prefill_ms
+            live_prefill.add_frame(window.frames[index].image)
+            chunk_costs.append({"tokens": chunks[index] if index < len(chunks) else None,
+                                "vision_ms": round(live_prefill.timing.vision_ms - vision, 3),
+                                "prefill_ms": round(live_prefill.timing.prefill_ms - prefill,
+                                                    3)})
+        session, _rows = live_prefill.finish()
+        _close(session)
+        out["per_frame_chunk"] = chunk_costs
+        out["question_tail"] = {"tokens": prompt_tokens - sum(chunks[:frames]),
+                                "ms": round(live_prefill.timing.prefill_ms - sum(
+                                    c["prefill_ms"] for c in chunk_costs), 3)}
+    return out
+
+
+def stage_engine(kit: Kit) -> dict[str, Any]:
+    from crossspec_ros.bench import engine as bench
+
+    runtimes = bench.BenchRuntimes(kit.exact, None, kit.verifier, None, kit.plain)
+    warmup = 1 if len(kit.windows) <= 4 else 2
+    report = bench.run_engine_bench(
+        kit.verifier, None, kit.windows, max_new_tokens=kit.max_new_tokens,
+        oracle_acceptances=ORACLE_ACCEPTANCES, free_oracles=True, prompt_lookup=False,
+        warmup=warmup, live=True, settle=True, runtimes=runtimes, modes=ENGINE_MODES,
+        log=kit.log)
+    report.update({"models": f"{kit.models} verifier ({kit.dtype}), no drafter loaded yet: "
+                   "crossspec proposes from history, the oracles' drafts are free",
+                   "device": kit.device, "modes_run": list(report["modes"])})
+    return report
+
+
+def stage_drafter(kit: Kit) -> dict[str, Any]:
+    from crossspec_ros.models.static_runtime import DRAFTER_STEP_ROWS
+    from crossspec_ros.models.streams import assign_cuda_streams
+
+    before = _allocated()
+    t0 = time.perf_counter()
+    drafter = _load_pair_member(kit, "drafter", kit.dtype)
+    assign_cuda_streams(drafter)
+    _sync(drafter)
+    load_s = round(time.perf_counter() - t0, 2)
+    weights = _allocated()
+    kit.drafter, timings = _static_twin(drafter, DRAFTER_STEP_ROWS, kit.compile,
+                                        kit.max_new_tokens)
+    window = kit.windows[0]
+    t0 = time.perf_counter()
+    inputs = kit.drafter.prepare(window)
+    prepare_ms = (time.perf_counter() - t0) * 1e3
+    session = kit.drafter.prefill(inputs)
+    _sync(kit.drafter)
+    _close(session)
+    session = kit.drafter.prefill(inputs)
+    _sync(kit.drafter)
+    result: dict[str, Any] = {
+        "model": kit.drafter.info.name, "dtype": kit.dtype, "load_s": load_s,
+        "runtime": _runtime_json(kit.drafter, timings),
+        "prepare_ms": round(prepare_ms, 3), "vision_ms": round(session.timing.vision_ms, 3),
+        "prefill_ms": round(session.timing.prefill_ms, 3),
+        "prompt_tokens": kit.drafter.prompt_layout()[0],
+        "ms_per_pass": {str(k): _pass_ms(kit.drafter, window, k, kit.repeats)
+                        for k in DRAFTER_STEP_ROWS}}
+    _close(session)
+    if weights is not None and before is not None:
+        result["memory_gib"] = {"weights": round(weights - before, 2), **gpu_memory()}
+    result["sharing"] = {}
+    # what is measured so far stays if the sharing part is cut (a second 7B loads in a
+    # process of its own there)
+    _write_json(kit.out / "drafter.json", result)
+    _sharing(kit, result["sharing"])
+    return result
+
+
+def _sharing(kit: Kit, result: dict[str, Any]) -> None:
+    """The verifier's pass (one token, on its exact runtime) alone, then while the drafter
+    steps without a pause: in this process on its own stream, and in a process of its own."""
+    from crossspec_ros.models.pair import FULL_SIZE_RANDOM
+    from crossspec_ros.models.static_runtime import DRAFTER_STEP_ROWS, RuntimeOptions
+    from crossspec_ros.speculative.drafter_process import DrafterProcess
+
+    window = kit.windows[0]
+    alone = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+    stop = threading.Event()
+    steps = [0]
+
+    def keep_drafting() -> None:
+        from crossspec_ros.models.streams import inference
+
+        session = kit.drafter.prefill(kit.drafter.prepare(window))
+        token = int(session.last_logits.argmax())
+        while not stop.is_set():
+            with inference(kit.drafter.device, kit.drafter.stream):
+                session.feed([token])
+                session.rollback(0)
+            _sync(kit.drafter)
+            steps[0] += 1
+        _close(session)
+
+    thread = threading.Thread(target=keep_drafting, name="kit-drafter", daemon=True)
+    thread.start()
+    beside_thread = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+    stop.set()
+    thread.join(timeout=60)
+    result.update({
+        "verifier_pass_ms_alone": alone,
+        "verifier_pass_ms_beside_drafter_stream": beside_thread,
+        "slowdown_beside_drafter_stream": round(beside_thread / alone, 3) if alone else None,
+        "drafter_steps_meanwhile": steps[0]})
+    # in a process of its own: as the graph's draft node runs it (on a CPU the bundled
+    # drafter stands in for the tiny random one, which has no directory to load from)
+    source = FULL_SIZE_RANDOM if kit.full_size else ""
+    try:
+        process = DrafterProcess(
+            source, device=kit.device, dtype="bf16" if kit.dtype == "bfloat16" else "fp32",
+            runtime=RuntimeOptions(compile=kit.compile, step_rows=DRAFTER_STEP_ROWS),
+            max_new_tokens=kit.max_new_tokens)
+    except Exception as err:
+        result["process"] = f"failed to start: {type(err).__name__}: {err}"
+        return
+    busy = threading.Event()
+    windows_drafted = [0]
+
+    def keep_drafting_there() -> None:
+        while not busy.is_set():
+            # a lookahead of the whole caption: nothing to wait for, the drafter runs on
+            channel = process.start(window, kit.max_new_tokens, kit.max_new_tokens)
+            deadline = time.monotonic() + 60
+            while not channel.snapshot()[1] and time.monotonic() < deadline \
+                    and not busy.is_set():
+                time.sleep(0.005)
+            channel.stop()  # the child holds a window until it is stopped, as the engine does
+            process.wait_idle(timeout=30)
+            windows_drafted[0] += 1
+
+    try:
+        thread = threading.Thread(target=keep_drafting_there, name="kit-drafter-process",
+                                  daemon=True)
+        thread.start()
+        beside_process = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+        busy.set()
+        thread.join(timeout=120)
+    finally:
+        process.close()
+    result.update({
+        "verifier_pass_ms_beside_drafter_process": beside_process,
+        "slowdown_beside_drafter_process": round(beside_process / alone, 3) if alone else None,
+        "drafter_process_windows_meanwhile": windows_drafted[0],
+        "drafter_process_model": source or "the bundled drafter (stands in on a CPU)"})
+
+
+def _free_models(kit: Kit) -> None:
+    import gc
+
+    import torch
+
+    kit.drafter = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def stage_exactness_float32(kit: Kit) -> dict[str, Any]:
+    _free_models(kit)
+    model = _load_pair_member(kit, "verifier", "float32")
+    twin, timings = _static_twin(model, (kit.step_rows,), kit.compile, kit.max_new_tokens)
+    report = _exactness(kit, twin, "float32", "none")
+    report["warm_up_s_per_shape"] = timings
+    del model, twin
+    _free_models(kit)
+    return report
+
+
+def stage_4bit(kit: Kit) -> dict[str, Any]:
+    """The verifier quantized to NF4 in place (the kit's last use of it): exactness and
+    passes on its own exact runtime (compiled if bitsandbytes lets it: else eager, said)."""
+    from crossspec_ros.models.quantize import quantize_caption_model_4bit
+
+    _free_models(kit)
+    kit.exact = kit.plain = None
+    quantize_caption_model_4bit(kit.verifier)
+    kit.exact, timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
+                                      kit.max_new_tokens)
+    exactness = _exactness(kit, kit.exact, kit.dtype, "4bit")
+    passes = _passes(kit, "4-bit NF4")
+    _write_json(kit.out / "exactness-4bit.json", exactness)
+    _write_json(kit.out / "passes-4bit.json", passes)
+    return {"runtime": _runtime_json(kit.exact, timings), "exact": exactness["exact"],
+            "files": ["exactness-4bit.json", "passes-4bit.json"]}
+
+
+def stage_tests(kit: Kit) -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    limit = max(30.0, kit.left() - 5)
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               str(root / "test" / "test_models_gpu.py")],
+                              capture_output=True, text=True, timeout=limit, cwd=root)
+    except subprocess.TimeoutExpired:
+        return {"exit": None, "summary": f"cut after {limit:.0f} s"}
+    (kit.out / "tests.log").write_text(done.stdout + done.stderr)
+    lines = done.stdout.strip().splitlines()
+    return {"exit": done.returncode, "summary": lines[-1] if lines else ""}
+
+
+# Priors for a stage nothing has measured yet, in seconds: the full-size pair on an H100
+# (loading ~15 GB, compiling each shape of a 32-layer model whole), the tiny pair on a CPU
+def _prior(kit: Kit, full_size_s: float, tiny_s: float) -> float:
+    return full_size_s if kit.full_size else tiny_s
+
+
+def _decode_window_s(kit: Kit) -> float:
+    """Seconds of one window's plain decoding, as the exactness stage saw it (two decodes of
+    EXACTNESS_WINDOWS windows), or a prior."""
+    return kit.seconds("exactness", _prior(kit, 60, 4)) / (2 * EXACTNESS_WINDOWS)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("env", stage_env, lambda kit: 5),
+    Stage("verifier", stage_verifier, lambda kit: _prior(kit, 300, 10)),
+    Stage("exactness", stage_exactness, lambda kit: _prior(kit, 60, 4), ("verifier",),
+          file="exactness-{dtype}"),
+    Stage("passes", stage_passes,
+          lambda kit: 3 * _decode_window_s(kit) + _prior(kit, 20, 2), ("verifier",),
+          file="passes-{dtype}"),
+    Stage("engine", stage_engine,
+          lambda kit: len(kit.windows) * len(ENGINE_MODES) * _decode_window_s(kit) * 0.8
+          + 3 * _decode_window_s(kit), ("verifier",), file="engine-{dtype}"),
+    Stage("drafter", stage_drafter,
+          lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
+    Stage("exactness-float32", stage_exactness_float32,
+          lambda kit: 1.5 * kit.seconds("verifier", _prior(kit, 300, 10))
+          + 1.5 * kit.seconds("exactness", _prior(kit, 60, 4))),
+    Stage("4bit", stage_4bit,
+          lambda kit: kit.seconds("verifier", _prior(kit, 300, 10))
+          + kit.seconds("exactness", _prior(kit, 60, 4))
+          + kit.seconds("passes", _prior(kit, 60, 4)), ("verifier",)),
+    Stage("tests", stage_tests, lambda kit: _prior(kit, 120, 20)),
+)
+STAGE_NAMES = tuple(s.name for s in STAGES)
+
+
+def run_kit(kit: Kit, only: tuple[str, ...] = (), stages: Sequence[Stage] = STAGES
+            ) -> list[StageRecord]:
+    """Run ``stages`` (``only``: these, in the kit's order) against the budget; every
+    outcome in ``kit.records`` and OUT/stages.json as it happens."""
+    kit.out.mkdir(parents=True, exist_ok=True)
+    wanted = set(only)
+    for stage in reversed(stages):  # with what the stages asked for need
+        if stage.name in wanted:
+            wanted.update(stage.needs)
+    for stage in stages:
+        if only and stage.name not in wanted:
+            continue
+        file = (stage.file or stage.name).format(dtype=kit.dtype)
+        missing = [n for n in stage.needs if not any(
+            r.name == n and r.status == "done" for r in kit.records)]
+        estimate = round(float(stage.estimate(kit)), 1)
+        record = StageRecord(stage.name, "running", estimate_s=estimate)
+        kit.records.append(record)
+        if missing:
+            record.status, record.why = "skipped", f"needs {', '.join(missing)}, not done"
+        elif estimate > kit.left():
+            record.status = "skipped"
+            record.why = (f"would need ~{estimate:.0f} s (judged from the stages before it); "
+                          f"{max(kit.left(), 0):.0f} s of the {kit.budget_s:.0f} s budget left")
+        if record.status == "skipped":
+            kit.log(f"[{stage.name}] skipped: {record.why}")
+            kit.write_stages()
+            continue
+        kit.write_stages()
+        kit.log(f"[{stage.name}] running (expected ~{estimate:.0f} s, "
+                f"{kit.left():.0f} s left)")
+        t0 = time.perf_counter()
+        try:
+            # its own limit: three times what it should take, never past the budget
+            with _time_limit(min(kit.left(), max(3 * estimate, 60.0))):
+                if kit.rehearse_failure == stage.name:
+                    raise RehearsedFailureError(f"--rehearse-failure {stage.name}")
+                result = stage.run(kit)
+            record.status = "done"
+            kit.results[stage.name] = result
+            _write_json(kit.out / f"{file}.json", result)
+        except Exception as err:  # StageTimeoutError and RehearsedFailureError included
+            record.status = "failed"
+            record.why = f"{type(err).__name__}: {err}"
+            (kit.out / f"{stage.name}.error.txt").write_text(traceback.format_exc())
+        record.seconds = round(time.perf_counter() - t0, 1)
+        kit.log(f"[{stage.name}] {record.status} in {record.seconds:.1f} s"
+                + (f": {record.why}" if record.why else ""))
+        kit.write_stages()
+        _write_json(kit.out / "costs.json", cost_profile(kit.out))
+    return kit.records
+
+
+def cost_profile(out: Path) -> dict[str, Any]:
+    """What a cost model needs, from the stage files in ``out`` (each number names the file
+    and field it comes from; what no stage measured is absent, never guessed)."""
+    def read(name: str) -> dict[str, Any]:
+        path = out / f"{name}.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    env, verifier, drafter = read("env"), read("verifier"), read("drafter")
+    profile: dict[str, Any] = {"device": env.get("gpu"), "torch": env.get("torch"),
+                               "sources": {}}
+    for passes_file in sorted(out.glob("passes-*.json")):
+        passes = json.loads(passes_file.read_text())
+        key = passes_file.stem.removeprefix("passes-")
+        prefill = passes.get("prefill", {})
+        profile[key] = {
+            "pass_ms_by_rows": {name: r["ms_per_pass"] for name, r in
+                                passes.get("runtimes", {}).items()},
+            "prepare_ms_per_frame": prefill.get("prepare_ms_per_frame"),
+            "vision_ms_per_frame": _per_frame(prefill),
+            "prefill_ms_by_tokens": [[c["tokens"], c["prefill_ms"]]
+                                     for c in prefill.get("per_frame_chunk", [])]
+            + ([[prefill["whole"]["tokens"], prefill["whole"]["prefill_ms"]]]
+               if "whole" in prefill else []),
+            "memory_gib": passes.get("memory_gib")}
+        profile["sources"][key] = f"{passes_file.name}: runtimes.*.ms_per_pass, prefill"
+    if verifier:
+        profile["compile_s"] = {name: (r or {}).get("warm_up_s_per_shape")
+                                for name, r in verifier.get("runtimes", {}).items()}
+        profile["verifier_load_s"] = verifier.get("load_s")
+        profile["sources"]["compile_s"] = "verifier.json: runtimes.*.warm_up_s_per_shape"
+    if drafter:
+        profile["drafter"] = {k: drafter.get(k) for k in (
+            "load_s", "prepare_ms", "vision_ms", "prefill_ms", "prompt_tokens", "ms_per_pass",
+            "memory_gib")}
+        profile["drafter"]["compile_s"] = drafter.get("runtime", {}).get("warm_up_s_per_shape")
+        profile["sharing"] = drafter.get("sharing")
+        profile["sources"]["drafter"] = "drafter.json"
+    return profile
+
+
+def _per_frame(prefill: dict[str, Any]) -> float | None:
+    chunks = prefill.get("per_frame_chunk")
+    if chunks:
+        return round(statistics.median(c["vision_ms"] for c in chunks), 3)
+    whole = prefill.get("whole")
+    return round(whole["vision_ms"] / prefill["frames"], 3) if whole else None
+
+
+# ------------------------------------------------------------------ the command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "gpu-kit", help="every GPU measurement in one process, priority order, a time budget",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="directory of the stages' JSON")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                        help=f"time for all stages (default {DEFAULT_BUDGET_S:.0f})")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--models", choices=("full-size", "tiny-random", "bundled"),
+                        default="full-size",
+                        help="full-size: the 7B architectures, random weights (default)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    parser.add_argument("--windows", type=int, default=8,
+                        help="windows of the engine stage, warm-up included (default 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--step-rows", type=int, default=32,
+                        help="rows of every verifier pass on the exact runtime (default 32)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed passes per cost")
+    parser.add_argument("--no-compile", action="store_true", help="eager static steps")
+    parser.add_argument("--stages", default="", metavar="A,B",
+                        help=f"only these stages ({', '.join(STAGE_NAMES)})")
+    parser.add_argument("--bag", type=Path, default=sample_bag())
+    parser.add_argument("--rehearse-failure", default="", metavar="STAGE",
+                        help="make STAGE fail (the rehearsal checks the next stage runs)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    only = tuple(s for s in args.stages.split(",") if s)
+    unknown = [s for s in (*only, *([args.rehearse_failure] if args.rehearse_failure else []))
+               if s not in STAGE_NAMES]
+    if unknown or args.budget <= 0 or args.windows < 2 or args.max_new_tokens < 1 \
+            or args.step_rows < 2 or args.repeats < 1:
+        print("crossspec bench gpu-kit: " + (f"unknown stage {', '.join(unknown)} (stages: "
+              f"{', '.join(STAGE_NAMES)})" if unknown else "need --budget > 0, --windows >= "
+              "2, --max-new-tokens >= 1, --step-rows >= 2 and --repeats >= 1"),
+              file=sys.stderr)
+        return 2
+    from crossspec_ros.bench import engine as bench
+    from crossspec_ros.events.errors import EventSourceError
+    from crossspec_ros.models.loading import resolve_device
+    from crossspec_ros.models.static_runtime import compile_allowed
+    from crossspec_ros.process_tuning import tune_process_for_models
+
+    if args.models == "full-size" and not str(args.device).startswith("cuda"):
+        print("crossspec bench gpu-kit: --models full-size needs --device cuda (two 7B models "
+              "in bf16 need ~29 GB of GPU memory); on a CPU use --models tiny-random",
+              file=sys.stderr)
+        return 2
+    try:
+        windows = bench.bag_windows(args.bag, max(args.windows, EXACTNESS_WINDOWS))
+    except EventSourceError as err:
+        print(f"crossspec bench gpu-kit: {err}", file=sys.stderr)
+        return 2
+    if len(windows) < 2:
+        print(f"crossspec bench gpu-kit: {args.bag} has {len(windows)} windows with RGB "
+              "frames; the kit needs 2 or more", file=sys.stderr)
+        return 2
+    device = str(resolve_device(args.device))
+    tune_process_for_models(device)
+    kit = Kit(out=args.out, device=device, models=args.models, dtype=args.dtype,
+              budget_s=args.budget, windows=windows, max_new_tokens=args.max_new_tokens,
+              step_rows=args.step_rows, compile=not args.no_compile and compile_allowed(),
+              repeats=args.repeats, rehearse_failure=args.rehearse_failure)
+    records = run_kit(kit, only)
+    counts = Counter(r.status for r in records)
+    print(f"gpu-kit: {counts['done']} done, {counts['skipped']} skipped, {counts['failed']} "
+          f"failed in {kit.elapsed():.0f} s of {kit.budget_s:.0f}; {args.out}/stages.json")
+    return 0 if counts["done"] else 1
