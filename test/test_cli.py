@@ -64,20 +64,45 @@ def test_building_the_command_line_imports_no_model_or_ros_library():
     assert result.returncode == 0 and result.stdout.strip() == "[]"
 
 
-def test_model_loading_is_quiet_unless_verbose():
+def _caption_process(*args: str) -> subprocess.CompletedProcess:
+    """`crossspec caption ARGS` in a fresh process whose environment leaves transformers'
+    and the hub's verbosity unset (main() in this process may have set them)."""
     import os
-
-    from crossspec_ros.paths import sample_bag
 
     env = {k: v for k, v in os.environ.items()
            if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
-    command = [sys.executable, "-m", "crossspec_ros.cli.main", "caption", str(sample_bag()),
-               "--max-windows", "1"]
-    quiet = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "caption", *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+# Two caption runs, each read by two tests (loading the models is most of a run): the sample
+# bag with a drafter given on the command line, quiet; a bag without ground truth, --verbose.
+@pytest.fixture(scope="module")
+def caption_another_drafter() -> subprocess.CompletedProcess:
+    from crossspec_ros.paths import BUNDLED_PAIR, sample_bag
+
+    return _caption_process(str(sample_bag()), "--max-windows", "2", "--drafter-model",
+                            str(BUNDLED_PAIR / "distilled" / "drafter"), "--check-lossless")
+
+
+@pytest.fixture(scope="module")
+def pattern_bag(tmp_path_factory) -> Path:
+    """A bag of moving test patterns (events and RGB, no ground truth), as a user makes it."""
+    bag = tmp_path_factory.mktemp("patterns") / "patterns"
+    assert main(["make-test-bag", str(bag), "--duration", "3"]) == 0
+    return bag
+
+
+@pytest.fixture(scope="module")
+def caption_patterns_verbose(pattern_bag) -> subprocess.CompletedProcess:
+    return _caption_process(str(pattern_bag), "--max-windows", "1", "--verbose")
+
+
+def test_model_loading_is_quiet_unless_verbose(caption_another_drafter,
+                                               caption_patterns_verbose):
+    quiet, loud = caption_another_drafter, caption_patterns_verbose
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     assert "Loading weights" not in quiet.stderr and "model of type" not in quiet.stderr
-    loud = subprocess.run([*command, "--verbose"], capture_output=True, text=True,
-                          timeout=120, env=env)
     assert loud.returncode == 0 and "Loading weights" in loud.stderr
 
 
@@ -131,13 +156,8 @@ def test_a_bad_bag_is_refused_before_torch_is_even_imported(command, tmp_path):
     assert result.stdout.split() == ["2", "False"], result.stderr
 
 
-def test_caption_runs_on_a_bag_without_ground_truth(tmp_path):
-    bag = tmp_path / "patterns"
-    made = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "make-test-bag",
-                           str(bag)], capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
-    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "caption", str(bag),
-                          "--max-windows", "1"], capture_output=True, text=True, timeout=120)
+def test_caption_runs_on_a_bag_without_ground_truth(caption_patterns_verbose):
+    run = caption_patterns_verbose
     assert run.returncode == 0, run.stderr[-2000:]
     assert "confirmed" in run.stdout and "Traceback" not in run.stderr
     # whether or not the draft beat the verifier (load decides), the summary is printed
@@ -158,20 +178,21 @@ def test_a_closed_pipe_ends_the_output_quietly():
     assert proc.returncode == 0
 
 
-def test_corpus_writes_the_verifiers_caption_of_every_window_one_per_line(tmp_path):
+def test_corpus_writes_the_verifiers_caption_of_every_window_one_per_line(pattern_bag,
+                                                                           tmp_path):
     from crossspec_ros.bags.inputs import iter_bag_windows
     from crossspec_ros.models.pair import load_verifier
-    from crossspec_ros.paths import sample_bag
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
     out = tmp_path / "captions.txt"
-    assert main(["corpus", str(sample_bag()), "--out", str(out)]) == 0
+    assert main(["corpus", str(pattern_bag), "--out", str(out)]) == 0
     lines = out.read_text().splitlines()
-    windows = [w for w in iter_bag_windows(sample_bag(), WindowSynchronizer()) if w.has_rgb]
-    assert len(lines) == len(windows) == 24
-    verifier = load_verifier()
-    first = verifier.generate_greedy(verifier.prepare(windows[0]), 48)
-    assert lines[0] == verifier.tokenizer.decode(first, skip_special_tokens=True).strip()
+    windows = [w for w in iter_bag_windows(pattern_bag, WindowSynchronizer()) if w.has_rgb]
+    assert len(lines) == len(windows) >= 3
+    verifier = load_verifier()  # each line is the verifier's greedy caption of its window
+    for line, window in zip(lines, windows, strict=True):
+        own = verifier.generate_greedy(verifier.prepare(window), 48)
+        assert line == verifier.tokenizer.decode(own, skip_special_tokens=True).strip()
 
 
 def test_corpus_without_bags_or_simulated_windows_says_what_to_give(tmp_path, capsys):
@@ -195,12 +216,7 @@ def test_model_options_are_checked_like_the_node_parameters(command, capsys):
                    "at startup))")
 
 
-def test_caption_runs_another_drafter_given_on_the_command_line():
-    from crossspec_ros.paths import BUNDLED_PAIR, sample_bag
-
-    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "caption",
-                          str(sample_bag()), "--max-windows", "2", "--drafter-model",
-                          str(BUNDLED_PAIR / "distilled" / "drafter"), "--check-lossless"],
-                         capture_output=True, text=True, timeout=120)
+def test_caption_runs_another_drafter_given_on_the_command_line(caption_another_drafter):
+    run = caption_another_drafter
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "2 windows captioned" in run.stdout
+    assert "2 windows captioned" in run.stdout and "lossless 2/2" in run.stdout

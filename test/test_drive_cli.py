@@ -190,13 +190,22 @@ def test_loop_with_compare_or_with_too_short_a_pass_is_refused_at_once(capsys, a
     assert message in capsys.readouterr().err
 
 
-def test_one_foxglove_server_serves_every_compare_pass_to_a_client_connected_from_the_start():
+@pytest.fixture(scope="module")
+def foxglove_recorded_drive(tmp_path_factory):
+    """One `crossspec drive --compare` serving Foxglove to a websocket client connected from
+    the start and recording (--overwrite) over an earlier recording, a file: read by the
+    Foxglove test and the --overwrite test (its crossspec pass runs the viz node, which does
+    both)."""
     import re
     import threading
+    from types import SimpleNamespace
 
     ws_client = pytest.importorskip("websockets.sync.client")
+    out = tmp_path_factory.mktemp("recorded") / "out"
+    out.write_text("an earlier recording, a file")
     process = subprocess.Popen([*DRIVE, "--compare", "--rounds", "1", "--max-windows", "1",
-                                "--duration", "3", "--foxglove", "--foxglove-port", "0"],
+                                "--duration", "3", "--foxglove", "--foxglove-port", "0",
+                                "--record", str(out), "--overwrite"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env=dict(os.environ))
     stderr: list[str] = []
@@ -241,15 +250,23 @@ def test_one_foxglove_server_serves_every_compare_pass_to_a_client_connected_fro
                                 {"id": 1, "channelId": ids[0]}]}))
                 elif msg[:1] == b"\x01" and int.from_bytes(msg[1:5], "little") == 1:
                     captions += 1  # message data of our subscription
-        assert process.wait(timeout=120) == 0, "".join(stderr)
+        code = process.wait(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
     reader.join(timeout=10)
+    return SimpleNamespace(code=code, stderr="".join(stderr), passes_before=passes_before,
+                           captions=captions, out=out)
+
+
+def test_one_foxglove_server_serves_every_compare_pass_to_a_client_connected_from_the_start(
+        foxglove_recorded_drive):
+    run = foxglove_recorded_drive
+    assert run.code == 0, run.stderr
     # connected before the first pass began; the captions came in the crossspec pass, the last
-    assert passes_before <= 1, "".join(stderr)
-    assert "pass 3/3" in "".join(stderr)
-    assert captions >= 1, "".join(stderr)
+    assert run.passes_before <= 1, run.stderr
+    assert "pass 3/3" in run.stderr
+    assert run.captions >= 1, run.stderr
 
 
 def stop_after_line(args: list[str], seen_enough: Callable[[list[str]], bool], signum: int
@@ -426,12 +443,10 @@ def test_record_never_overwrites_the_bag_it_replays(tmp_path, capsys):
     assert (bag / "metadata.yaml").exists()
 
 
-def test_record_with_overwrite_replaces_an_existing_out_with_the_new_recording(tmp_path):
-    out = tmp_path / "out"
-    out.write_text("an earlier recording, a file")
-    result = subprocess.run([*DRIVE, "--max-windows", "1", "--record", str(out), "--overwrite"],
-                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_record_with_overwrite_replaces_an_existing_out_with_the_new_recording(
+        foxglove_recorded_drive):
+    run, out = foxglove_recorded_drive, foxglove_recorded_drive.out
+    assert run.code == 0, run.stderr
     assert out.is_dir() and (out / "metadata.yaml").is_file()
     assert any(topic == "/crossspec/caption" for topic, _, _ in read_bag(out))
 

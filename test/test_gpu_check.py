@@ -63,7 +63,8 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
     assert {s["name"]: s["status"] for s in stages["stages"]} == \
         dict.fromkeys(STAGE_NAMES, "done")
     for name in ("env", "verifier", "exactness-bfloat16", "passes-bfloat16",
-                 "engine-bfloat16", "drafter", "exactness-float32", "exactness-4bit",
+                 "engine-bfloat16", "drafter", "prefill-compiled", "exactness-float32",
+                 "exactness-4bit",
                  "passes-4bit", "tests", "costs"):
         assert (out / f"{name}.json").is_file(), name
     # progress: a line per stage as it starts and ends

@@ -176,3 +176,23 @@ def test_compiled_steps_are_warmed_up_at_once_and_stay_bit_exact(bundled, window
         assert engine.run_window(window).tokens == engine.verifier_only(window)
     assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled mid-drive
     assert verifier.runtime.eager_steps == 0  # and every step ran compiled
+
+
+def test_with_prefill_left_eager_only_the_decoding_steps_compile_and_stay_bit_exact(
+        bundled, windows, monkeypatch):
+    """compile_prefill=False (the GPU kit's first stages): the prompt's chunks run eager,
+    the decoding steps compiled; verification rows still bit-identical to one-token decoding,
+    and live and one-shot prefill still the same chunks."""
+    monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
+    verifier = static_twin(bundled[0], RuntimeOptions(compile=True, step_rows=(8,),
+                                                      compile_prefill=False),
+                           dtype=torch.bfloat16)
+    runtime = verifier.runtime
+    assert runtime.compiled and "prefill eager" in runtime.describe()
+    assert runtime._last_fn == runtime._last_row and runtime._rows_fn != runtime._rows
+    assert any(shape.startswith("chunk") for shape in runtime.warmed)
+    single, chunked = teacher_forced_rows(verifier, windows[0], 7)
+    assert all(torch.equal(a, b) for a, b in zip(single, chunked, strict=True))
+    engine = SpeculativeEngine(verifier, None, EngineConfig())
+    assert engine.run_window(windows[0]).tokens == engine.verifier_only(windows[0])
+    assert runtime.eager_steps == 0 and not runtime.steps_not_warmed

@@ -61,9 +61,12 @@ class Run:
 
 
 def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
-              extra: dict | None = None, verifier_wrapper=None, settle_s: float = 4.0,
+              extra: dict | None = None, verifier_wrapper=None, settle_s: float = 1.5,
               loop: bool = False, rate: float = 1.0, draft_process: bool = False) -> Run:
-    """Replay the first ``seconds`` of the sample bag through the graph; collect outputs."""
+    """Replay the first ``seconds`` of the sample bag through the graph; collect outputs.
+    After the replay: until the nodes of this process hold no window and nothing arrived for
+    ``settle_s`` (see ``_wait_idle``; a node in another process cannot be asked: give it a
+    longer ``settle_s``)."""
     verifier, drafter = pair
     if verifier_wrapper is not None:
         verifier = verifier_wrapper(verifier)
@@ -105,7 +108,7 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
             if player.done.is_set():
                 break
             time.sleep(0.1)
-        _wait_idle(run, settle_s)
+        _wait_idle(run, settle_s, busy=lambda: _holds_a_window(run.nodes))
         stop_spinning()
         executor.shutdown(timeout_sec=2)
         for node in [*run.nodes, probe, player]:
@@ -126,15 +129,33 @@ def _wait_for_subscriber(node, topic: str, process, timeout: float = 60) -> None
         time.sleep(0.2)
 
 
-def _wait_idle(run: Run, settle_s: float) -> None:
-    """Until no caption and no draft arrived for ``settle_s`` (bounded): on a loaded machine
-    the last window's draft can come after its verifier's FINAL caption."""
+def _holds_a_window(nodes) -> bool:
+    """Whether a node still has a window to finish: buffered in its synchronizer (not yet
+    closed), queued or in its worker's hands, being drafted (the draft node), or not yet
+    finished in the caption book (the verifier: waiting for RGB, a draft or its caption)."""
+    try:
+        for node in nodes:
+            if node.sync.pending_ids() or node.queue.keys():
+                return True
+            cursor, book = getattr(node, "cursor", None), getattr(node, "book", None)
+            if (cursor is not None and cursor.current() is not None) or (book and book.windows):
+                return True
+    except RuntimeError:  # a dict the executor changed while this thread read it: busy
+        return True
+    return False
+
+
+def _wait_idle(run: Run, settle_s: float, busy=lambda: False) -> None:
+    """Until no caption and no draft arrived for ``settle_s`` while ``busy()`` stayed false
+    (bounded): on a loaded machine the last window's draft can come after its verifier's
+    FINAL caption, so the nodes' own state says when the work is done and ``settle_s`` covers
+    the messages still on their way."""
     deadline = time.monotonic() + 120
     count = -1
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:
         now = sum(len(v) for v in run.captions.values()) + sum(len(v) for v in run.drafts.values())
-        if now != count:
+        if now != count or busy():
             count, quiet_since = now, time.monotonic()
         elif time.monotonic() - quiet_since > settle_s:
             return
@@ -196,25 +217,28 @@ def test_windows_with_events_but_no_rgb_end_unverified(pair):
 
 def test_a_slow_verifier_drops_windows_visibly_and_its_queue_stays_bounded(pair):
     class Slow:
-        """The verifier, 1.5 s slower per window."""
+        """The verifier, ``delay_s`` (1.5 s) slower per window."""
 
         def __init__(self, inner):
-            self.inner = inner
+            self.inner, self.delay_s = inner, 1.5
 
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
         def prefill(self, inputs):
-            time.sleep(1.5)
+            time.sleep(self.delay_s)
             return self.inner.prefill(inputs)
 
         def prefill_with_proposal(self, inputs, proposal, parents=None):
-            time.sleep(1.5)
+            time.sleep(self.delay_s)
             return self.inner.prefill_with_proposal(inputs, proposal, parents)
 
     run = run_graph(pair, seconds=6.5, rate=1.0, extra={"max_queued_windows": 1},
                     verifier_wrapper=Slow)
     verifier_node = run.nodes[1]
+    assert isinstance(verifier_node.engine.verifier, Slow)
+    verifier_node.engine.verifier.delay_s = 0.0  # the graph has stopped: the verifier alone
+    #                                              below computes the same without the wait
     assert verifier_node.queue.dropped >= 1
     assert len(verifier_node.queue) <= 1
     reported = [int(kv.value) for d in run.diagnostics for s in d.status
@@ -238,7 +262,8 @@ def test_distributed_mode_draft_node_in_another_process(pair):
 
     if not (BUNDLED_PAIR / "drafter").is_dir():
         pytest.skip("the draft node process loads the bundled pair")
-    run = run_graph(pair, seconds=4.5, kinds=("verifier",), draft_process=True)
+    # the draft node's state is in the other process: the longer quiet for its last drafts
+    run = run_graph(pair, seconds=4.5, kinds=("verifier",), draft_process=True, settle_s=4.0)
     verifier_node = run.nodes[0]
     assert len(run.results) >= 3
     # Every window is drafted in the other process, unless the verifier was done first (which
@@ -305,13 +330,13 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
         after every window was verified: nothing for the head to read)."""
 
         def __init__(self, inner):
-            self.inner = inner
+            self.inner, self.delay_s = inner, 0.5
 
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
         def prepare(self, window):
-            time.sleep(0.5)
+            time.sleep(self.delay_s)
             return self.inner.prepare(window)
 
     run = run_graph((pair[0], drafter), seconds=3.5, verifier_wrapper=Patient,
@@ -326,6 +351,8 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     assert all(run.drafts[wid][0] is with_state[0]  # with the window's first draft
                for wid, with_state in sent.items() if with_state)
     verifier_node = run.nodes[1]
+    assert isinstance(verifier_node.engine.verifier, Patient)
+    verifier_node.engine.verifier.delay_s = 0.0  # the graph has stopped: no wait below
     assert "draft_head" in verifier_node.engine.config.proposers  # added by the parameter
     proposed = sum(r.stats.proposed.get("draft_head", 0) for _, r in run.results.values())
     accepted = sum(r.stats.accepted.get("draft_head", 0) for _, r in run.results.values())

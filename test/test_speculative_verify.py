@@ -35,24 +35,33 @@ def first_token_frequencies(p_logits, q, n_trials, deterministic):
     gen = torch.Generator().manual_seed(1234)
     vocab = p_logits.shape[-1]
     counts = torch.zeros(vocab)
-    for _ in range(n_trials):
-        token = int(torch.multinomial(q, 1, generator=gen))
-        logits = torch.stack([p_logits, p_logits])  # position 0 and the bonus position
-        verdict = verify_sampling([token], logits, None if deterministic else q[None],
-                                  generator=gen)
-        counts[verdict.confirmed([token])[0]] += 1
+    # one intra-op thread: on 6-element tensors a second one only spins (3x the CPU time per
+    # call, taken from the other pytest-xdist worker); the draws are the same either way
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(n_trials):
+            token = int(torch.multinomial(q, 1, generator=gen))
+            logits = torch.stack([p_logits, p_logits])  # position 0 and the bonus position
+            verdict = verify_sampling([token], logits, None if deterministic else q[None],
+                                      generator=gen)
+            counts[verdict.confirmed([token])[0]] += 1
+    finally:
+        torch.set_num_threads(threads)
     return counts / n_trials
 
 
 def test_speculative_sampling_first_token_matches_the_verifier_distribution():
-    # Small vocabulary, draft q deliberately unlike target p. 40k trials: the standard error
-    # of each frequency is <= 0.0025, so a 0.015 tolerance is a 6-sigma bound per token.
+    # Small vocabulary, draft q deliberately unlike target p (the draft's own frequencies are
+    # up to 0.25 off p). 12k trials, seeded: the standard error of each frequency is <= 0.0046,
+    # so a 0.02 tolerance is a 4.3-sigma bound per token, and a rule that kept any of q's
+    # bias beyond 0.03 fails.
     p_logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, 1.5])
     p = torch.softmax(p_logits.double(), -1).float()
     q = torch.tensor([0.05, 0.4, 0.05, 0.3, 0.1, 0.1])
     for deterministic in (False, True):
-        freq = first_token_frequencies(p_logits, q, 40_000, deterministic)
-        assert torch.max(torch.abs(freq - p)).item() < 0.015, (deterministic, freq, p)
+        freq = first_token_frequencies(p_logits, q, 12_000, deterministic)
+        assert torch.max(torch.abs(freq - p)).item() < 0.02, (deterministic, freq, p)
 
 
 def test_sampling_accepts_everything_when_draft_equals_target():

@@ -135,27 +135,32 @@ def test_a_lora_distilled_drafter_never_changes_the_confirmed_caption(distill_pa
         assert engine.run_window(window).tokens == reference
 
 
-def test_distill_lora_writes_an_adapter_of_the_bundled_drafter_that_loads(tmp_path):
+def test_distill_lora_writes_an_adapter_of_the_bundled_drafter_that_loads(tmp_path, capsys):
     import os
     import subprocess
     import sys
 
-    def crossspec(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", *args],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    from crossspec_ros.cli.main import main
 
     out = tmp_path / "lora_out"
-    bad = crossspec("distill", "--method", "lora", "--lora-rank", "0", "--sim-windows", "16",
-                    "--out", str(out))
-    assert bad.returncode == 2 and "--lora-rank >= 1" in bad.stderr
+    # refused before anything is written (an exception would have escaped main)
+    assert main(["distill", "--method", "lora", "--lora-rank", "0", "--sim-windows", "16",
+                 "--out", str(out)]) == 2
+    assert "--lora-rank >= 1" in capsys.readouterr().err
     if not torch.cuda.is_available():
-        no_gpu = crossspec("distill", "--method", "lora", "--device", "cuda", "--sim-windows",
-                           "16", "--out", str(out))
-        assert no_gpu.returncode == 2 and "CUDA is not available" in no_gpu.stderr
-        assert "Traceback" not in no_gpu.stderr and not out.exists()
-    run = crossspec("distill", "--method", "lora", "--lora-rank", "2", "--sim-windows", "16",
-                    "--steps", "3", "--eval-windows", "0", "--workers", "1", "--out", str(out))
+        assert main(["distill", "--method", "lora", "--device", "cuda", "--sim-windows", "16",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "CUDA is not available" in err and "Traceback" not in err
+        assert not out.exists()
+    # the run itself in a fresh process: its stderr is what a user sees (no 4-bit warning);
+    # labels of 8 tokens at most: fewer verifier steps per window than the default 48
+    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "distill",
+                          "--method", "lora", "--lora-rank", "2", "--sim-windows", "16",
+                          "--steps", "3", "--max-new-tokens", "8", "--eval-windows", "0",
+                          "--workers", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "wrote" in run.stderr and "gemm_4bit" not in run.stderr
     card = json.loads((out / "distill.json").read_text())

@@ -20,8 +20,10 @@ order against a time budget (``--budget``, default 480 s):
   drafter         the drafter: load, compile, prefill and step; the verifier's pass beside it
                   (its steps on their own CUDA stream in this process, and in a process of
                   its own): the cost of sharing the device
-  exactness-float32, 4bit, tests
-                  what the budget leaves: fp32 exactness; the verifier in 4-bit NF4
+  prefill-compiled, exactness-float32, 4bit, tests
+                  what the budget leaves: the prompt's chunks compiled as well (the first
+                  stages run prefill eager, so that their compile is the decoding steps'
+                  alone); fp32 exactness; the verifier in 4-bit NF4
                   (exactness and passes); the CUDA tests (test/test_models_gpu.py)
 
 Each stage writes its JSON into OUT as soon as it is done, and ``stages.json`` lists every stage
@@ -113,6 +115,7 @@ class Kit:
     step_rows: int
     compile: bool
     repeats: int
+    compile_prefill: bool = False
     rehearse_failure: str = ""
     t0: float = field(default_factory=time.monotonic)
     records: list[StageRecord] = field(default_factory=list)
@@ -216,14 +219,15 @@ def _load_pair_member(kit: Kit, role: str, dtype: str) -> Any:
     return model
 
 
-def _static_twin(model: Any, rows: tuple[int, ...], compile: bool, max_new: int
-                 ) -> tuple[Any, dict[str, float]]:
+def _static_twin(model: Any, rows: tuple[int, ...], compile: bool, max_new: int,
+                 compile_prefill: bool = True) -> tuple[Any, dict[str, float]]:
     """``model`` on a static runtime of ``rows`` (sharing its weights) and each shape's
     warm-up (compile and first run) seconds."""
     from crossspec_ros.models.static_runtime import RuntimeOptions
 
     twin = model.with_runtime(None)
-    timings = twin.use_static_runtime(RuntimeOptions(compile=compile, step_rows=rows), max_new)
+    timings = twin.use_static_runtime(RuntimeOptions(compile=compile, step_rows=rows,
+                                                     compile_prefill=compile_prefill), max_new)
     return twin, timings
 
 
@@ -311,19 +315,23 @@ def stage_verifier(kit: Kit) -> dict[str, Any]:
     weights = _allocated()
     kit.log(f"verifier loaded in {load_s:.1f} s")
     kit.exact, exact_timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
-                                            kit.max_new_tokens)
+                                            kit.max_new_tokens, kit.compile_prefill)
     kit.log(f"exact runtime ready: {exact_timings}")
     result: dict[str, Any] = {
         "model": kit.verifier.info.name, "dtype": kit.dtype, "load_s": load_s,
         "prompt_tokens": kit.verifier.prompt_layout()[0],
         "prompt_chunks": kit.verifier.prompt_layout()[1],
-        "compile": ("each step shape compiled whole (torch.compile fullgraph, one graph per "
-                    "shape; CUDA graphs on a GPU)") if kit.compile else "eager steps",
+        "compile": (("each step shape compiled whole (torch.compile fullgraph, one graph per "
+                     "shape; CUDA graphs on a GPU)") + ("" if kit.compile_prefill else
+                                                        "; the prompt's chunks run eager (the "
+                                                        "prefill-compiled stage compiles them)"))
+        if kit.compile else "eager steps",
         "runtimes": {"exact": _runtime_json(kit.exact, exact_timings)}}
     # the fastest plain decoder (verifier_alone_compiled) only when its compile fits: judged
     # from the exact runtime's, as long as the rest of the kit's first stages need
     if kit.compile and sum(exact_timings.values()) * 1.5 + 120 < kit.left():
-        kit.plain, plain_timings = _static_twin(kit.verifier, (1,), True, kit.max_new_tokens)
+        kit.plain, plain_timings = _static_twin(kit.verifier, (1,), True, kit.max_new_tokens,
+                                                kit.compile_prefill)
         result["runtimes"]["one_row"] = _runtime_json(kit.plain, plain_timings)
         kit.log(f"one-row runtime ready: {plain_timings}")
     else:
@@ -563,6 +571,17 @@ def _sharing(kit: Kit, result: dict[str, Any]) -> None:
         "drafter_process_model": source or "the bundled drafter (stands in on a CPU)"})
 
 
+def stage_prefill_compiled(kit: Kit) -> dict[str, Any]:
+    """The prompt's chunks compiled too (what a node compiles at configure): each shape's
+    compile seconds and the prefill costs then (the first stages ran prefill eager)."""
+    twin, timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
+                                 kit.max_new_tokens)
+    report = {"runtime": _runtime_json(twin, timings),
+              "prefill": _prefill_costs(twin, kit.windows[0])}
+    del twin
+    return report
+
+
 def _free_models(kit: Kit) -> None:
     import gc
 
@@ -642,6 +661,9 @@ STAGES: tuple[Stage, ...] = (
           + 3 * _decode_window_s(kit), ("verifier",), file="engine-{dtype}"),
     Stage("drafter", stage_drafter,
           lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
+    Stage("prefill-compiled", stage_prefill_compiled,
+          lambda kit: kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 10, 2),
+          ("verifier",)),
     Stage("exactness-float32", stage_exactness_float32,
           lambda kit: 1.5 * kit.seconds("verifier", _prior(kit, 300, 10))
           + 1.5 * kit.seconds("exactness", _prior(kit, 60, 4))),
@@ -737,6 +759,14 @@ def cost_profile(out: Path) -> dict[str, Any]:
                                 for name, r in verifier.get("runtimes", {}).items()}
         profile["verifier_load_s"] = verifier.get("load_s")
         profile["sources"]["compile_s"] = "verifier.json: runtimes.*.warm_up_s_per_shape"
+    compiled_prefill = read("prefill-compiled")
+    if compiled_prefill:
+        prefill = compiled_prefill.get("prefill", {})
+        profile["prefill_compiled"] = {
+            "prefill_ms_by_tokens": [[c["tokens"], c["prefill_ms"]]
+                                     for c in prefill.get("per_frame_chunk", [])],
+            "compile_s": compiled_prefill.get("runtime", {}).get("warm_up_s_per_shape")}
+        profile["sources"]["prefill_compiled"] = "prefill-compiled.json: prefill, runtime"
     if drafter:
         profile["drafter"] = {k: drafter.get(k) for k in (
             "load_s", "prepare_ms", "vision_ms", "prefill_ms", "prompt_tokens", "ms_per_pass",
@@ -777,6 +807,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="rows of every verifier pass on the exact runtime (default 32)")
     parser.add_argument("--repeats", type=int, default=10, help="timed passes per cost")
     parser.add_argument("--no-compile", action="store_true", help="eager static steps")
+    parser.add_argument("--compile-prefill", action="store_true",
+                        help="compile the prompt's chunks in the verifier stage too (default: "
+                        "they run eager until the prefill-compiled stage, so that the first "
+                        "stages' compile is the decoding steps' alone)")
     parser.add_argument("--stages", default="", metavar="A,B",
                         help=f"only these stages ({', '.join(STAGE_NAMES)})")
     parser.add_argument("--bag", type=Path, default=sample_bag())
@@ -821,7 +855,8 @@ def run(args: argparse.Namespace) -> int:
     kit = Kit(out=args.out, device=device, models=args.models, dtype=args.dtype,
               budget_s=args.budget, windows=windows, max_new_tokens=args.max_new_tokens,
               step_rows=args.step_rows, compile=not args.no_compile and compile_allowed(),
-              repeats=args.repeats, rehearse_failure=args.rehearse_failure)
+              repeats=args.repeats, compile_prefill=args.compile_prefill,
+              rehearse_failure=args.rehearse_failure)
     records = run_kit(kit, only)
     counts = Counter(r.status for r in records)
     print(f"gpu-kit: {counts['done']} done, {counts['skipped']} skipped, {counts['failed']} "

@@ -23,7 +23,7 @@ from typing import Any
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
-               "engine-4bit", "drafter", "costs")
+               "engine-4bit", "drafter", "prefill-compiled", "costs")
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -111,6 +111,12 @@ def _load_table(stages: dict[str, Any]) -> list[str]:
                         f"{runtime.get('describe', '?')} | "
                         + ", ".join(f"{shape} {sec} s" for shape, sec in
                                     runtime.get("warm_up_s_per_shape", {}).items()) + " |")
+    compiled_prefill = (stages.get("prefill-compiled") or {}).get("runtime")
+    if compiled_prefill:
+        rows.append("| verifier, prompt chunks compiled too | | "
+                    f"{compiled_prefill.get('describe', '?')} | " + ", ".join(
+                        f"{shape} {sec} s" for shape, sec in
+                        compiled_prefill.get("warm_up_s_per_shape", {}).items()) + " |")
     drafter = stages.get("drafter") or {}
     if drafter.get("runtime"):
         runtime = drafter["runtime"]

@@ -63,6 +63,10 @@ class RuntimeOptions:
     compile: bool = True
     step_rows: tuple[int, ...] = (32,)
     caches: int = 3  # allocated at once: a live prefill, the decoding window, one spare
+    # False: with compile, only the decoding steps are compiled and the prompt's chunks run
+    # eager (fewer shapes to compile: the GPU kit's first stages, where a 7B's compile per
+    # shape eats the lease). Exactness is unchanged: every prefill runs the same eager chunks
+    compile_prefill: bool = True
 
     def __post_init__(self) -> None:
         rows = tuple(self.step_rows)
@@ -374,7 +378,8 @@ class StaticLM:
             use_compile_cache()
             _configure_compiler(self.device)
             self._rows_fn = _compiled(self._rows, self.device)
-            self._last_fn = _compiled(self._last_row, self.device)
+            if self.options.compile_prefill:
+                self._last_fn = _compiled(self._last_row, self.device)
             self.compiled = True
         shapes = [("rows", r) for r in self.step_rows] + [
             ("chunk", c) for c in sorted(set(prompt_chunks))]
@@ -409,6 +414,8 @@ class StaticLM:
         mode = "compiled" if self.compiled else "eager"
         if self.compiled and compile_mode(self.device):
             mode += f" {compile_mode(self.device)}"
+        if self.compiled and not self.options.compile_prefill:
+            mode += ", prefill eager"
         exact = ", exact" if self.options.exact else ""
         return (f"{self.name}: static runtime ({mode}{exact}), {len(self._slots)} caches of "
                 f"{self.max_len} positions, steps of {'/'.join(map(str, self.step_rows))} "

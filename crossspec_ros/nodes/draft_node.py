@@ -28,7 +28,6 @@ from crossspec_ros.events.packet import from_msg
 from crossspec_ros.models.static_runtime import runtime_counters
 from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.nodes.common import (
-    WindowQueue,
     Worker,
     declare_params,
     diagnostics,
@@ -46,6 +45,7 @@ from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
 from crossspec_ros.sync.captions import DraftCursor
+from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 

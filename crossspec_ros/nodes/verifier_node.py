@@ -9,19 +9,17 @@ decides: DRAFT while only the draft exists, PARTIAL with a confirmed prefix and 
 unconfirmed tail, FINAL when done, UNVERIFIED (the draft) for windows the verifier never
 captions. With live prefill each frame is prefilled as soon as it is selected, and with early
 start a window whose frames are all decided is captioned before it closes and published at the
-close (speculative/early_start.py). This node only converts messages and runs the engine.
+close (speculative/early_start.py). Those decisions are the verifier loop's
+(speculative/verifier_loop.py); this node converts messages and publishes what it hands over.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import time
+from collections import ChainMap
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
-import torch
 from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CompressedImage, Image
@@ -31,7 +29,6 @@ from crossspec_ros.models.static_runtime import runtime_counters
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
     NS,
-    WindowQueue,
     Worker,
     declare_params,
     diagnostics,
@@ -46,19 +43,14 @@ from crossspec_ros.nodes.common import (
 )
 from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import VERIFIER_NODE_PARAMS, ParameterError, combination_problem
-from crossspec_ros.speculative.drafting import DraftChannel
-from crossspec_ros.speculative.early_start import HeldCaption, HeldCaptions, provisional_window
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
-from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.events import EngineEvent
 from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
 from crossspec_ros.speculative.verifier_first import VerifierFirst
-from crossspec_ros.sync.agreement import AgreementTally, text_to_ids
+from crossspec_ros.speculative.verifier_loop import VerifierLoop
+from crossspec_ros.sync.agreement import text_to_ids
 from crossspec_ros.sync.captions import (
-    CaptionBook,
-    CaptionStatus,
-    UnverifiedReason,
     WindowCaption,
-    WindowKey,
 )
 from crossspec_ros.sync.window import StampedFrame
 
@@ -100,28 +92,37 @@ class VerifierNode(ManagedNode):
         self.verifier_first = verifier_first
         self.params = p = declare_params(self, VERIFIER_NODE_PARAMS, on_change=self._on_params,
                                          live_check=self._live_refusal)
-        self._next_config: EngineConfig | None = None  # a live change, for the next window
         self._given = (verifier, drafter)
-        self.engine: SpeculativeEngine | None = None
         self.caption_action: CaptionWindowServer | None = None
-        self.on_result = on_result
-        self.queue = WindowQueue(p["max_queued_windows"])
         self.worker: Worker | None = None
-        # the caption protocol (sync/captions.py); the lock makes each change and its
-        # publication one step (executor vs worker thread), so captions leave in order
-        self._lock = threading.Lock()
-        self.book = CaptionBook(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5)
-        self.agreement = AgreementTally()  # the drafts against their FINAL captions
-        self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
-        self.counters = {"windows_verified": 0, "bad_frames": 0, "errors": 0,
-                         "live_redone": 0}
-        self.last_stats: dict[str, float] = {}
+        # the window decisions (speculative/verifier_loop.py): captions leave through
+        # _publish_captions with its lock held, so they leave in order
+        self.loop = VerifierLoop(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5,
+                                 max_queued=p["max_queued_windows"],
+                                 on_captions=self._publish_captions,
+                                 on_confirmed=self._publish_confirmed,
+                                 warn=self.get_logger().warning, on_result=on_result)
+        self._node_counters = {"bad_frames": 0, "errors": 0}
+        self.counters = ChainMap(self._node_counters, self.loop.counters)
         self.sync: Any = None  # the RGB synchronizer (configure); its timeline outlives it
         # the book's FINAL / UNVERIFIED counts at the last diagnostics (is anything verified?)
         self._finished_seen = (0, 0)
         self.live_prefill = False
-        self.live: LivePrefillScheduler | None = None  # with live prefill (configure)
-        self.held = HeldCaptions()  # early start: captions decoded before their close
+
+    # the loop's parts, as the node's (tests and diagnostics read them here)
+    engine = property(lambda self: self.loop.engine,
+                      lambda self, engine: setattr(self.loop, "engine", engine))
+    book = property(lambda self: self.loop.book)
+    queue = property(lambda self: self.loop.queue)
+    held = property(lambda self: self.loop.held)
+    live = property(lambda self: self.loop.live)
+    agreement = property(lambda self: self.loop.agreement)
+    channels = property(lambda self: self.loop.channels)
+    _lock = property(lambda self: self.loop.lock)
+    _publish = property(lambda self: self.loop.publish)
+    _step = property(lambda self: self.loop.step)
+    _tick = property(lambda self: self.loop.tick)
+    _enqueue = property(lambda self: self.loop.enqueue)
 
     def configure_node(self) -> None:
         p = self.params
@@ -146,20 +147,23 @@ class VerifierNode(ManagedNode):
         corpus = load_corpus(p["caption_corpus"], verifier)
         if corpus is not None:
             self.get_logger().info(f"caption corpus: {corpus.summary()}")
-        self.engine = SpeculativeEngine(verifier, drafter, config, head=head,
-                                        corpus=corpus.captions if corpus else ())
+        engine = SpeculativeEngine(verifier, drafter, config, head=head,
+                                   corpus=corpus.captions if corpus else ())
         self.agreement.tokenize = text_to_ids(verifier.tokenizer)
         self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
+        live = None
         if self.live_prefill:
             from crossspec_ros.models.live_prefill import LivePrefill
 
-            self.live = LivePrefillScheduler(lambda: LivePrefill(verifier))
+            live = LivePrefillScheduler(lambda: LivePrefill(verifier))
         if p["live_prefill"] and not self.live_prefill:
             self.get_logger().info("live_prefill: this verifier prefills after the close "
                                    "(it needs a Video-LLaVA verifier whose num_frames is "
                                    "frames_per_window)")
         self.sync = sync_from_params(p, streams=("rgb",), announce_frames=self.live_prefill,
                                      previous=self.sync)
+        self.loop.configure(engine, self.sync, live, lambda: self.params["early_start"],
+                            self.verifier_first)
         if self.verifier_first is not None:  # its turn's bound (speculative/verifier_first.py)
             self.verifier_first.max_pause_s = p["yield_to_verifier_ms"] / 1e3
         self.pub_confirmed = self.add_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
@@ -186,36 +190,17 @@ class VerifierNode(ManagedNode):
             f"{p['confirmed_topic']}, {p['caption_topic']}")
 
     def start(self) -> None:
-        self.queue = WindowQueue(self.params["max_queued_windows"])
-        self.worker = Worker(f"{self.get_name()}-worker", self._step, self._on_error)
+        self.loop.start(self.params["max_queued_windows"])
+        self.worker = Worker(f"{self.get_name()}-worker", self.loop.step, self._on_error)
         self.worker.start()
 
     def stop(self) -> None:
-        self.queue.close()
-        with self._lock:
-            for channel in self.channels.values():
-                channel.stop()
+        self.loop.stop_taking()
         if self.worker is not None:
             self.worker.stop()  # the window in progress ends first
-        if self.live is not None:
-            self.live.clear()  # their KV caches go with them
-        self.held.clear()
-        # The windows queued or still open will never be verified: given up now (their frames
-        # are let go, and frames that come for them after an activate are late), they end
-        # UNVERIFIED with their drafts, which the node relays while inactive (_on_draft).
-        # Shutting down, nothing more will be published: they end at once.
-        going_on = self.context.ok()
-        with self._lock:
-            now, stopped = time.monotonic(), []
-            epoch = self.sync.epoch
-            left = [(w.key, w.t0, w.t1) for w in self.queue.drain()]
-            left += [((epoch, wid), t0, t1) for wid, t0, t1 in self.sync.abandon_pending()]
-            for key, t0, t1 in left:
-                stopped += self.book.on_verifier_gave_up(key, t0, t1, now,
-                                                         UnverifiedReason.VERIFIER_STOPPED)
-            stopped += self.book.stop(now, wait_for_drafts=going_on)
-            if going_on:
-                self._publish(stopped)
+        # the windows queued or open end UNVERIFIED with their drafts (relayed while
+        # inactive); shutting down, nothing more is published
+        self.loop.end_open_windows(going_on=self.context.ok())
 
     def release(self) -> None:
         if self.caption_action is not None:
@@ -244,60 +229,14 @@ class VerifierNode(ManagedNode):
                 f"({self.counters['bad_frames']} skipped so far)",
                 throttle_duration_sec=5.0)
             return
-        frame = StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id)
-        closed = self.sync.add_frame(frame)
-        if self.live is not None:
-            selected = self.sync.take_frame_selections()
-            if selected:  # the worker encodes and prefills them while the window is open
-                self.live.add(selected)
-                self.queue.wake()
-        self._enqueue(closed)
-
-    def _enqueue(self, windows: list) -> None:
-        now = time.monotonic()
-        for window in windows:
-            dropped = self.queue.put(window, now)
-            if dropped is not None:
-                self.get_logger().warning(
-                    f"verifier busy: dropped window {dropped.id} ({self.queue.dropped} so far); "
-                    "its draft is published as UNVERIFIED")
-                with self._lock:
-                    self._publish(self.book.on_verifier_gave_up(
-                        dropped.key, dropped.t0, dropped.t1, time.monotonic(),
-                        UnverifiedReason.VERIFIER_BUSY))
+        self.loop.add_frame(StampedFrame(stamp, rgb, "rgb8", msg.header.frame_id))
 
     def _on_draft(self, msg: Any) -> None:
-        key = (int(msg.epoch), int(msg.window_id))
-        t0, t1 = msg_to_ns(msg.window_start), msg_to_ns(msg.window_end)
-        with self._lock:
-            now = time.monotonic()
-            captions = self.book.on_draft(key, t0, t1, msg.text, msg.first_token_latency_ms,
-                                          msg.done, now, cut_short=msg.cut_short)
-            if not self.active:  # stopped: the draft is the caption (UNVERIFIED once final)
-                captions += self.book.on_verifier_gave_up(key, t0, t1, now,
-                                                          UnverifiedReason.VERIFIER_STOPPED)
-                self._publish(captions)
-                return
-            self._publish(captions)
-            if not captions or captions[-1].finished:
-                return  # late, or finished as UNVERIFIED: no verifier will read it
-            channel = self.channels.setdefault(key, DraftChannel())
-        if len(msg.window_state) and self.engine is not None and self.engine.head is not None:
-            channel.set_window_state(torch.tensor(msg.window_state, dtype=torch.float32))
-        channel.set_draft([int(t) for t in msg.token_ids], int(msg.revision), msg.done)
-
-    def _tick(self) -> None:
-        if not self.active:  # windows given up at the deactivate wait for their drafts
-            with self._lock:
-                self._publish(self.book.expire(time.monotonic(), set(), None))
-            return
-        self._enqueue(self.sync.poll(time.monotonic_ns()))
-        waiting = {(self.sync.epoch, wid) for wid in self.sync.pending_ids()}
-        waiting |= set(self.queue.keys())
-        closed = self.sync.closed_before
-        with self._lock:
-            self._publish(self.book.expire(
-                time.monotonic(), waiting, None if closed is None else (self.sync.epoch, closed)))
+        self.loop.on_draft((int(msg.epoch), int(msg.window_id)), msg_to_ns(msg.window_start),
+                           msg_to_ns(msg.window_end), text=msg.text,
+                           first_token_ms=msg.first_token_latency_ms, done=msg.done,
+                           cut_short=msg.cut_short, tokens=[int(t) for t in msg.token_ids],
+                           revision=int(msg.revision), window_state=msg.window_state)
 
     def _live_refusal(self, values: dict[str, Any]) -> str | None:
         """What the loaded verifier cannot run: a top_k beyond its vocabulary, a live
@@ -316,117 +255,12 @@ class VerifierNode(ManagedNode):
 
     def _on_params(self, changed: dict[str, Any]) -> None:
         """``ros2 param set`` of an engine parameter: the next window uses it."""
-        with self._lock:
-            self._next_config = engine_config(self.params)
+        self.loop.reconfigure(engine_config(self.params))
         self.get_logger().info(f"parameters {', '.join(sorted(changed))} changed: used from "
                                "the next window on")
 
-    # ------------------------------------------------------------ worker thread
-    def _step(self) -> None:
-        item = self.queue.get()
-        if item is None:
-            if self.live is not None:
-                self.live.prefill_queued()
-                if self.params["early_start"]:
-                    self._start_early()
-            return
-        self._take_config()
-        window, t_close = item
-        key = window.key
-        held = self.held.claim(window)
-        if held is not None:
-            self._release(held, window, t_close)
-            return
-        with self._lock:
-            started = self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic())
-            channel = self.channels.setdefault(key, DraftChannel()) if started else \
-                self.channels.pop(key, None)
-        if not started:
-            if self.live is not None:
-                self.live.take(key)  # its live prefill is let go
-            return  # its caption already finished without RGB: one caption per window
-        try:
-            # taken once the book knows the verifier has the window: its queued frames are
-            # prefilled here, and one that fails fails the window (never "no RGB")
-            live = self.live.take(key) if self.live is not None else None
-            result = self._run_engine(window, channel, live, t_close,
-                                      on_event=lambda e: self._on_engine(window, e))
-        finally:
-            with self._lock:
-                self.channels.pop(key, None)
-                if not self.book.is_finished(key):  # the engine failed mid-window
-                    self._publish(self.book.on_verifier_gave_up(
-                        key, window.t0, window.t1, time.monotonic(),
-                        UnverifiedReason.VERIFIER_FAILED))
-        self._finish(window, result)
-
-    def _take_config(self) -> None:
-        """A live parameter change, from this window on."""
-        with self._lock:
-            config, self._next_config = self._next_config, None
-        if config is not None:
-            self.engine.reconfigure(config)
-
-    def _run_engine(self, window: Any, channel: DraftChannel, live: Any, t_close: float,
-                    on_event: Callable[[EngineEvent], None]) -> WindowResult:
-        turn = self.verifier_first.turn() if self.verifier_first is not None else nullcontext()
-        with turn:
-            return self.engine.run_window(
-                window, on_event=on_event, t_close=t_close, draft=channel, live=live,
-                look=channel.wait_window_state if self.engine.head is not None else None,
-                between_rounds=self.live.between_rounds if self.live is not None else None)
-
-    def _start_early(self) -> None:
-        """Caption a window whose frames are all decided and prefilled, before it closes; the
-        caption is held for the close (speculative/early_start.py)."""
-        taken = self.live.take_complete()
-        if taken is None:
-            return
-        key, live, frames = taken
-        window = provisional_window(key, frames, self.sync.window_len_ns)
-        with self._lock:
-            if self.book.is_finished(key):
-                return
-            channel = self.channels.setdefault(key, DraftChannel())
-        self._take_config()
-        held = HeldCaption(window)
-        try:
-            held.done(self._run_engine(window, channel, live, time.monotonic(), held.keep))
-        finally:
-            with self._lock:
-                self.channels.pop(key, None)
-        self.held.hold(held)
-
-    def _release(self, held: HeldCaption, window: Any, t_close: float) -> None:
-        """Publish the held caption of the closed ``window`` (it read the same frames)."""
-        key, now = window.key, time.monotonic()
-        with self._lock:
-            if not self.book.on_verifier_start(key, window.t0, window.t1, now):
-                return  # its caption already finished without RGB: one caption per window
-        stats = held.result.stats
-        for event in held.release(t_close, now):
-            self._on_engine(window, event, stats)
-        self._finish(window, held.result)
-
-    def _finish(self, window: Any, result: WindowResult) -> None:
-        self.counters["windows_verified"] += 1
-        s = result.stats
-        self.counters["live_redone"] += s.live_prefill_frames < 0
-        self.last_stats = {"confirmed_done_ms": s.confirmed_done_ms,
-                           "verifier_prefill_ms": s.verifier_prefill_ms,
-                           "acceptance": s.acceptance, "rounds": s.rounds}
-        if self.on_result is not None:
-            self.on_result(window, result)
-
-    def _on_engine(self, window: Any, event: EngineEvent, stats: Any = None) -> None:
-        if event.kind is not EventKind.CONFIRMED:
-            return
-        stats = stats if stats is not None else self.engine.current_stats
-        with self._lock:
-            self._publish(self.book.on_confirmed(
-                window.key, event.text, event.done, event.t_ms,
-                stats.acceptance if stats is not None else NAN, time.monotonic(),
-                acceptance_rule=stats.acceptance_rule if stats is not None else ""))
+    # ------------------------------------------------------------ what the loop hands over
+    def _publish_confirmed(self, window: Any, event: EngineEvent, stats: Any) -> None:
         msg = cs_msg.ConfirmedTokens(
             window_id=int(window.id), epoch=int(window.epoch), window_start=ns_to_msg(window.t0),
             window_end=ns_to_msg(window.t1), base_index=event.base,
@@ -438,13 +272,9 @@ class VerifierNode(ManagedNode):
         msg.header.stamp = self.get_clock().now().to_msg()
         self.pub_confirmed.publish(msg)
 
-    def _publish(self, captions: list[WindowCaption]) -> None:
-        """Publish ``captions`` in order; callers hold ``self._lock``."""
+    def _publish_captions(self, captions: list[WindowCaption]) -> None:
+        """Publish ``captions`` in order (the loop holds its lock)."""
         for caption in captions:
-            if caption.finished:
-                self.channels.pop(caption.key, None)
-            if caption.status is CaptionStatus.FINAL:
-                self.agreement.add(caption.first_complete_draft, caption.confirmed_text)
             msg = caption_msg(caption)
             msg.header.stamp = self.get_clock().now().to_msg()
             self.pub_caption.publish(msg)
@@ -461,16 +291,11 @@ class VerifierNode(ManagedNode):
 
     def _publish_diagnostics(self) -> None:
         s = self.sync.stats
-        values = {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
-                  "sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
+        values = {"sync_dropped_windows": s.dropped_windows, "late_frames": s.late_frames,
                   "outlier_frames": s.outlier_frames,
                   "resets": s.resets, "callback_errors": self.callback_errors,
-                  **self.counters, **self.book.counters,
-                  **(self.live.counters if self.live is not None else {}),
-                  **self.held.counters,
-                  **(runtime_counters(self.engine.verifier) if self.engine is not None else {}),
-                  **{k: round(v, 3) for k, v in self.last_stats.items()},
-                  **self.agreement.summary()}
+                  **self._node_counters, **self.loop.diagnostics,
+                  **(runtime_counters(self.engine.verifier) if self.engine is not None else {})}
         finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])
         final_now, unverified_now = (a - b for a, b in zip(finished, self._finished_seen,
                                                             strict=True))

@@ -1,0 +1,314 @@
+"""A verifier's window decisions, pure: what the verifier node runs, without ROS.
+
+Frames, drafts and the clock come in; captions (``sync/captions.py``) and confirmed tokens go
+out through the two callbacks its owner gives, in the order they must be published:
+
+    add_frame(frame) --> the synchronizer --closed windows--> [queue] --step()--> the engine
+         \\--frame selections--> the live-prefill scheduler (prefilled by step() while the
+                                 window is open; early start captions a window whose frames
+                                 are all in before it closes, held for the close)
+    on_draft(...)    --> the caption book (DRAFT/PARTIAL) and the window's draft channel
+    tick(now)        --> closes by time; the book's patience with windows nobody verifies
+
+``step()`` is the worker's unit of work (one window, or the live prefill of queued frames and
+an early start); everything else comes from the executor. Every change of the caption book and
+its publication happen under one lock, so captions leave in order. The verifier node
+(``nodes/verifier_node.py``) converts messages and publishes what this hands it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from crossspec_ros.speculative.drafting import DraftChannel
+from crossspec_ros.speculative.early_start import HeldCaption, HeldCaptions, provisional_window
+from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
+from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
+from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.sync.agreement import AgreementTally
+from crossspec_ros.sync.captions import (
+    CaptionBook,
+    CaptionStatus,
+    UnverifiedReason,
+    WindowCaption,
+    WindowKey,
+)
+from crossspec_ros.sync.window import StampedFrame
+from crossspec_ros.sync.window_queue import WindowQueue
+
+NAN = math.nan
+
+CaptionsOut = Callable[[list[WindowCaption]], None]
+ConfirmedOut = Callable[[Any, EngineEvent, WindowStats | None], None]
+
+
+class VerifierLoop:
+    """See the module docstring. ``on_captions(captions)``: publish them (called with the lock
+    held, in order); ``on_confirmed(window, event, stats)``: publish a CONFIRMED event's tokens
+    (after its captions); ``warn(text)``: a warning for the log."""
+
+    def __init__(self, *, patience_s: float, max_queued: int, on_captions: CaptionsOut,
+                 on_confirmed: ConfirmedOut, warn: Callable[[str], None] = lambda _t: None,
+                 on_result: Callable[[Any, WindowResult], None] | None = None) -> None:
+        self.on_captions, self.on_confirmed, self.warn = on_captions, on_confirmed, warn
+        self.on_result = on_result
+        self.lock = threading.Lock()
+        self.book = CaptionBook(patience_s=patience_s)
+        self.agreement = AgreementTally()  # the drafts against their FINAL captions
+        self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
+        self.queue = WindowQueue(max_queued)
+        self.held = HeldCaptions()  # early start: captions decoded before their close
+        self.counters = {"windows_verified": 0, "live_redone": 0}
+        self.last_stats: dict[str, float] = {}
+        self.engine: SpeculativeEngine | None = None
+        self.sync: Any = None
+        self.live: LivePrefillScheduler | None = None
+        self.early_start: Callable[[], bool] = lambda: False
+        self.verifier_first: Any = None
+        self.running = False  # between start() and stop(): windows are verified
+        self._next_config: Any = None  # a live change of the engine's config, next window on
+
+    def configure(self, engine: SpeculativeEngine, sync: Any,
+                  live: LivePrefillScheduler | None = None,
+                  early_start: Callable[[], bool] = lambda: False,
+                  verifier_first: Any = None) -> None:
+        """The engine and the synchronizer of the windows (``live``: with live prefill;
+        ``early_start()``: whether to caption windows before their close, read each time;
+        ``verifier_first``: the drafter in this process pauses while a window decodes)."""
+        self.engine, self.sync, self.live = engine, sync, live
+        self.early_start = early_start
+        self.verifier_first = verifier_first
+
+    def start(self, max_queued: int) -> None:
+        self.queue = WindowQueue(max_queued)
+        self.running = True
+
+    def reconfigure(self, config: Any) -> None:
+        """A live parameter change: the engine takes it from the next window on."""
+        with self.lock:
+            self._next_config = config
+
+    # ------------------------------------------------------------ publishing
+    def publish(self, captions: list[WindowCaption]) -> None:
+        """Hand ``captions`` on in order; callers hold ``self.lock``."""
+        for caption in captions:
+            if caption.finished:
+                self.channels.pop(caption.key, None)
+            if caption.status is CaptionStatus.FINAL:
+                self.agreement.add(caption.first_complete_draft, caption.confirmed_text)
+        if captions:
+            self.on_captions(captions)
+
+    # ------------------------------------------------------------ inputs (executor)
+    def add_frame(self, frame: StampedFrame) -> None:
+        closed = self.sync.add_frame(frame)
+        if self.live is not None:
+            selected = self.sync.take_frame_selections()
+            if selected:  # the worker encodes and prefills them while the window is open
+                self.live.add(selected)
+                self.queue.wake()
+        self.enqueue(closed)
+
+    def enqueue(self, windows: Iterable[Any]) -> None:
+        now = time.monotonic()
+        for window in windows:
+            dropped = self.queue.put(window, now)
+            if dropped is not None:
+                self.warn(f"verifier busy: dropped window {dropped.id} ({self.queue.dropped} "
+                          "so far); its draft is published as UNVERIFIED")
+                with self.lock:
+                    self.publish(self.book.on_verifier_gave_up(
+                        dropped.key, dropped.t0, dropped.t1, time.monotonic(),
+                        UnverifiedReason.VERIFIER_BUSY))
+
+    def on_draft(self, key: WindowKey, t0: int, t1: int, *, text: str, first_token_ms: float,
+                 done: bool, cut_short: bool, tokens: list[int], revision: int,
+                 window_state: Any = None) -> None:
+        """A draft of window ``key`` (``window_state``: the drafter's, for a draft head)."""
+        with self.lock:
+            now = time.monotonic()
+            captions = self.book.on_draft(key, t0, t1, text, first_token_ms, done, now,
+                                          cut_short=cut_short)
+            if not self.running:  # stopped: the draft is the caption (UNVERIFIED once final)
+                captions += self.book.on_verifier_gave_up(key, t0, t1, now,
+                                                          UnverifiedReason.VERIFIER_STOPPED)
+                self.publish(captions)
+                return
+            self.publish(captions)
+            if not captions or captions[-1].finished:
+                return  # late, or finished as UNVERIFIED: no verifier will read it
+            channel = self.channels.setdefault(key, DraftChannel())
+        if window_state is not None and len(window_state) and self.engine is not None \
+                and self.engine.head is not None:
+            channel.set_window_state(torch.tensor(window_state, dtype=torch.float32))
+        channel.set_draft(tokens, revision, done)
+
+    def tick(self) -> None:
+        """The clock: windows closed by time, and the book's patience."""
+        if not self.running:  # windows given up at the stop wait for their drafts
+            with self.lock:
+                self.publish(self.book.expire(time.monotonic(), set(), None))
+            return
+        self.enqueue(self.sync.poll(time.monotonic_ns()))
+        waiting = {(self.sync.epoch, wid) for wid in self.sync.pending_ids()}
+        waiting |= set(self.queue.keys())
+        closed = self.sync.closed_before
+        with self.lock:
+            self.publish(self.book.expire(
+                time.monotonic(), waiting, None if closed is None else (self.sync.epoch, closed)))
+
+    # ------------------------------------------------------------ the worker
+    def step(self) -> None:
+        """One unit of the worker's work: the oldest closed window, or (none waiting) the
+        queued frames' live prefill and an early start."""
+        item = self.queue.get()
+        if item is None:
+            if self.live is not None:
+                self.live.prefill_queued()
+                if self.early_start():
+                    self._start_early()
+            return
+        self._take_config()
+        window, t_close = item
+        key = window.key
+        held = self.held.claim(window)
+        if held is not None:
+            self._release(held, window, t_close)
+            return
+        with self.lock:
+            started = self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic())
+            channel = self.channels.setdefault(key, DraftChannel()) if started else \
+                self.channels.pop(key, None)
+        if not started:
+            if self.live is not None:
+                self.live.take(key)  # its live prefill is let go
+            return  # its caption already finished without RGB: one caption per window
+        try:
+            # taken once the book knows the verifier has the window: its queued frames are
+            # prefilled here, and one that fails fails the window (never "no RGB")
+            live = self.live.take(key) if self.live is not None else None
+            result = self._run_engine(window, channel, live, t_close,
+                                      on_event=lambda e: self._on_engine(window, e))
+        finally:
+            with self.lock:
+                self.channels.pop(key, None)
+                if not self.book.is_finished(key):  # the engine failed mid-window
+                    self.publish(self.book.on_verifier_gave_up(
+                        key, window.t0, window.t1, time.monotonic(),
+                        UnverifiedReason.VERIFIER_FAILED))
+        self._finish(window, result)
+
+    def _take_config(self) -> None:
+        with self.lock:
+            config, self._next_config = self._next_config, None
+        if config is not None:
+            self.engine.reconfigure(config)
+
+    def _run_engine(self, window: Any, channel: DraftChannel, live: Any, t_close: float,
+                    on_event: Callable[[EngineEvent], None]) -> WindowResult:
+        turn = self.verifier_first.turn() if self.verifier_first is not None else nullcontext()
+        with turn:
+            return self.engine.run_window(
+                window, on_event=on_event, t_close=t_close, draft=channel, live=live,
+                look=channel.wait_window_state if self.engine.head is not None else None,
+                between_rounds=self.live.between_rounds if self.live is not None else None)
+
+    def _start_early(self) -> None:
+        """Caption a window whose frames are all decided and prefilled, before it closes; the
+        caption is held for the close (speculative/early_start.py)."""
+        taken = self.live.take_complete()
+        if taken is None:
+            return
+        key, live, frames = taken
+        window = provisional_window(key, frames, self.sync.window_len_ns)
+        with self.lock:
+            if self.book.is_finished(key):
+                return
+            channel = self.channels.setdefault(key, DraftChannel())
+        self._take_config()
+        held = HeldCaption(window)
+        try:
+            held.done(self._run_engine(window, channel, live, time.monotonic(), held.keep))
+        finally:
+            with self.lock:
+                self.channels.pop(key, None)
+        self.held.hold(held)
+
+    def _release(self, held: HeldCaption, window: Any, t_close: float) -> None:
+        """Publish the held caption of the closed ``window`` (it read the same frames)."""
+        key, now = window.key, time.monotonic()
+        with self.lock:
+            if not self.book.on_verifier_start(key, window.t0, window.t1, now):
+                return  # its caption already finished without RGB: one caption per window
+        stats = held.result.stats
+        for event in held.release(t_close, now):
+            self._on_engine(window, event, stats)
+        self._finish(window, held.result)
+
+    def _on_engine(self, window: Any, event: EngineEvent, stats: Any = None) -> None:
+        if event.kind is not EventKind.CONFIRMED:
+            return
+        stats = stats if stats is not None else self.engine.current_stats
+        with self.lock:
+            self.publish(self.book.on_confirmed(
+                window.key, event.text, event.done, event.t_ms,
+                stats.acceptance if stats is not None else NAN, time.monotonic(),
+                acceptance_rule=stats.acceptance_rule if stats is not None else ""))
+        self.on_confirmed(window, event, stats)
+
+    def _finish(self, window: Any, result: WindowResult) -> None:
+        self.counters["windows_verified"] += 1
+        s = result.stats
+        self.counters["live_redone"] += s.live_prefill_frames < 0
+        self.last_stats = {"confirmed_done_ms": s.confirmed_done_ms,
+                           "verifier_prefill_ms": s.verifier_prefill_ms,
+                           "acceptance": s.acceptance, "rounds": s.rounds}
+        if self.on_result is not None:
+            self.on_result(window, result)
+
+    # ------------------------------------------------------------ stopping
+    def stop_taking(self) -> None:
+        """Take no more windows: the queue's waiting get ends, drafts on their way stop."""
+        self.running = False
+        self.queue.close()
+        with self.lock:
+            for channel in self.channels.values():
+                channel.stop()
+
+    def end_open_windows(self, going_on: bool) -> None:
+        """Once the worker has stopped: the windows queued or still open will never be
+        verified. Given up now (their frames are let go, and frames that come for them after
+        a restart are late), they end UNVERIFIED with their drafts, which ``on_draft`` relays
+        while stopped; shutting down (``going_on`` False), nothing more is published."""
+        if self.live is not None:
+            self.live.clear()  # their KV caches go with them
+        self.held.clear()
+        with self.lock:
+            now, stopped = time.monotonic(), []
+            epoch = self.sync.epoch
+            left = [(w.key, w.t0, w.t1) for w in self.queue.drain()]
+            left += [((epoch, wid), t0, t1) for wid, t0, t1 in self.sync.abandon_pending()]
+            for key, t0, t1 in left:
+                stopped += self.book.on_verifier_gave_up(key, t0, t1, now,
+                                                         UnverifiedReason.VERIFIER_STOPPED)
+            stopped += self.book.stop(now, wait_for_drafts=going_on)
+            if going_on:
+                self.publish(stopped)
+
+    @property
+    def diagnostics(self) -> dict[str, Any]:
+        """The loop's counters for a node's diagnostics."""
+        return {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
+                **self.counters, **self.book.counters,
+                **(self.live.counters if self.live is not None else {}),
+                **self.held.counters,
+                **{k: round(v, 3) for k, v in self.last_stats.items()},
+                **self.agreement.summary()}
