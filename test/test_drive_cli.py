@@ -170,13 +170,17 @@ def test_loop_replays_the_bag_again_with_each_passes_windows_in_an_epoch_of_thei
                              "--no-viz", "--json", str(out)],
                             capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()][:-1]
+    *rows, summary = [json.loads(line) for line in out.read_text().splitlines()]
     keys = [(r["epoch"], r["window"]) for r in rows]
     assert len(keys) == len(set(keys)) >= 5  # one row per window of each pass
     first = {w for e, w in keys if e == 0}
     again = {w for e, w in keys if e == 1}
     assert len(first) >= 2 and again and again <= first  # the same windows, replayed
-    assert all(r["status"] in ("FINAL", "UNVERIFIED") for r in rows)
+    # --max-windows 5 stops the replay once 5 are finished: windows still open then (more
+    # of them on a busy machine) are rows as they stood, counted unfinished, never hidden
+    finished = [r for r in rows if r["status"] in ("FINAL", "UNVERIFIED")]
+    assert len(finished) >= 5
+    assert summary["summary"]["unfinished"] == len(rows) - len(finished)
     assert any(f"[{w}@1] " in result.stdout for w in again)
 
 
