@@ -110,11 +110,10 @@ def test_a_node_process_that_exits_with_an_error_shuts_the_launch_down(composed)
         assert not handler.handle(exited(0), context)
 
 
-def test_the_server_launch_leaves_the_clock_to_follow_the_robots_input():
-    # issue 45, fault 8: server.launch.py (no bag of its own) set use_sim_time true, also for
-    # a robot with live cameras
+def _server_verifier_actions() -> tuple[launch.LaunchContext, list]:
+    """server.launch.py's actions for one verifier process (composed:=false), and the launch
+    context they were made in."""
     from launch.actions import OpaqueFunction
-    from launch_ros.actions import LifecycleNode
 
     context = launch.LaunchContext()
     description = _description()
@@ -123,7 +122,16 @@ def test_the_server_launch_leaves_the_clock_to_follow_the_robots_input():
             action.visit(context)
     context.launch_configurations.update(nodes="verifier", composed="false")
     opaque = next(a for a in description.entities if isinstance(a, OpaqueFunction))
-    [node] = [a for a in opaque.execute(context) if isinstance(a, LifecycleNode)]
+    return context, opaque.execute(context)
+
+
+def test_the_server_launch_leaves_the_clock_to_follow_the_robots_input():
+    # issue 45, fault 8: server.launch.py (no bag of its own) set use_sim_time true, also for
+    # a robot with live cameras
+    from launch_ros.actions import LifecycleNode
+
+    _, actions = _server_verifier_actions()
+    [node] = [a for a in actions if isinstance(a, LifecycleNode)]
     # launch_ros keeps the overrides normalized: names as text substitutions
     overrides = {name[0].text: value for name, value in node._Node__parameters[-1].items()}
     assert overrides["use_sim_time"] is False and overrides["follow_clock"] is True
@@ -133,19 +141,12 @@ def test_an_exit_while_launch_shuts_down_asks_for_no_second_shutdown():
     # issue 45, fault 5: a server node stopped by Ctrl-C in its first seconds exited non-zero
     # and the handler emitted a second Shutdown; launch_ros' ROS adapter raised "Cannot
     # shutdown a ROS adapter that is not running" and launch exited 1
-    from launch.actions import OpaqueFunction, RegisterEventHandler
+    from launch.actions import RegisterEventHandler
     from launch.event_handlers import OnProcessExit
     from launch.events.process import ProcessExited
     from launch_ros.actions import LifecycleNode
 
-    context = launch.LaunchContext()
-    description = _description()
-    for action in description.entities:
-        if isinstance(action, launch.actions.DeclareLaunchArgument):
-            action.visit(context)
-    context.launch_configurations.update(nodes="verifier", composed="false")
-    opaque = next(a for a in description.entities if isinstance(a, OpaqueFunction))
-    actions = opaque.execute(context)
+    context, actions = _server_verifier_actions()
     [node] = [a for a in actions if isinstance(a, LifecycleNode)]
     [handler] = [a.event_handler for a in actions if isinstance(a, RegisterEventHandler)
                  and isinstance(a.event_handler, OnProcessExit)]

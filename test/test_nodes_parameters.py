@@ -61,24 +61,9 @@ def test_a_value_outside_the_descriptor_range_gets_the_startup_message(node):
 
 def test_ros2_param_set_over_the_service_gets_crossspecs_message_and_an_int_for_a_float(node):
     # what `ros2 param set /crossspec_verifier temperature 2` sends: an INTEGER value
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.parameter_client import AsyncParameterClient
-
-    caller = rclpy.create_node("crossspec_test_param_caller")
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    executor.add_node(caller)
-    try:
-        client = AsyncParameterClient(caller, node.get_fully_qualified_name())
-        assert client.wait_for_services(timeout_sec=10.0)
-        future = client.set_parameters([Parameter("max_tree_nodes", value=5000),
-                                        Parameter("temperature", value=2),
-                                        Parameter("rgb_topic", value="other/image")])
-        executor.spin_until_future_complete(future, timeout_sec=10.0)
-        out_of_range, integer, read_only = future.result().results
-    finally:
-        executor.shutdown(timeout_sec=1.0)
-        caller.destroy_node()
+    out_of_range, integer, read_only = _set_over_the_service(node, [
+        Parameter("max_tree_nodes", value=5000), Parameter("temperature", value=2),
+        Parameter("rgb_topic", value="other/image")])
     assert not out_of_range.successful
     assert "'max_tree_nodes' = 5000 is out of range: must be 0..4096" in out_of_range.reason
     assert integer.successful, integer.reason
