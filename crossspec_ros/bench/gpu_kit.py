@@ -119,7 +119,6 @@ class Kit:
     rehearse_failure: str = ""
     t0: float = field(default_factory=time.monotonic)
     records: list[StageRecord] = field(default_factory=list)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
     verifier: Any = None      # on the transformers runtime (eager); its static twins below
     exact: Any = None         # the static runtime of one step shape (step_rows): exact
     plain: Any = None         # the static runtime of one-row steps, compiled (or None)
@@ -715,7 +714,6 @@ def run_kit(kit: Kit, only: tuple[str, ...] = (), stages: Sequence[Stage] = STAG
                     raise RehearsedFailureError(f"--rehearse-failure {stage.name}")
                 result = stage.run(kit)
             record.status = "done"
-            kit.results[stage.name] = result
             _write_json(kit.out / f"{file}.json", result)
         except Exception as err:  # StageTimeoutError and RehearsedFailureError included
             record.status = "failed"
