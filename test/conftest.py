@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from rosbags.rosbag2 import StoragePlugin, Writer
 
 from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE, typestore
 from crossspec_ros.events.packet import EventPacketData
+
+# One intra-op thread per process, as every model-running command sets it
+# (process_tuning.tune_process_for_models): two test workers on two cores, each with a
+# two-thread OpenMP pool, spin against each other and against any other load (a live-prefill
+# test file measured 195 s beside a busy loop with the default pools, 27 s with one thread).
+# Subprocesses the tests start inherit the environment.
+for _pool in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_pool, "1")
+torch.set_num_threads(1)
 
 
 def _event_packet_msg(packet: EventPacketData):
