@@ -480,3 +480,26 @@ def parameters_markdown(nodes: dict[str, list[Param]]) -> str:
                          f"{'yes' if p.live else 'no'} | {doc}{note} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def engine_config(p: dict[str, Any], verifier: Any = None,
+                  where: str = "parameters") -> Any:
+    """The engine's config from the node's parameters (each checked, and checked together, by
+    ``validate``); ``verifier``: the loaded model, whose vocabulary they must fit too, else
+    ParameterError naming ``where`` (configure fails in one line, before compiling). The one
+    way an engine's config is made from parameters: the verifier node's, the bench's live
+    graphs."""
+    from crossspec_ros.speculative.engine import EngineConfig  # it reads this module's tables
+
+    if verifier is not None:
+        problem = combination_problem(p, verifier.info.vocab_size)
+        if problem is not None:
+            raise ParameterError(f"{where}: {problem}")
+    proposers = tuple(p["proposers"].split(","))
+    if p["draft_head"] and "draft_head" not in proposers:  # the head is asked for: use it
+        proposers += ("draft_head",)
+    return EngineConfig(max_new_tokens=p["max_new_tokens"], mode=p["decoding"],
+                        temperature=p["temperature"], max_proposal=p["max_proposal"],
+                        max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],
+                        proposers=proposers, history_windows=p["history_windows"],
+                        acceptance=p["acceptance"])

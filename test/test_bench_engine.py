@@ -80,27 +80,31 @@ def test_collector_pauses_counts_each_collection_by_generation_while_installed()
     assert 0.0 <= summary["longest_pause_ms"] <= summary["total_pause_ms"] + 0.1
 
 
-def test_live_prefill_modes_replay_the_frames_and_stay_lossless():
-    from crossspec_ros.bench.engine import live_arrivals
+def test_live_graphs_run_the_products_loops_over_the_replayed_messages_losslessly():
+    from crossspec_ros.bench.live_replay import LIVE_GRAPHS, replay_messages
 
     verifier, drafter, _ = tiny_random_pair("cpu")
     windows = pattern_windows(3)
-    arrivals = live_arrivals(windows[0])
-    # the pattern's frames sit on their slots' targets: each is announced a reorder slack later
-    assert [round(t, 4) for t, _ in arrivals] == [round((125 * k + 62.5 + 20) / 1000, 4)
-                                                  for k in range(8)]
+    messages = replay_messages(windows)
+    stamps = [stamp for stamp, _, _ in messages]
+    assert stamps == sorted(stamps)  # in stamp order, every frame once, events in packets
+    assert sum(kind == "rgb" for _, kind, _ in messages) == 3 * 8 + 1  # + the closing frame
+    assert messages[-1][0] > windows[-1].t1  # past the last window: it closes by data
     report = run_engine_bench(verifier, drafter, windows, max_new_tokens=6, warmup=1,
-                              prompt_lookup=False, live=True, log=lambda _: None)
-    for mode in ("live_alone", "crossspec_live"):
-        entry = report["modes"][mode]
-        assert entry["lossless_windows"] == "2/2", mode
-    assert report["modes"]["crossspec_live"]["latency_ms_median"] > 0
-    # speculation's share in the live graph: paired against live prefill without it
-    vs = report["modes"]["crossspec_live"]["paired_speedup_vs_live_alone"]
-    assert report["paired_speedup_live"] == vs["median"]
-    assert report["modes"]["live_alone"]["paired_speedup_vs_live_alone"]["median"] == 1.0
-    assert f"crossspec_live against live_alone, paired: {vs['median']:.2f}x" in \
-        markdown_table(report)
+                              prompt_lookup=False, live=True, live_rounds=1,
+                              log=lambda _: None)
+    for mode in LIVE_GRAPHS:
+        assert report["modes"][mode]["lossless_windows"] == "2/2", mode
+        graph = report["live"]["graphs"][mode]
+        assert graph["windows"] == 2 and graph["not_final"] == 0 and not graph["errors"]
+    # the verifier alone after the close decodes after the close; early start does not have to
+    after = report["live"]["graphs"]["after_close_alone"]["confirmed_after_close_ms"]
+    assert after["median"] > 0
+    vs = report["live"]["graphs"]["crossspec_live"]["vs_live_alone_ms"]
+    assert vs["median"] is not None
+    assert report["live"]["graphs"]["live_alone"]["vs_live_alone_ms"]["median"] == 0.0
+    table = markdown_table(report)
+    assert "| crossspec_live | **" in table and "minus live_alone, paired ms" in table
 
 
 def test_a_4bit_pair_runs_every_mode_losslessly_and_reports_the_verifier_costs():
@@ -124,7 +128,8 @@ def test_on_the_static_runtime_the_modes_equal_its_plain_decoding_beside_todays_
 
     verifier, drafter, _ = tiny_random_pair("cpu")
     report = run_engine_bench(verifier, drafter, pattern_windows(3), max_new_tokens=6,
-                              warmup=1, prompt_lookup=False, live=True, oracle_acceptances=(),
+                              warmup=1, prompt_lookup=False, live=True, live_rounds=1,
+                              oracle_acceptances=(),
                               runtime=RuntimeOptions(compile=False, step_rows=(8,)),
                               log=lambda _: None)
     modes = report["modes"]

@@ -348,7 +348,7 @@ def test_a_relaxed_acceptance_with_sampling_is_refused_by_validation_with_the_fi
 def test_every_combination_the_engine_refuses_validation_refuses_first():
     # item 16: one statement of the invalid combinations (AcceptanceRule.refusal), asked by
     # both; nothing validation passes makes EngineConfig raise
-    from crossspec_ros.nodes.verifier_node import engine_config
+    from crossspec_ros.params import engine_config
 
     for acceptance in ("exact", "top_k:2", "typical:0.3", "cosine:0.5"):
         for decoding in ("greedy", "sampling"):

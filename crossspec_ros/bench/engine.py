@@ -7,7 +7,7 @@ import gc
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,23 @@ import numpy as np
 import torch
 
 from crossspec_ros import summaries
+from crossspec_ros.bench.live_replay import (
+    LIVE_GRAPHS,
+    LiveGraph,
+    LiveReplay,
+    ReplayedWindow,
+    replay_messages,
+    window_keys,
+)
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
+from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
 from crossspec_ros.process_tuning import settle_heap
 from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
 
+VERIFIER_DEFAULTS = validate({}, VERIFIER_NODE_PARAMS)
 HEAD_PROPOSERS = ("history_ngram", "corpus_ngram", "draft_head")  # the crossspec_head modes
 # paired baselines of every mode (those that ran): verifier_alone_compiled is the fastest plain
 # decoder (what a user would run instead), verifier_alone today's eager one; live_alone is the
@@ -199,9 +209,13 @@ class ModeRun:
     stats: list[WindowStats] = field(default_factory=list)
     lossless: list[bool] = field(default_factory=list)   # equal to its runtime's plain decoding
     same_as_hf: list[bool] = field(default_factory=list)  # equal to transformers' generate
+    windows: list[int] = field(default_factory=list)  # which window each entry is (pairing)
 
     def add(self, tokens: list[int], latency_ms: float, stats: WindowStats | None,
-            reference: list[int], hf_reference: list[int] | None = None) -> None:
+            reference: list[int], hf_reference: list[int] | None = None,
+            window: int | None = None) -> None:
+        if window is not None:
+            self.windows.append(window)
         self.latency_ms.append(latency_ms)
         self.tokens.append(len(tokens))
         self.lossless.append(tokens == reference)
@@ -242,56 +256,11 @@ class CollectorPauses:
                 "total_pause_ms": round(sum(ms for _, ms in self.pauses), 1)}
 
 
-REORDER_SLACK_NS = 20_000_000  # the graph's default reorder_slack_s
-
-
-def live_arrivals(window: Any, slack_ns: int = REORDER_SLACK_NS) -> list[tuple[float, Any]]:
-    """(seconds after t0, frame) of each slot's frame, when the graph's synchronizer would
-    announce it: a watermark (newest stamp - slack) past the slot's target by the frame's
-    distance to it (``sync/window.py decided_frames``, with frames arriving continuously)."""
-    n = len(window.frames)
-    out = []
-    for k, frame in enumerate(window.frames):
-        target = window.t0 + (2 * k + 1) * (window.t1 - window.t0) / (2 * n)
-        decided = target + abs(frame.stamp_ns - target) + slack_ns
-        out.append(((max(decided, frame.stamp_ns + slack_ns) - window.t0) / 1e9, frame))
-    return out
-
-
-def live_runner(verifier: Any, engine: SpeculativeEngine) -> Runner:
-    """The window's frames replayed at the times the graph would announce them, through the
-    verifier node's own scheduler (``speculative/live_scheduler.py``): each is encoded and
-    prefilled as it comes (live prefill), then the latency is taken from the close, as the
-    graph measures it. Frames announced after the close are left to the engine."""
-    from crossspec_ros.models.live_prefill import LivePrefill
-    from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
-    from crossspec_ros.sync.synchronizer import FrameSelection
-
-    scheduler = LivePrefillScheduler(lambda: LivePrefill(verifier))
-
-    def run(window: Any) -> tuple[list[int], float, WindowStats]:
-        key = (0, int(window.id))
-        start, length = time.monotonic(), (window.t1 - window.t0) / 1e9
-        for slot, (offset, frame) in enumerate(live_arrivals(window)):
-            if offset >= length:
-                break
-            time.sleep(max(0.0, start + offset - time.monotonic()))
-            scheduler.add([FrameSelection(*key, slot, frame)])
-            scheduler.prefill_queued()
-        time.sleep(max(0.0, start + length - time.monotonic()))
-        t_close = time.monotonic()
-        result = engine.run_window(window, t_close=t_close, live=scheduler.take(key),
-                                   between_rounds=scheduler.between_rounds)
-        scheduler.clear()  # a mode's windows are not consecutive in the shuffled order
-        return result.tokens, result.stats.confirmed_done_ms, result.stats
-    return run
-
-
 def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
                  oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
                  distilled: CaptionModel | None = None,
                  processes: dict[str, DrafterProcess] | None = None,
-                 head: tuple[Any, CaptionModel] | None = None, live: bool = False,
+                 head: tuple[Any, CaptionModel] | None = None,
                  corpus: Sequence[Sequence[int]] = (), free_oracles: bool = False
                  ) -> tuple[dict[str, Runner], dict[str, OracleDrafter]]:
     """name -> runner(window) -> (tokens, latency ms, engine stats or None). The crossspec
@@ -399,13 +368,6 @@ def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
             runners[name] = engine_runner(SpeculativeEngine(
                 verifier, oracles[name],
                 variant(proposers=("draft_stream",), drafter_gate=False)))
-    if live and getattr(verifier, "tokens_per_frame", None):  # Video-LLaVA verifiers
-        runners["live_alone"] = live_runner(verifier, SpeculativeEngine(
-            verifier, None, variant(max_proposal=0)))
-        runners["crossspec_live"] = live_runner(verifier, crossspec(drafter))
-        if runtimes.static:  # today's runtime, for the static runtime's gain in the graph
-            runners["crossspec_live_transformers"] = live_runner(eager, SpeculativeEngine(
-                eager, runtimes.eager_drafter, config, corpus=corpus))
     return runners, oracles
 
 
@@ -437,7 +399,8 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                      live: bool = False, corpus: Sequence[Sequence[int]] = (),
                      free_oracles: bool = False, settle: bool = False,
                      runtimes: BenchRuntimes | None = None,
-                     modes: Sequence[str] | None = None) -> dict[str, Any]:
+                     modes: Sequence[str] | None = None, live_rounds: int = 2
+                     ) -> dict[str, Any]:
     """Run every mode on every window, in a fresh order per window; returns the report dict.
     ``runtime``: the static_runtime.RuntimeOptions the speculative modes' verifier runs on
     (None: the transformers runtime; ``bench_runtimes``), or ``runtimes`` built before (the
@@ -446,15 +409,20 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     ``settle``: once every mode's engine is built, take the heap out of the collector's full
     walks (``process_tuning.settle_heap``), as the graph's nodes do after configuring: the
     engines' caption-corpus tries alone once cost a full collection of 120-150 ms in a
-    counted window."""
+    counted window.
+    ``live`` (Video-LLaVA verifiers): the live graphs (``live_replay.LIVE_GRAPHS``, and
+    crossspec_live_transformers) replay the windows through the product's loops after the
+    shuffled windows, ``live_rounds`` rounds of one pass each, every other round reversed;
+    a window's latency is its median over the rounds (report["live"]: what a user sees)."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     if runtimes is None:
         runtimes = bench_runtimes(verifier, drafter, runtime, max_new_tokens, log)
     runners, oracles = make_runners(runtimes, config, oracle_acceptances, lookup_k,
-                                    prompt_lookup, distilled, processes, head, live, corpus,
+                                    prompt_lookup, distilled, processes, head, corpus,
                                     free_oracles)
+    wanted = modes
     if modes is not None:
         runners = {name: run for name, run in runners.items() if name in modes}
         oracles = {name: oracle for name, oracle in oracles.items() if name in runners}
@@ -462,6 +430,7 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
         settle_heap()
     modes = list(runners)
     runs = {mode: ModeRun() for mode in modes}
+    references: list[tuple[list[int], list[int]]] = []  # per window: transformers', exact
     shuffle = random.Random(0)
     t_start = time.perf_counter()
     with CollectorPauses() as collector:
@@ -470,6 +439,7 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
             reference = eager.reference_generate(eager.prepare(window), max_new_tokens)
             exact = runtimes.verifier.generate_greedy(runtimes.verifier.prepare(window),
                                                       max_new_tokens)
+            references.append((reference, exact))
             for oracle in oracles.values():
                 oracle.set_reference(int(window.id), exact)
             # Shuffled, not rotated: in a rotation a mode always follows the same one, and
@@ -482,20 +452,129 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
                 continue
             for mode, (tokens, latency, stats) in results.items():
                 runs[mode].add(tokens, latency, stats,
-                               reference if mode in EAGER_MODES else exact, reference)
+                               reference if mode in EAGER_MODES else exact, reference,
+                               window=index)
             log(f"window {index + 1}/{len(windows)}: " + ", ".join(
                 f"{m} {results[m][1]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
+        live_report = None
+        graphs = live_graphs(runtimes, wanted) if live and getattr(
+            runtimes.verifier, "tokens_per_frame", None) else {}
+        if graphs:
+            live_runs, live_report = run_live_graphs(
+                graphs, windows, references, warmup=warmup, rounds=live_rounds,
+                max_new_tokens=max_new_tokens, max_proposal=max_proposal, corpus=corpus,
+                log=log)
+            runs.update(live_runs)
     report = summarize(runs, max_new_tokens, len(windows) - warmup)
+    if live_report is not None:
+        report["live"] = live_report
     report["collector_pauses"] = collector.summary()
     report["runtime"] = runtimes.verifier.runtime.describe() if runtimes.static else \
         "transformers (eager, a DynamicCache per window)"
     return report
 
 
+def live_graphs(runtimes: BenchRuntimes, wanted: Sequence[str] | None
+                ) -> dict[str, tuple[LiveGraph, CaptionModel, CaptionModel | None]]:
+    """The live graphs of a run and the models each runs: every one of ``LIVE_GRAPHS`` on the
+    speculative modes' runtime (the same verifier, with and without crossspec's parts), and
+    crossspec_live on the transformers runtime (today's path) beside a static one."""
+    graphs = {name: (graph, runtimes.verifier, runtimes.drafter)
+              for name, graph in LIVE_GRAPHS.items()}
+    if runtimes.static:
+        graphs["crossspec_live_transformers"] = (
+            replace(LIVE_GRAPHS["crossspec_live"], name="crossspec_live_transformers"),
+            runtimes.eager_verifier, runtimes.eager_drafter)
+    return {name: g for name, g in graphs.items() if wanted is None or name in wanted}
+
+
+def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionModel | None]],
+                    windows: list[Any], references: list[tuple[list[int], list[int]]], *,
+                    warmup: int, rounds: int, max_new_tokens: int, max_proposal: int,
+                    corpus: Sequence[Sequence[int]] = (), log: Any = print
+                    ) -> tuple[dict[str, ModeRun], dict[str, Any]]:
+    """Replay ``windows`` through every live graph, ``rounds`` times, every other round in
+    reverse order (a machine whose load drifts favours no graph). A window counts where it
+    was FINAL in every round, at its median latency; its caption must equal the plain
+    decoding of the window the loops made (``references`` when its frames are the bench
+    window's). Returns the runs and report["live"]."""
+    messages = replay_messages(windows)
+    keys = list(window_keys(windows, round(VERIFIER_DEFAULTS["window_length_s"] * 1e9)))
+    names = list(graphs)
+    outcomes: dict[str, list[dict]] = {name: [] for name in names}
+    errors: dict[str, list[str]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            graph, verifier, drafter = graphs[name]
+            t0 = time.perf_counter()
+            replay = LiveReplay(graph, verifier, drafter, max_new_tokens=max_new_tokens,
+                                max_proposal=max_proposal, corpus=corpus, log=log)
+            out = replay.run(messages, set(keys))
+            outcomes[name].append(out)
+            errors[name] += replay.errors
+            final = sum(out.get(k, ReplayedWindow(k)).status == "FINAL" for k in keys)
+            log(f"live round {r + 1}/{rounds}, {name}: {final}/{len(keys)} windows FINAL "
+                f"({time.perf_counter() - t0:.0f} s)")
+    runs: dict[str, ModeRun] = {}
+    report: dict[str, Any] = {"rounds": rounds, "rate": 1.0, "graphs": {}}
+    for name in names:
+        graph, verifier, _ = graphs[name]
+        eager = verifier.runtime is None
+        run = runs[name] = ModeRun()
+        rows_all, unverified = [], 0
+        for index, key in enumerate(keys):
+            rows = [out.get(key, ReplayedWindow(key)) for out in outcomes[name]]
+            if index < warmup:
+                continue
+            unverified += sum(row.status != "FINAL" for row in rows)
+            if any(row.status != "FINAL" or row.tokens is None for row in rows):
+                continue
+            rows_all += rows
+            bench_frames = tuple(f.stamp_ns for f in windows[index].frames)
+            reference, exact = references[index]
+            expected = reference if eager else exact
+            if rows[0].frame_stamps != bench_frames:  # the loops made another window
+                expected = verifier.reference_generate(verifier.prepare(rows[0].window),
+                                                       max_new_tokens) if eager else \
+                    verifier.generate_greedy(verifier.prepare(rows[0].window), max_new_tokens)
+            tokens = next((row.tokens for row in rows if row.tokens != expected),
+                          rows[0].tokens)
+            run.add(tokens, summaries.median(row.confirmed_done_ms for row in rows),
+                    rows[0].stats, expected, reference, window=index)
+        report["graphs"][name] = {
+            "about": graph.about, "windows": len(run.latency_ms),
+            "not_final": unverified,
+            "confirmed_after_close_ms": {**summaries.spread(run.latency_ms),
+                                         "p95": summaries.percentile(run.latency_ms, 95)},
+            "draft_first_token_ms_median": summaries.median(
+                row.draft_first_token_ms for row in rows_all),
+            "draft_before_final": f"{sum(row.draft_first for row in rows_all)}/{len(rows_all)}",
+            "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
+            "errors": errors[name][:5]}
+    if "live_alone" in runs:
+        alone = runs["live_alone"]
+        for name, run in runs.items():
+            a, b = same_windows(alone, run)
+            report["graphs"][name]["vs_live_alone_ms"] = summaries.spread(
+                y - x for x, y in zip(a, b, strict=True))
+    return runs, report
+
+
 def paired(baseline: list[float], mode: list[float]) -> dict[str, float | None]:
     """Median and interquartile range of the per-window ratios baseline / mode (None each
     when no window has both)."""
     return summaries.spread(b / m for b, m in zip(baseline, mode, strict=True) if m > 0)
+
+
+def same_windows(baseline: ModeRun, run: ModeRun) -> tuple[list[float], list[float]]:
+    """The two runs' latencies of the windows both have, in pairs (by window where both
+    say which; a live graph can leave a window UNVERIFIED)."""
+    if not (baseline.windows and run.windows):
+        return baseline.latency_ms, run.latency_ms
+    by_window = dict(zip(baseline.windows, baseline.latency_ms, strict=True))
+    pairs = [(by_window[w], ms) for w, ms in zip(run.windows, run.latency_ms, strict=True)
+             if w in by_window]
+    return [b for b, _ in pairs], [m for _, m in pairs]
 
 
 def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> dict[str, Any]:
@@ -523,8 +602,7 @@ def summarize(runs: dict[str, ModeRun], max_new_tokens: int, windows: int) -> di
             "latency_ms_per_window": [round(x, 2) for x in run.latency_ms],
         }
         for baseline in (b for b in dict.fromkeys((main, *BASELINES)) if b in runs):
-            entry[f"paired_speedup_vs_{baseline}"] = paired(runs[baseline].latency_ms,
-                                                            run.latency_ms)
+            entry[f"paired_speedup_vs_{baseline}"] = paired(*same_windows(runs[baseline], run))
         entry["paired_speedup_median"] = entry[f"paired_speedup_vs_{main}"]["median"]
         # kept for readers of earlier reports: the ratio of the medians (not paired)
         alone_ms = summaries.median(runs[main].latency_ms)
@@ -634,6 +712,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         *_verifier_costs(report),
         *_collector_line(report),
         *_against_history(report),
+        *_live_graphs(report),
         f"| mode | median ms | p95 ms | paired speedup vs {base} (IQR) | vs verifier_alone "
         "| vs hf_generate | ms per pass | passes/window | accepted/pass | prefill slowdown "
         "| lossless | same as hf_generate |",
@@ -681,14 +760,11 @@ def _collector_line(report: dict[str, Any]) -> list[str]:
 
 
 def _against_history(report: dict[str, Any]) -> list[str]:
-    """crossspec's paired speedup over history_only (the target: never below it) and, with
-    live prefill, crossspec_live's over live_alone (speculation's share in the live graph)."""
+    """crossspec's paired speedup over history_only (the target: never below it), and the
+    event-aware modes' over crossspec."""
     lines = []
     for mode, baseline, why in (
             ("crossspec", "history_only", ""),
-            ("crossspec_live", "live_alone",
-             " (both prefill the frames as they come: what speculation adds in the live "
-             "graph)"),
             *((name, "crossspec", _levels_text(report["modes"].get(name), choices))
               for name, choices in EVENT_MODES.items())):
         vs = report["modes"].get(mode, {}).get(f"paired_speedup_vs_{baseline}")
@@ -696,6 +772,31 @@ def _against_history(report: dict[str, Any]) -> list[str]:
             lines += [f"{mode} against {baseline}, paired: {_ratio(vs['median'])} "
                       f"(IQR {_ratio(vs['q25'], '')}-{_ratio(vs['q75'], '')}){why}.", ""]
     return lines
+
+
+def _live_graphs(report: dict[str, Any]) -> list[str]:
+    """The live graphs as a user sees them: latency after the close, in ms, and the draft."""
+    live = report.get("live")
+    if not live:
+        return []
+    lines = [f"Live graphs: the product's verifier and draft loops, the windows replayed at "
+             f"their stamps, {live['rounds']} round(s), a window's median over them. Latency "
+             "is the FINAL caption's after the verifier's synchronizer closed the window "
+             "(early start can make it ~0); the draft's first token is after the drafter's.",
+             "",
+             "| graph | confirmed after the close, median ms (IQR) | p95 ms | minus live_alone, "
+             "paired ms (IQR) | draft first token, median ms | draft complete before FINAL "
+             "| windows | lossless |",
+             "|---|---|---:|---|---:|---:|---:|---|"]
+    for name, g in live["graphs"].items():
+        after, vs = g["confirmed_after_close_ms"], g.get("vs_live_alone_ms", {})
+        lines.append(
+            f"| {name} | **{_cell(after['median'])}** ({_cell(after['q25'])}-"
+            f"{_cell(after['q75'])}) | {_cell(after['p95'])} "
+            f"| {_cell(vs.get('median'))} ({_cell(vs.get('q25'))}-{_cell(vs.get('q75'))}) "
+            f"| {_cell(g['draft_first_token_ms_median'])} | {g['draft_before_final']} "
+            f"| {g['windows']} ({g['not_final']} not FINAL) | {g['lossless_windows']} |")
+    return [*lines, ""]
 
 
 def _levels_text(entry: dict[str, Any] | None, choices: tuple[str, ...]) -> str:

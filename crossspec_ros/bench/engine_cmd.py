@@ -26,12 +26,13 @@ process has the thread settings of the live graph, ``process_tuning``):
                    the window once, on a thread; the head proposes in the verifier's)
   crossspec_head_process
                    the same, the drafter looking at the window in a process of its own
-  live_alone       with --live: the frames replayed at the times the graph's synchronizer
-                   would select them, each encoded and prefilled as it comes (live prefill);
-                   after the close only the question is left; plain decoding. Latency from
-                   the close, as the graph measures it
-  crossspec_live   the same with crossspec's default policy: what the live graph runs;
-                   paired against live_alone too (speculation's share there)
+  after_close_alone, live_alone, crossspec_live
+                   with --live: the live graphs, as `crossspec drive --compare` runs them,
+                   through the product's own verifier and draft loops (bench/live_replay.py):
+                   the windows' frames and event packets replayed at their stamps into the
+                   nodes' synchronizers; the verifier alone after the close, alone with live
+                   prefill and early start, and crossspec's draft + verifier. Latency after
+                   the verifier's synchronizer closed the window, as the drive reports it
   crossspec_live_transformers
                    crossspec_live on the transformers runtime: the static runtime's gain
   crossspec_process
@@ -115,9 +116,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also run a distilled drafter (crossspec distill's OUT/drafter): "
                         "modes draft_only_distilled and crossspec_distilled")
     parser.add_argument("--live", action="store_true",
-                        help="also run live prefill (Video-LLaVA verifiers): modes live_alone "
-                        "and crossspec_live replay each window's frames at the times the "
-                        "graph would select them (about one window length per window each)")
+                        help="also run the live graphs (Video-LLaVA verifiers): "
+                        "after_close_alone, live_alone and crossspec_live replay the windows' "
+                        "messages through the product's loops (one window length per window "
+                        "per graph and round)")
+    parser.add_argument("--live-rounds", type=int, default=2, metavar="N",
+                        help="rounds of the live graphs, every other one in reverse order "
+                        "(default 2)")
     parser.add_argument("--head", type=Path, metavar="DIR",
                         help="also run a draft head (crossspec distill --method head's "
                         "OUT/head): mode crossspec_head (history + the head)")
@@ -206,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         report = bench.run_engine_bench(
             verifier, drafter, windows, max_new_tokens=args.max_new_tokens,
             runtime=_runtime_options(args), distilled=distilled, processes=processes,
-            head=head, live=args.live,
+            head=head, live=args.live, live_rounds=args.live_rounds,
             corpus=corpus.captions if corpus else (),
             max_proposal=args.max_proposal, oracle_acceptances=tuple(args.oracle),
             free_oracles=args.free_oracles,
@@ -224,11 +229,14 @@ def run(args: argparse.Namespace) -> int:
                       else "")})
     table = bench.markdown_table(report)
     print(table)
-    live = report.get("paired_speedup_live")
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs {report['baseline']}): "
-          f"{shown(report['paired_speedup_median'], '.2f', 'x')}"
-          + (f"  (crossspec_live vs live_alone): {shown(live, '.2f', 'x')}"
-             if live is not None else ""))
+          f"{shown(report['paired_speedup_median'], '.2f', 'x')}")
+    for name, graph in report.get("live", {}).get("graphs", {}).items():
+        print(f"live {name}: confirmed {shown(graph['confirmed_after_close_ms']['median'])} ms "
+              f"after the close (median; {shown(graph.get('vs_live_alone_ms', {}).get('median'))}"
+              f" ms against live_alone, paired), draft first token "
+              f"{shown(graph['draft_first_token_ms_median'])} ms, draft complete before the "
+              f"FINAL caption in {graph['draft_before_final']} windows")
     outputs = {"json": args.json, "plot": args.plot, "md": None}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,8 @@ order against a time budget (``--budget``, default 480 s):
                   the verifier's memory
   engine          ``bench engine``'s modes that decide the design (the verifier alone,
                   compiled and exact; history_only; crossspec without a drafter; free oracle
-                  drafts of acceptance 0.5 and 0.8; live_alone and crossspec_live)
+                  drafts of acceptance 0.5 and 0.8; the live graphs after_close_alone,
+                  live_alone and crossspec_live through the product's loops)
   drafter         the drafter: load, compile, prefill and step; the verifier's pass beside it
                   (its steps on their own CUDA stream in this process, and in a process of
                   its own): the cost of sharing the device
@@ -65,7 +66,8 @@ from crossspec_ros.paths import sample_bag
 DEFAULT_BUDGET_S = 480.0
 # the modes of the engine stage: what decides the design (issue 42), the paired baseline first
 ENGINE_MODES = ("verifier_alone_compiled", "verifier_alone_exact", "history_only", "crossspec",
-                "oracle_free@a=0.5", "oracle_free@a=0.8", "live_alone", "crossspec_live")
+                "oracle_free@a=0.5", "oracle_free@a=0.8", "after_close_alone", "live_alone",
+                "crossspec_live")
 ORACLE_ACCEPTANCES = (0.5, 0.8)
 EXACTNESS_WINDOWS = 2
 SHARING_PASSES = 12  # verifier passes timed alone and beside the drafter, each way
@@ -444,8 +446,8 @@ def stage_engine(kit: Kit) -> dict[str, Any]:
     report = bench.run_engine_bench(
         kit.verifier, None, kit.windows, max_new_tokens=kit.max_new_tokens,
         oracle_acceptances=ORACLE_ACCEPTANCES, free_oracles=True, prompt_lookup=False,
-        warmup=warmup, live=True, settle=True, runtimes=runtimes, modes=ENGINE_MODES,
-        log=kit.log)
+        warmup=warmup, live=True, live_rounds=1, settle=True, runtimes=runtimes,
+        modes=ENGINE_MODES, log=kit.log)
     report.update({"models": f"{kit.models} verifier ({kit.dtype}), no drafter loaded yet: "
                    "crossspec proposes from history, the oracles' drafts are free",
                    "device": kit.device, "modes_run": list(report["modes"])})

@@ -6,7 +6,7 @@ each lossy mode, in a fresh order per window:
 
 - relaxed acceptance rules (``top_k:K``, ``typical:EPS``, ``speculative/verify.py``), each
   as the live graph runs it: frames prefilled as the synchronizer would announce them, the
-  latency taken from the close (``bench/engine.py`` ``live_runner``), against ``exact`` run
+  latency taken from the close (``live_runner`` below), against ``exact`` run
   the same way;
 - event-guided pruning of the verifier's visual tokens (``visual_keep:F``,
   ``models/pruning.py``): a pruned prompt cannot be prefilled before the window's events are
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,53 @@ def score(runs: dict[str, RuleRun], decode: Any, parse: Any, truth: dict[int, st
     return rows
 
 
+REORDER_SLACK_NS = 20_000_000  # the graph's default reorder_slack_s
+
+
+def live_arrivals(window: Any, slack_ns: int = REORDER_SLACK_NS) -> list[tuple[float, Any]]:
+    """(seconds after t0, frame) of each slot's frame, when the graph's synchronizer would
+    announce it: a watermark (newest stamp - slack) past the slot's target by the frame's
+    distance to it (``sync/window.py decided_frames``, with frames arriving continuously)."""
+    n = len(window.frames)
+    out = []
+    for k, frame in enumerate(window.frames):
+        target = window.t0 + (2 * k + 1) * (window.t1 - window.t0) / (2 * n)
+        decided = target + abs(frame.stamp_ns - target) + slack_ns
+        out.append(((max(decided, frame.stamp_ns + slack_ns) - window.t0) / 1e9, frame))
+    return out
+
+
+def live_runner(verifier: Any, engine: Any) -> Any:
+    """The window's frames replayed at the times the graph would announce them, through the
+    verifier node's live-prefill scheduler (``speculative/live_scheduler.py``): each is
+    encoded and prefilled as it comes, then the latency is taken from the close. Frames
+    announced after the close are left to the engine. This bench's own model of arrival, and
+    no early start: ``bench engine``'s live graphs run the product's loops instead
+    (bench/live_replay.py), and moving the relaxed rules there is still to do (issue 43)."""
+    from crossspec_ros.models.live_prefill import LivePrefill
+    from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
+    from crossspec_ros.sync.synchronizer import FrameSelection
+
+    scheduler = LivePrefillScheduler(lambda: LivePrefill(verifier))
+
+    def run(window: Any) -> tuple[list[int], float, Any]:
+        key = (0, int(window.id))
+        start, length = time.monotonic(), (window.t1 - window.t0) / 1e9
+        for slot, (offset, frame) in enumerate(live_arrivals(window)):
+            if offset >= length:
+                break
+            time.sleep(max(0.0, start + offset - time.monotonic()))
+            scheduler.add([FrameSelection(*key, slot, frame)])
+            scheduler.prefill_queued()
+        time.sleep(max(0.0, start + length - time.monotonic()))
+        t_close = time.monotonic()
+        result = engine.run_window(window, t_close=t_close, live=scheduler.take(key),
+                                   between_rounds=scheduler.between_rounds)
+        scheduler.clear()  # a mode's windows are not consecutive in the shuffled order
+        return result.tokens, result.stats.confirmed_done_ms, result.stats
+    return run
+
+
 def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
               max_new_tokens: int, warmup: int, corpus: Any = (), log: Any = print,
               keeps: tuple[float, ...] = (), compile_steps: bool = True
@@ -144,7 +192,7 @@ def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
     """Every window through ``exact``, each rule and each pruning share (``keeps``, with
     ``exact_after_close``), shuffled per window; warm-up windows are not kept.
     ``compile_steps``: the static runtimes compiled (what a user runs) or eager."""
-    from crossspec_ros.bench.engine import bench_runtimes, live_runner
+    from crossspec_ros.bench.engine import bench_runtimes
     from crossspec_ros.models.static_runtime import RuntimeOptions
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 

@@ -4,7 +4,6 @@ message conversions, a bounded work queue and a diagnostics publisher."""
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,8 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from crossspec_ros.params import Param, ParameterError, check_value, validate
 from crossspec_ros.speculative.stats import WindowStats
-from crossspec_ros.sync.synchronizer import WindowSynchronizer
+from crossspec_ros.speculative.worker import Worker  # noqa: F401 (the nodes')
+from crossspec_ros.sync.synchronizer import sync_from_params  # noqa: F401 (the nodes')
 
 NS = 1_000_000_000
 
@@ -224,25 +224,6 @@ def msg_to_ns(t: Any) -> int:
     return int(t.sec) * NS + int(t.nanosec)
 
 
-def sync_from_params(p: dict[str, Any], streams: tuple[str, ...],
-                     announce_frames: bool = False,
-                     previous: WindowSynchronizer | None = None) -> WindowSynchronizer:
-    """The node's synchronizer; ``previous``: the one of its last configuration, whose
-    timeline (epoch, closed windows) it carries on (see ``continue_timeline``)."""
-    sync = WindowSynchronizer(
-        announce_frames=announce_frames,
-        window_len_ns=round(p["window_length_s"] * NS),
-        frames_per_window=p["frames_per_window"],
-        max_lateness_ns=round(p["max_lateness_s"] * NS),
-        reorder_slack_ns=round(p["reorder_slack_s"] * NS),
-        reset_threshold_ns=round(p["reset_threshold_s"] * NS),
-        max_pending_windows=p["max_pending_windows"],
-        streams=streams)
-    if previous is not None:
-        sync.continue_timeline(previous)
-    return sync
-
-
 def _f(x: float) -> float:
     return float(x) if x == x else math.nan
 
@@ -262,32 +243,6 @@ def stats_msg(stats: WindowStats, prefill_slowdown: float = math.nan) -> Any:
         draft_done_ms=_f(stats.draft_done_ms),
         confirmed_first_ms=_f(stats.confirmed_first_ms),
         confirmed_done_ms=_f(stats.confirmed_done_ms))
-
-
-class Worker:
-    """A daemon thread running ``step`` until stopped: inference never runs in an executor
-    callback, so subscriptions keep flowing while a model works."""
-
-    def __init__(self, name: str, step: Callable[[], None], on_error: Callable[[str], None]
-                 ) -> None:
-        self._stop = threading.Event()
-        self._step, self._on_error = step, on_error
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._step()
-            except Exception as err:  # a bad window must not end the node
-                self._on_error(f"{type(err).__name__}: {err}")
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout)
 
 
 def diagnostics(node: Node, name: str, values: dict[str, Any], level: int = 0,

@@ -39,13 +39,15 @@ from crossspec_ros.nodes.common import (
     reliable_qos,
     sensor_qos,
     stats_msg,
-    sync_from_params,
 )
 from crossspec_ros.nodes.lifecycle import ManagedNode
-from crossspec_ros.params import VERIFIER_NODE_PARAMS, ParameterError, combination_problem
-from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine, WindowResult
+from crossspec_ros.params import (
+    VERIFIER_NODE_PARAMS,
+    combination_problem,
+    engine_config,
+)
+from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent
-from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
 from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.speculative.verifier_loop import VerifierLoop
 from crossspec_ros.sync.agreement import text_to_ids
@@ -55,25 +57,6 @@ from crossspec_ros.sync.captions import (
 from crossspec_ros.sync.window import StampedFrame
 
 NAN = math.nan
-
-
-def engine_config(p: dict[str, Any], verifier: Any = None,
-                  where: str = "parameters") -> EngineConfig:
-    """The engine's config from the node's parameters (each checked, and checked together, by
-    ``validate``); ``verifier``: the loaded model, whose vocabulary they must fit too, else
-    ParameterError naming ``where`` (configure fails in one line, before compiling)."""
-    if verifier is not None:
-        problem = combination_problem(p, verifier.info.vocab_size)
-        if problem is not None:
-            raise ParameterError(f"{where}: {problem}")
-    proposers = tuple(p["proposers"].split(","))
-    if p["draft_head"] and "draft_head" not in proposers:  # the head is asked for: use it
-        proposers += ("draft_head",)
-    return EngineConfig(max_new_tokens=p["max_new_tokens"], mode=p["decoding"],
-                        temperature=p["temperature"], max_proposal=p["max_proposal"],
-                        max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],
-                        proposers=proposers, history_windows=p["history_windows"],
-                        acceptance=p["acceptance"])
 
 
 class VerifierNode(ManagedNode):
@@ -150,22 +133,13 @@ class VerifierNode(ManagedNode):
         engine = SpeculativeEngine(verifier, drafter, config, head=head,
                                    corpus=corpus.captions if corpus else ())
         self.agreement.tokenize = text_to_ids(verifier.tokenizer)
-        self.live_prefill = p["live_prefill"] and _can_prefill_live(verifier, p)
-        live = None
-        if self.live_prefill:
-            from crossspec_ros.models.live_prefill import LivePrefill
-
-            live = LivePrefillScheduler(lambda: LivePrefill(verifier))
+        self.live_prefill = self.loop.configure_from_params(
+            p, engine, previous_sync=self.sync, verifier_first=self.verifier_first)
+        self.sync = self.loop.sync
         if p["live_prefill"] and not self.live_prefill:
             self.get_logger().info("live_prefill: this verifier prefills after the close "
                                    "(it needs a Video-LLaVA verifier whose num_frames is "
                                    "frames_per_window)")
-        self.sync = sync_from_params(p, streams=("rgb",), announce_frames=self.live_prefill,
-                                     previous=self.sync)
-        self.loop.configure(engine, self.sync, live, lambda: self.params["early_start"],
-                            self.verifier_first)
-        if self.verifier_first is not None:  # its turn's bound (speculative/verifier_first.py)
-            self.verifier_first.max_pause_s = p["yield_to_verifier_ms"] / 1e3
         self.pub_confirmed = self.add_publisher(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                                                 reliable_qos())
         self.pub_caption = self.add_publisher(cs_msg.Caption, p["caption_topic"],
@@ -308,14 +282,6 @@ class VerifierNode(ManagedNode):
             level, message = 1, (f"no window verified since the last report: {unverified_now} "
                                  "ended UNVERIFIED")
         self.pub_diag.publish(diagnostics(self, "crossspec: verifier", values, level, message))
-
-
-def _can_prefill_live(verifier: Any, p: dict[str, Any]) -> bool:
-    """Live prefill needs a verifier that prefills frame by frame, one frame per slot."""
-    from crossspec_ros.models.video_llava import VideoLlavaVerifier
-
-    return isinstance(verifier, VideoLlavaVerifier) and \
-        verifier.num_frames == p["frames_per_window"]
 
 
 def caption_msg(caption: WindowCaption) -> Any:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from typing import Any
 
@@ -86,6 +86,26 @@ class VerifierLoop:
         self.engine, self.sync, self.live = engine, sync, live
         self.early_start = early_start
         self.verifier_first = verifier_first
+
+    def configure_from_params(self, p: Mapping[str, Any], engine: SpeculativeEngine, *,
+                              previous_sync: Any = None, verifier_first: Any = None) -> bool:
+        """As the verifier node configures from its parameters ``p`` (read again for
+        early_start each time): the RGB stream's synchronizer (``previous_sync``: the one whose
+        timeline it carries on), live prefill where the verifier can; returns whether it
+        prefills live."""
+        from crossspec_ros.models.live_prefill import LivePrefill
+        from crossspec_ros.sync.synchronizer import sync_from_params
+
+        verifier = engine.verifier
+        live_prefill = bool(p["live_prefill"]) and can_prefill_live(verifier,
+                                                                    p["frames_per_window"])
+        live = LivePrefillScheduler(lambda: LivePrefill(verifier)) if live_prefill else None
+        sync = sync_from_params(p, streams=("rgb",), announce_frames=live_prefill,
+                                previous=previous_sync)
+        self.configure(engine, sync, live, lambda: p["early_start"], verifier_first)
+        if verifier_first is not None:  # its turn's bound (speculative/verifier_first.py)
+            verifier_first.max_pause_s = p["yield_to_verifier_ms"] / 1e3
+        return live_prefill
 
     def start(self, max_queued: int) -> None:
         self.queue = WindowQueue(max_queued)
@@ -312,3 +332,10 @@ class VerifierLoop:
                 **self.held.counters,
                 **{k: round(v, 3) for k, v in self.last_stats.items()},
                 **self.agreement.summary()}
+
+
+def can_prefill_live(verifier: Any, frames_per_window: int) -> bool:
+    """Live prefill needs a verifier that prefills frame by frame, one frame per slot."""
+    from crossspec_ros.models.video_llava import VideoLlavaVerifier
+
+    return isinstance(verifier, VideoLlavaVerifier) and verifier.num_frames == frames_per_window

@@ -49,6 +49,7 @@ import hashlib
 import logging
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
@@ -621,6 +622,28 @@ class WindowSynchronizer:
                     "oldest (window %d, epoch %d); further drops only counted in dropped_windows",
                     self.max_pending_windows, cap, wid, self._stats.epoch,
                 )
+
+
+def sync_from_params(p: dict[str, Any], streams: tuple[str, ...],
+                     announce_frames: bool = False,
+                     previous: WindowSynchronizer | None = None) -> WindowSynchronizer:
+    """A node's synchronizer from its parameters (``p``: window_length_s, frames_per_window,
+    max_lateness_s, reorder_slack_s, reset_threshold_s, max_pending_windows); ``previous``: the
+    one of its last configuration, whose timeline (epoch, closed windows) it carries on (see
+    ``continue_timeline``)."""
+    sync = WindowSynchronizer(
+        announce_frames=announce_frames,
+        window_len_ns=round(p["window_length_s"] * SECOND_NS),
+        frames_per_window=p["frames_per_window"],
+        max_lateness_ns=round(p["max_lateness_s"] * SECOND_NS),
+        reorder_slack_ns=round(p["reorder_slack_s"] * SECOND_NS),
+        reset_threshold_ns=round(p["reset_threshold_s"] * SECOND_NS),
+        max_pending_windows=p["max_pending_windows"],
+        streams=streams)
+    if previous is not None:
+        sync.continue_timeline(previous)
+    return sync
+
 
 
 def _merge_chunks(chunks: list[EventBatch], width: int, height: int) -> EventBatch:

@@ -1,0 +1,275 @@
+"""The live graph's own loops, replayed without ROS: what `crossspec bench engine --live`
+measures.
+
+The windows' messages (their frames, and their events cut into packets) are replayed at their
+stamps into the product's loops, as the composed graph runs them: frames into a
+``VerifierLoop`` (speculative/verifier_loop.py) configured from the verifier node's parameters
+(its synchronizer announces frames, live prefill and early start as the parameters say), event
+packets into a ``DraftLoop`` (speculative/draft_loop.py) configured from the draft node's;
+each loop's steps run on a worker thread, as in the nodes, and every callback (a draft for the
+verifier, the verifier's confirmations for the drafter's re-sync, the clock's tick every
+0.1 s) runs on one executor thread, as rclpy's single-threaded executor runs them. So the
+synchronizer, the live-prefill scheduler, early start and the drafter's pace are the
+product's, not a model of them. A graph is a row of ``LIVE_GRAPHS``: parameters over the
+nodes' defaults, and whether a drafter runs.
+
+What a window reports is what the drive reports: the FINAL caption's confirmed_done_ms (after
+the verifier's synchronizer closed the window; early start can make it ~0), the draft's first
+token after the drafter's close, and whether the draft was complete before the FINAL caption.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.params import DRAFT_NODE_PARAMS, VERIFIER_NODE_PARAMS, engine_config, validate
+from crossspec_ros.speculative.draft_loop import DraftLoop
+from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
+from crossspec_ros.speculative.events import EngineEvent
+from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.speculative.verifier_first import VerifierFirst
+from crossspec_ros.speculative.verifier_loop import VerifierLoop
+from crossspec_ros.speculative.worker import Worker
+from crossspec_ros.sync.captions import CaptionStatus, WindowCaption, WindowKey
+from crossspec_ros.sync.synchronizer import sync_from_params
+from crossspec_ros.sync.window import StampedFrame
+
+PACKET_NS = 20_000_000  # the replayed event packets: 50 a second, as a camera driver sends
+# the closing messages' distance past the last window: beyond the default reorder slack
+# (20 ms), so the synchronizers close it by data as they close every other window
+CLOSING_NS = 100_000_000
+TICK_S = 0.1  # the nodes' timers
+SETTLE_S = 30.0  # after the last message: the longest wait for the last captions
+
+
+@dataclass(frozen=True)
+class LiveGraph:
+    """One live graph of the bench: the verifier node's parameters over its defaults, and
+    whether a draft loop feeds it (the composed crossspec graph) or it runs alone."""
+
+    name: str
+    verifier_params: dict[str, Any] = field(default_factory=dict)
+    drafter: bool = True
+    about: str = ""
+
+
+# as `crossspec drive --compare` runs them (cli/drive_cmd.py's passes); the speculative one
+# takes the bench's max_proposal
+LIVE_GRAPHS = {graph.name: graph for graph in (
+    LiveGraph("after_close_alone", {"max_proposal": 0, "live_prefill": False}, drafter=False,
+              about="the verifier alone, prefill after the close"),
+    LiveGraph("live_alone", {"max_proposal": 0}, drafter=False,
+              about="the verifier alone, live prefill and early start"),
+    LiveGraph("crossspec_live", {},
+              about="draft and verifier loops: live prefill, early start and speculation"),
+)}
+
+
+@dataclass
+class ReplayedWindow:
+    """One window's outcome in one replay."""
+
+    key: WindowKey
+    frame_stamps: tuple[int, ...] = ()
+    tokens: list[int] | None = None  # the engine's caption (None: never verified)
+    stats: WindowStats | None = None
+    status: str = ""  # FINAL or UNVERIFIED
+    confirmed_done_ms: float = math.nan
+    draft_first_token_ms: float = math.nan
+    draft_first: bool = False  # the draft was complete before the FINAL caption
+    window: Any = field(default=None, repr=False)  # the verifier's, for references
+
+
+def replay_messages(windows: Sequence[Any], packet_ns: int = PACKET_NS
+                    ) -> list[tuple[int, str, Any]]:
+    """(stamp ns, "rgb" | "events", payload) in stamp order: each distinct frame of the
+    windows once, their events cut into ``packet_ns`` packets (stamped with their last
+    event), and one frame and one packet ``CLOSING_NS`` past the last window, as the rest of
+    a recording brings them, so that the synchronizers close the last window as they close
+    every other (by data, not by their idle timeout)."""
+    out: list[tuple[int, str, Any]] = []
+    seen: set[int] = set()
+    for w in windows:
+        for frame in w.frames:
+            if frame.stamp_ns not in seen:
+                seen.add(frame.stamp_ns)
+                out.append((frame.stamp_ns, "rgb", frame))
+        for start in range(w.t0, w.t1, packet_ns):
+            packet = w.events.between(start, start + packet_ns)
+            if len(packet):
+                out.append((int(packet.t_last), "events", packet))
+    out.sort(key=lambda item: item[0])
+    last = windows[-1]
+    after = last.t1 + CLOSING_NS
+    frame = last.frames[-1]
+    out.append((after, "rgb", StampedFrame(after, frame.image, frame.encoding, frame.frame_id)))
+    if len(last.events):
+        e = last.events
+        out.append((after, "events", EventBatch(np.array([after]), e.x[-1:].copy(),
+                                                 e.y[-1:].copy(), e.p[-1:].copy(),
+                                                 e.width, e.height)))
+    return out
+
+
+def window_keys(windows: Sequence[Any], window_len_ns: int) -> dict[WindowKey, Any]:
+    """The key each of ``windows`` gets from the loops' synchronizers (ids from time), and
+    the window; windows must lie on the synchronizers' grid."""
+    keys = {}
+    for w in windows:
+        if w.t0 % window_len_ns or w.t1 - w.t0 != window_len_ns:
+            raise ValueError(f"window [{w.t0}, {w.t1}) is not on the live graph's "
+                             f"{window_len_ns / 1e9:g} s grid")
+        keys[(0, w.t0 // window_len_ns)] = w
+    return keys
+
+
+class LiveReplay:
+    """One replay of ``messages`` through ``graph``'s loops (``verifier``/``drafter``: the
+    loaded models; the drafter is also the engine's vocabulary bridge, as in the composed
+    graph). ``run()`` returns every window the verifier's book finished, by key."""
+
+    def __init__(self, graph: LiveGraph, verifier: Any, drafter: Any, *, max_new_tokens: int,
+                 max_proposal: int, corpus: Sequence[Sequence[int]] = (), rate: float = 1.0,
+                 log: Callable[[str], None] = print) -> None:
+        self.graph, self.rate, self.log = graph, rate, log
+        base = {"max_new_tokens": max_new_tokens, "max_proposal": max_proposal}
+        where = f"live graph {graph.name}"
+        self.params = validate({**base, **graph.verifier_params}, VERIFIER_NODE_PARAMS, where)
+        self.draft_params = validate({"max_new_tokens": max_new_tokens}, DRAFT_NODE_PARAMS,
+                                     where)
+        with_drafter = graph.drafter and drafter is not None
+        self.engine = SpeculativeEngine(verifier, drafter if with_drafter else None,
+                                        engine_config(self.params, verifier, where),
+                                        corpus=corpus)
+        self.drafter = drafter if with_drafter else None
+        self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()  # executor
+        self.windows: dict[WindowKey, ReplayedWindow] = {}
+        self.errors: list[str] = []
+        self._next_tick = 0.0
+        self.draft_loop: DraftLoop | None = None  # the last run's (its counters)
+
+    # ------------------------------------------------------------ what the loops hand out
+    def _window(self, key: WindowKey) -> ReplayedWindow:
+        return self.windows.setdefault(key, ReplayedWindow(key))
+
+    def _on_captions(self, captions: list[WindowCaption]) -> None:
+        for caption in captions:  # the verifier loop's lock is held: record only
+            if not caption.finished:
+                continue
+            row = self._window(caption.key)
+            row.status = caption.status.name
+            if caption.status is CaptionStatus.FINAL:
+                row.confirmed_done_ms = caption.confirmed_done_ms
+                row.draft_first = bool(caption.first_complete_draft)
+            row.draft_first_token_ms = caption.draft_first_token_ms
+
+    def _on_result(self, window: Any, result: WindowResult) -> None:
+        row = self._window(window.key)
+        row.tokens, row.stats, row.window = list(result.tokens), result.stats, window
+        row.frame_stamps = tuple(f.stamp_ns for f in window.frames)
+
+    def _on_error(self, error: str) -> None:
+        self.errors.append(error)
+        self.log(f"{self.graph.name}: {error}")
+
+    # ------------------------------------------------------------ the replay
+    def run(self, messages: Sequence[tuple[int, str, Any]],
+            expected: set[WindowKey]) -> dict[WindowKey, ReplayedWindow]:
+        """Replay ``messages`` at their stamps (``rate`` times real time) and wait until
+        the verifier's book finished every window of ``expected`` (at most SETTLE_S after the
+        last message)."""
+        p = self.params
+        verifier_first = VerifierFirst(0.0) if self.drafter is not None else None
+        vloop = VerifierLoop(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5,
+                             max_queued=p["max_queued_windows"],
+                             on_captions=self._on_captions,
+                             on_confirmed=lambda w, e, _s: self._post_confirmed(dloop, w, e),
+                             warn=self.log, on_result=self._on_result)
+        vloop.configure_from_params(p, self.engine, verifier_first=verifier_first)
+        vloop.start(p["max_queued_windows"])
+        dloop = None
+        workers = [Worker(f"{self.graph.name}-verifier", vloop.step, self._on_error)]
+        if self.drafter is not None:
+            dloop = DraftLoop(self.draft_params, on_draft=lambda *a: self._post_draft(vloop, *a),
+                              warn=self.log, error=self._on_error)
+            dloop.configure(self.drafter, sync_from_params(self.draft_params, ("events",)))
+            dloop.start()
+            self.draft_loop = dloop
+            verifier_first.add_drafter(dloop.hold, dloop.release_hold)
+            workers.append(Worker(f"{self.graph.name}-draft", dloop.step, self._on_error))
+        for worker in workers:
+            worker.start()
+        try:
+            self._feed(messages, vloop, dloop)
+            deadline = time.monotonic() + SETTLE_S
+            while not self._finished(vloop, expected) and time.monotonic() < deadline:
+                self._executor_until(time.monotonic() + TICK_S, vloop, dloop)
+        finally:
+            vloop.stop_taking()
+            if dloop is not None:
+                dloop.stop_taking()
+            for worker in workers:
+                worker.stop()
+        return self.windows
+
+    def _feed(self, messages: Sequence[tuple[int, str, Any]], vloop: VerifierLoop,
+              dloop: DraftLoop | None) -> None:
+        t_first = messages[0][0]
+        start = time.monotonic()
+        for stamp, kind, payload in messages:
+            self._executor_until(start + (stamp - t_first) / 1e9 / self.rate, vloop, dloop)
+            if kind == "rgb":
+                vloop.add_frame(payload)
+            elif dloop is not None:
+                dloop.add_events(payload)
+
+    def _executor_until(self, until: float, vloop: VerifierLoop, dloop: DraftLoop | None
+                        ) -> None:
+        """Run the executor's callbacks (drafts, confirmations, ticks) until ``until``."""
+        while True:
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._next_tick = now + TICK_S
+                vloop.tick()
+                if dloop is not None:
+                    dloop.tick()
+            wait = min(until, self._next_tick) - now
+            if wait <= 0 and now >= until:
+                return
+            try:
+                callback = self.inbox.get(timeout=max(wait, 0.0))
+            except queue.Empty:
+                continue
+            callback()
+
+    def _post_draft(self, vloop: VerifierLoop, window: Any, event: EngineEvent,
+                    stats: WindowStats, window_state: Any, cut_short: bool) -> None:
+        """The draft loop's draft, delivered to the verifier loop by the executor (as the
+        draft topic delivers it)."""
+        state = None if window_state is None else window_state.detach().float().cpu().numpy()
+        first_ms = stats.draft_first_token_ms
+        self.inbox.put(lambda: vloop.on_draft(
+            window.key, window.t0, window.t1, text=event.text, first_token_ms=first_ms,
+            done=event.done, cut_short=cut_short, tokens=list(event.tokens),
+            revision=event.revision, window_state=state))
+
+    def _post_confirmed(self, dloop: DraftLoop | None, window: Any, event: EngineEvent
+                        ) -> None:
+        if dloop is not None:  # the drafter re-syncs to the verifier's confirmed tokens
+            self.inbox.put(lambda: dloop.on_confirmed(window.key, event.base, list(event.tokens),
+                                                      event.text, event.done))
+
+    def _finished(self, vloop: VerifierLoop, expected: set[WindowKey]) -> bool:
+        """Every expected window's caption finished, and a FINAL one's result is in (it
+        comes after its caption)."""
+        return all(vloop.book.is_finished(key) and (
+            self._window(key).status != "FINAL" or self._window(key).tokens is not None)
+            for key in expected)

@@ -1,0 +1,87 @@
+"""The draft loop (speculative/draft_loop.py) fed without ROS: event batches, confirmations and
+the verifier's turns in, drafts out, a newer window always winning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from crossspec_ros.models.tiny import tiny_eventgpt_drafter
+from crossspec_ros.params import DRAFT_NODE_PARAMS, validate
+from crossspec_ros.sim.dataset import make_window
+from crossspec_ros.speculative.draft_loop import DraftLoop
+from crossspec_ros.sync.synchronizer import WindowSynchronizer
+
+
+@pytest.fixture(scope="module")
+def drafter():
+    return tiny_eventgpt_drafter(seed=1)
+
+
+def make_loop(drafter, **params):
+    drafts = []  # (window id, tokens, done, cut_short)
+    loop = DraftLoop(validate({"max_new_tokens": 6, **params}, DRAFT_NODE_PARAMS),
+                     on_draft=lambda w, e, _s, _state, cut: drafts.append(
+                         (w.id, list(e.tokens), e.done, cut)))
+    loop.configure(drafter, WindowSynchronizer(streams=("events",)))
+    loop.start()
+    return loop, drafts
+
+
+def windows(n: int):
+    first = make_window(23, 1, image_size=(64, 48), event_size=(64, 48)).as_window()
+    return [replace(first, id=first.id + k, t0=first.t0 + k * 10**9, t1=first.t1 + k * 10**9)
+            for k in range(n)]
+
+
+def test_a_window_is_drafted_token_by_token_and_let_go_when_the_verifier_is_done(drafter):
+    loop, drafts = make_loop(drafter)
+    [window] = windows(1)
+    loop.enqueue([window])
+    step = threading.Thread(target=loop.step)
+    step.start()
+    deadline = time.monotonic() + 60
+    while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # done, the draft waits to re-sync to the verifier's confirmations until it is done too
+    assert step.is_alive()
+    loop.on_confirmed(window.key, 0, [], "", done=True)
+    step.join(timeout=60)
+    assert not step.is_alive()
+    assert [len(tokens) for _, tokens, _, _ in drafts] == list(range(1, len(drafts) + 1))
+    assert drafts[-1][2] and not any(cut for *_, cut in drafts)
+    assert loop.windows_drafted == 1 and loop.windows_cut_short == 0
+
+
+def test_a_window_dropped_unstarted_is_announced_cut_short_with_no_tokens(drafter):
+    loop, drafts = make_loop(drafter, max_queued_windows=1)
+    first, second = windows(2)
+    loop.enqueue([first, second])  # a queue of one: the first goes unstarted
+    assert drafts == [(first.id, [], False, True)]
+    assert loop.queue.dropped == 1 and loop.windows_cut_short == 1
+
+
+def test_events_that_come_during_the_verifiers_turn_wait_for_its_end(drafter):
+    loop, _ = make_loop(drafter)
+    decoded = []
+    loop.configure(drafter, loop.sync, decode=lambda packet: decoded.append(packet) or packet)
+    [window] = windows(1)
+    loop.hold()
+    loop.add_events(window.events)
+    assert decoded == [] and len(loop.held_packets) == 1
+    loop.release_hold()
+    loop.tick()
+    assert decoded == [window.events] and not loop.held_packets
+
+
+def test_the_loops_and_the_benchs_replay_of_them_never_import_rclpy():
+    code = ("import sys, crossspec_ros.speculative.draft_loop, crossspec_ros.speculative."
+            "verifier_loop, crossspec_ros.bench.live_replay; print('rclpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"
