@@ -56,6 +56,7 @@ def test_a_window_is_drafted_token_by_token_and_let_go_when_the_verifier_is_done
     assert [len(tokens) for _, tokens, _, _ in drafts] == list(range(1, len(drafts) + 1))
     assert drafts[-1][2] and not any(cut for *_, cut in drafts)
     assert loop.windows_drafted == 1 and loop.windows_cut_short == 0
+    assert loop.drafts_withheld == 0  # every token came before the verifier was done
 
 
 def test_a_window_dropped_unstarted_is_announced_cut_short_with_no_tokens(drafter):
@@ -85,3 +86,13 @@ def test_the_loops_and_the_benchs_replay_of_them_never_import_rclpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_window_the_verifier_already_finished_is_not_drafted_at_all(drafter):
+    loop, drafts = make_loop(drafter)
+    [first] = windows(1)
+    loop.on_confirmed(first.key, 0, [], "", done=True)  # its caption is FINAL already
+    loop.enqueue([first])
+    loop.step()  # returns at once: no compute, no draft after the FINAL caption
+    assert drafts == [] and loop.windows_skipped_final == 1 and loop.windows_drafted == 0
+    assert loop.diagnostics["windows_skipped_final"] == 1

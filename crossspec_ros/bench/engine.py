@@ -503,6 +503,7 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
     names = list(graphs)
     outcomes: dict[str, list[dict]] = {name: [] for name in names}
     errors: dict[str, list[str]] = {name: [] for name in names}
+    drafting: dict[str, dict[str, int]] = {name: {} for name in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             graph, verifier, drafter = graphs[name]
@@ -512,6 +513,8 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
             out = replay.run(messages, set(keys))
             outcomes[name].append(out)
             errors[name] += replay.errors
+            for counter, value in replay.draft_counters.items():
+                drafting[name][counter] = drafting[name].get(counter, 0) + value
             final = sum(out.get(k, ReplayedWindow(k)).status == "FINAL" for k in keys)
             log(f"live round {r + 1}/{rounds}, {name}: {final}/{len(keys)} windows FINAL "
                 f"({time.perf_counter() - t0:.0f} s)")
@@ -550,6 +553,7 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
                 row.draft_first_token_ms for row in rows_all),
             "draft_before_final": f"{sum(row.draft_first for row in rows_all)}/{len(rows_all)}",
             "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
+            "drafter": drafting[name],  # over every round, warm-up included
             "errors": errors[name][:5]}
     if "live_alone" in runs:
         alone = runs["live_alone"]

@@ -220,6 +220,17 @@ class LiveReplay:
                 worker.stop()
         return self.windows
 
+    @property
+    def draft_counters(self) -> dict[str, int]:
+        """The draft loop's counters of the last run (none without a drafter)."""
+        d = self.draft_loop
+        if d is None:
+            return {}
+        return {"windows_drafted": d.windows_drafted,
+                "windows_skipped_final": d.windows_skipped_final,
+                "drafts_withheld": d.drafts_withheld,
+                "windows_cut_short": d.windows_cut_short}
+
     def _feed(self, messages: Sequence[tuple[int, str, Any]], vloop: VerifierLoop,
               dloop: DraftLoop | None) -> None:
         t_first = messages[0][0]

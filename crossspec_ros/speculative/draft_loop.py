@@ -5,7 +5,8 @@ callback its owner gives, the moment each token exists:
 
     add_events(packet) --> [held while the verifier in this process has its turn]
                        --> the synchronizer --closed windows--> [queue] --step()--> the drafter
-    on_confirmed(...)  --> the window being drafted re-syncs to the confirmed prefix
+    on_confirmed(...)  --> the window being drafted re-syncs to the confirmed prefix; a window
+                           the verifier finished is not drafted (its caption is FINAL)
     tick()             --> windows closed by time; a finished draft nobody confirms is let go
 
 A newer window always wins: the drafter leaves the old one as soon as the next window closes,
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from crossspec_ros.sync.captions import DraftCursor, WindowKey
 from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
+FINISHED_KEPT = 256  # windows the verifier finished, remembered to skip them (bounded)
 
 # on_draft(window, event, stats, window_state, cut_short): publish one draft of ``window``
 DraftOut = Callable[[Any, EngineEvent, WindowStats, Any, bool], None]
@@ -63,6 +65,11 @@ class DraftLoop:
         # the verifier finished the window before its first draft token: nothing published
         self.windows_confirmed_before_draft = 0
         self.last_first_token_ms = math.nan
+        # windows whose caption the verifier finished (its last confirmation said done): a
+        # draft of one would only come after its FINAL caption, so none is drafted
+        self.verifier_finished: OrderedDict[WindowKey, None] = OrderedDict()
+        self.windows_skipped_final = 0  # closed here after the verifier had finished them
+        self.drafts_withheld = 0  # drafted after the verifier finished the window: not sent
 
     def configure(self, drafter: Any, sync: Any, *, process: Any = None,
                   decode: Callable[[Any], Any] | None = None) -> None:
@@ -116,6 +123,10 @@ class DraftLoop:
     def on_confirmed(self, key: WindowKey, base_index: int, tokens: list[int], text: str,
                      done: bool) -> None:
         """One round of the verifier's confirmed tokens of window ``key``."""
+        if done:
+            self.verifier_finished[key] = None
+            while len(self.verifier_finished) > FINISHED_KEPT:
+                self.verifier_finished.popitem(last=False)
         channel, confirmed = self.cursor.confirmed(key, base_index, tokens, done)
         if channel is None:
             return  # not the window being drafted
@@ -147,6 +158,9 @@ class DraftLoop:
         if item is None:
             return
         window, t_close = item
+        if window.key in self.verifier_finished:
+            self.windows_skipped_final += 1  # nothing to publish: its caption is FINAL
+            return
         max_new = self.params["max_new_tokens"]
         stats = WindowStats(proposer_names=["draft_stream"])
         state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
@@ -158,13 +172,13 @@ class DraftLoop:
             event = EngineEvent(kind, int(window.id), (time.monotonic() - t_close) * 1e3,
                                 **fields)
             if kind is EventKind.DRAFT:
-                last[:] = [event]
                 if len(event.tokens) == 1 and event.revision == 0:
                     stats.draft_first_token_ms = event.t_ms  # before the first publication
                 state = drafting[0].window_state if state_due and drafting else None
                 if state is not None:  # once, with the window's first draft
                     state_due = False
-                self._publish(window, event, stats, state)
+                if self._publish(window, event, stats, state):
+                    last[:] = [event]
             elif kind is EventKind.DRAFT_ERROR:
                 self.error(f"window {window.id}: drafter failed: {event.text}")
             return event
@@ -193,10 +207,15 @@ class DraftLoop:
         self.last_first_token_ms = stats.draft_first_token_ms
 
     def _publish(self, window: Any, event: EngineEvent, stats: WindowStats,
-                 window_state: Any = None, cut_short: bool = False) -> None:
+                 window_state: Any = None, cut_short: bool = False) -> bool:
+        """Hand the draft on (False: withheld, the verifier had finished the window)."""
+        if window.key in self.verifier_finished:  # a token in flight when its FINAL came
+            self.drafts_withheld += 1
+            return False
         self.on_draft(window, event, stats, window_state, cut_short)
         if event.done:
             self.cursor.completed(window.key, time.monotonic())
+        return True
 
     def _cut_short(self, window: Any, last: EngineEvent | None,
                    stats: WindowStats | None = None) -> None:
@@ -228,4 +247,6 @@ class DraftLoop:
                 "outlier_events": s.outlier_events, "resets": s.resets,
                 "windows_cut_short": self.windows_cut_short,
                 "windows_confirmed_before_draft": self.windows_confirmed_before_draft,
+                "windows_skipped_final": self.windows_skipped_final,
+                "drafts_withheld": self.drafts_withheld,
                 "last_first_token_ms": round(self.last_first_token_ms, 1)}
