@@ -416,6 +416,8 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     a window's latency is its median over the rounds (report["live"]: what a user sees)."""
     if len(windows) <= warmup:
         raise ValueError(f"need more windows ({len(windows)}) than warm-up windows ({warmup})")
+    if live and live_rounds < 1:
+        raise ValueError(f"live_rounds must be >= 1, got {live_rounds}")
     config = EngineConfig(max_new_tokens=max_new_tokens, max_proposal=max_proposal)
     if runtimes is None:
         runtimes = bench_runtimes(verifier, drafter, runtime, max_new_tokens, log)
@@ -510,6 +512,7 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
             t0 = time.perf_counter()
             replay = LiveReplay(graph, verifier, drafter, max_new_tokens=max_new_tokens,
                                 max_proposal=max_proposal, corpus=corpus, log=log)
+            settle_heap()  # as the nodes after configuring: its engine's tries are new
             out = replay.run(messages, set(keys))
             outcomes[name].append(out)
             errors[name] += replay.errors

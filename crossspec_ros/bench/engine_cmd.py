@@ -120,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "after_close_alone, live_alone and crossspec_live replay the windows' "
                         "messages through the product's loops (one window length per window "
                         "per graph and round)")
-    parser.add_argument("--live-rounds", type=int, default=2, metavar="N",
+    parser.add_argument("--live-rounds", type=_rounds, default=2, metavar="N",
                         help="rounds of the live graphs, every other one in reverse order "
                         "(default 2)")
     parser.add_argument("--head", type=Path, metavar="DIR",
@@ -278,3 +278,14 @@ def _cpu_count() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _rounds(text: str) -> int:
+    """--live-rounds: a whole number >= 1 (argparse says so in one line otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
