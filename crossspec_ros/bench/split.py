@@ -25,7 +25,7 @@ Reported (one JSON line per run, the last line the runs and the headline run's n
   (the bag time replayed over the wall time the player took from its first message to its
   last, as the player reports them: a link slower than the images slows the player, since DDS
   sends into full socket buffers synchronously), and for faults what happened around them.
-A run that replayed nothing (no draft reached the robot) fails the command, with one line
+A run that replayed nothing (no draft or caption reached the robot) fails the command, with one line
 saying why. SIGINT, SIGTERM and SIGHUP alike stop every process, delete both namespaces and
 the temporary files (exit 128 + the signal).
 """
@@ -215,7 +215,7 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
         # active, its first message comes) to its end
         announced = wait_player_announced(player_log, player, args.node_timeout + 60)
         bytes_before = hosts.bytes_crossed()
-        started = announced and wait_first_draft(seen, player, args.node_timeout)
+        started = announced and wait_first_output(seen, player, args.node_timeout)
         if not started:
             why_not = why_not_replayed(player.poll(), player_log.read_text(),
                                        args.node_timeout)
@@ -275,13 +275,14 @@ def wait_player_announced(path: Path, player: Any, timeout: float) -> bool:
 
 
 def why_not_replayed(player_code: int | None, player_output: str, timeout: float) -> str:
-    """Why no draft reached the robot, in a few words, with the player's last line."""
+    """Why no draft or caption reached the robot, in a few words, with the player's last
+    line."""
     lines = [line for line in player_output.splitlines() if line.strip()]
     said = f": {lines[-1].strip()}" if lines else ""
     if player_code is None:
-        return f"no draft reached the robot within {timeout:g} s (--node-timeout); the " \
-            f"player was still running{said}"
-    return f"no draft reached the robot; the player exited {player_code}{said}"
+        return f"no draft or caption reached the robot within {timeout:g} s " \
+            f"(--node-timeout); the player was still running{said}"
+    return f"no draft or caption reached the robot; the player exited {player_code}{said}"
 
 
 def split_env(no_compile: bool) -> dict[str, str]:
@@ -305,13 +306,14 @@ def settle_seconds() -> float:
     return 2 * (p["window_length_s"] + p["max_lateness_s"]) + 3.0
 
 
-def wait_first_draft(path: Path, player: Any, timeout: float) -> bool:
-    """Until the robot has seen the first draft (the replay has begun and the draft node
-    works), the player ended ``settle_seconds`` ago (a short replay's first window closes
+def wait_first_output(path: Path, player: Any, timeout: float) -> bool:
+    """Until the robot has seen the graph's first draft or caption (the replay has begun and
+    the nodes work; a verifier ahead of the drafter leaves windows undrafted, so a draft alone
+    is no sign), the player ended ``settle_seconds`` ago (a short replay's first window closes
     after its end), or ``timeout``."""
     deadline, ended = time.monotonic() + timeout, False
     while time.monotonic() < deadline:
-        if any(r.get("kind") == "draft" for r in read_jsonl(path)):
+        if any(r.get("kind") in ("draft", "caption") for r in read_jsonl(path)):
             return True
         if not ended and player.poll() is not None:
             ended, deadline = True, min(deadline, time.monotonic() + settle_seconds())
