@@ -213,8 +213,15 @@ def test_windows_with_events_but_no_rgb_end_unverified(pair):
     assert not run.results
     unverified = [wid for wid, msgs in run.captions.items() if msgs[-1].status == UNVERIFIED]
     assert len(unverified) >= 2
-    assert all(run.last(w).unconfirmed_text and not run.last(w).confirmed_text
-               for w in unverified)
+    assert not any(run.last(w).confirmed_text for w in unverified)
+    # each carries its draft and says how much of one: none only when the drafter left the
+    # window before its first token (a newer window preempts it; how soon is load, failed on
+    # a fresh clone beside a busy loop), never an empty caption passed off as a draft
+    carried = {w: run.last(w) for w in unverified}
+    assert all(m.unconfirmed_text or m.draft_state in (cs_msg.Caption.DRAFT_NONE,
+                                                       cs_msg.Caption.DRAFT_CUT_SHORT)
+               for m in carried.values())
+    assert any(m.unconfirmed_text for m in carried.values())
 
 
 def test_a_slow_verifier_drops_windows_visibly_and_its_queue_stays_bounded(pair):

@@ -373,3 +373,42 @@ def test_an_exception_in_a_callback_is_logged_and_counted_and_the_executor_spins
         executor.shutdown(timeout_sec=2.0)
         sender.destroy_node()
         node.destroy_node()
+
+
+def test_waiting_for_active_asks_again_when_a_get_state_request_goes_unanswered(monkeypatch):
+    from crossspec_ros.nodes import lifecycle
+
+    class Future:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def done(self):
+            return self.answer is not None
+
+        def result(self):
+            return self.answer
+
+    class Client:
+        """The first request is lost (its future never completes), the second answered."""
+
+        def __init__(self):
+            self.asked, self.given_up = 0, []
+
+        def service_is_ready(self):
+            return True
+
+        def call_async(self, _request):
+            self.asked += 1
+            active = GetState.Response()
+            active.current_state.id = State.PRIMARY_STATE_ACTIVE
+            return Future(None if self.asked == 1 else active)
+
+        def remove_pending_request(self, future):
+            self.given_up.append(future)
+
+    client = Client()
+    node = type("Node", (), {"create_client": lambda self, _type, _name: client,
+                             "destroy_client": lambda self, _client: None})()
+    monkeypatch.setattr(lifecycle, "ASK_AGAIN_S", 0.05)
+    lifecycle.wait_until_active(node, ["crossspec_verifier"], time.sleep, timeout_s=30.0)
+    assert client.asked == 2 and len(client.given_up) == 1

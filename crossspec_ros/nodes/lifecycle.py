@@ -26,6 +26,7 @@ from crossspec_ros.nodes.common import steady_timer
 from crossspec_ros.process_tuning import settle_heap
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+ASK_AGAIN_S = 5.0  # wait_until_active: a get_state request unanswered this long is sent again
 
 
 class NodeStartError(RuntimeError):
@@ -216,15 +217,21 @@ def wait_until_active(client: Any, names: list[str], spin_once: Callable[[float]
     try:
         while waiting:
             for name in list(waiting):
-                future = pending.get(name)
+                future, asked_at = pending.get(name, (None, 0.0))
                 if future is None and clients[name].service_is_ready():
-                    pending[name] = clients[name].call_async(GetState.Request())
+                    pending[name] = (clients[name].call_async(GetState.Request()),
+                                     time.monotonic())
                 elif future is not None and future.done():
                     del pending[name]
                     result = future.result()
                     if result is not None and \
                             result.current_state.id == State.PRIMARY_STATE_ACTIVE:
                         waiting.discard(name)
+                elif future is not None and time.monotonic() - asked_at > ASK_AGAIN_S:
+                    # a request sent as discovery was still matching can be lost for good
+                    # (seen under load): ask again rather than wait for it to the deadline
+                    clients[name].remove_pending_request(future)
+                    del pending[name]
             now = time.monotonic()
             if waiting and now > deadline:
                 raise NodeStartError(f"not active after {timeout_s:g} s: "
