@@ -17,7 +17,8 @@ CPU_INDEX_URL=${CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 SETUP_QUIET=${SETUP_QUIET:--q}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
-pip_() { "$VENV/bin/python" -m pip "$@" $SETUP_QUIET --disable-pip-version-check; }
+# shellcheck source=scripts/installer.sh
+. "$(dirname "$0")/installer.sh"
 # which torch the venv has: none, cpu or cuda
 torch_build() {
   "$VENV/bin/python" -c "import torch; print('cuda' if torch.version.cuda else 'cpu')" \
@@ -29,11 +30,11 @@ if [ "$CUDA" = 1 ]; then
   [ "$have" = cuda ] && exit 0
   if [ "$have" = cpu ]; then
     say "replacing the CPU build of torch with a CUDA build (CUDA=1)"
-    pip_ uninstall -y torch
+    venv_pip uninstall -y torch
   else
     say "installing torch $TORCH_VERSION (a CUDA build: CUDA=1)"
   fi
-  pip_ install "torch==$TORCH_VERSION" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+  venv_install "torch==$TORCH_VERSION" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   if [ "$(torch_build)" != cuda ]; then
     echo "[setup] CUDA=1, but pip installed a CPU build of torch $TORCH_VERSION (your indexes" \
       "offer no CUDA build for this machine): run again with TORCH_INDEX_URL set to one of" \
@@ -44,6 +45,6 @@ if [ "$CUDA" = 1 ]; then
   say "torch: $("$VENV/bin/python" -c "import torch; print(torch.__version__, 'CUDA', torch.version.cuda)")"
 elif [ "$have" = none ]; then
   say "installing torch $TORCH_VERSION (CPU build) first, so nothing pulls CUDA wheels"
-  pip_ install "torch==$TORCH_VERSION+cpu" 2>/dev/null \
-    || pip_ install "torch==$TORCH_VERSION+cpu" --index-url "$CPU_INDEX_URL"
+  venv_install "torch==$TORCH_VERSION+cpu" 2>/dev/null \
+    || venv_install "torch==$TORCH_VERSION+cpu" --index-url "$CPU_INDEX_URL"
 fi

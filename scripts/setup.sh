@@ -14,8 +14,8 @@ SETUP_QUIET=${SETUP_QUIET:--q}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
-pip_install() { "$VENV/bin/python" -m pip install $SETUP_QUIET --disable-pip-version-check "$@" 2>&1 \
-  | grep -v -E "is ignored: it is neither a file nor a directory" || true; }
+# shellcheck source=scripts/installer.sh
+. "$ROOT/scripts/installer.sh"
 
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV"
@@ -28,7 +28,7 @@ SETUP_QUIET=$SETUP_QUIET bash "$ROOT/scripts/install_torch.sh" "$VENV"
 REQ_HASH=$(hash_of requirements.txt requirements-ros.txt)
 if [ "$(cat "$VENV/.crossspec-requirements" 2>/dev/null)" != "$REQ_HASH" ]; then
   say "installing Python dependencies (requirements.txt)"
-  pip_install -r requirements.txt
+  venv_install -r requirements.txt
   "$VENV/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   echo "$REQ_HASH" > "$VENV/.crossspec-requirements"
 fi
@@ -74,7 +74,7 @@ fi
 if ! "$VENV/bin/python" -c "import crossspec_ros.cli.main" 2>/dev/null \
    || [ ! -x "$VENV/bin/crossspec" ]; then
   say "installing crossspec_ros (editable) and the crossspec command"
-  pip_install --no-deps --no-build-isolation -e .
+  venv_install --no-deps --no-build-isolation -e .
 fi
 
 # share/crossspec/{launch,config,rosbags}, lib/crossspec/crossspec and AMENT_PREFIX_PATH in the
