@@ -1,7 +1,7 @@
 """scripts/install_torch.sh: which torch build `make setup` installs, keeps or replaces (CUDA=0:
 the CPU build, never over a CUDA build; CUDA=1: a CUDA build over a CPU one, and a clear error
-when the indexes give a CPU build). Run against a stand-in venv whose python records the pip
-commands, so no wheel is downloaded."""
+when the indexes give a CPU build; uv first when the venv has it, pip when it fails). Run against
+a stand-in venv whose python and uv record their commands, so no wheel is downloaded."""
 
 from __future__ import annotations
 
@@ -33,15 +33,25 @@ case "$1" in
     esac ;;
 esac
 """
+# the venv's uv (scripts/installer.sh): `pip install ARGS` appends ARGS to ./uv.log and installs
+# torch's CPU build, or fails when FAKE_UV_FAILS=1
+FAKE_UV = r"""#!/usr/bin/env bash
+here=$(dirname "$0")/..
+shift 2  # pip install
+echo "$*" >> "$here/uv.log"
+[ "$FAKE_UV_FAILS" = 1 ] && exit 1
+case "$*" in *+cpu*) echo cpu > "$here/torch" ;; esac
+"""
 
 
-def run_script(tmp_path: Path, have: str | None, cuda: bool, **env: str
+def run_script(tmp_path: Path, have: str | None, cuda: bool, uv: bool = False, **env: str
                ) -> tuple[subprocess.CompletedProcess, list[str], str | None]:
+    """Without ``uv``, the venv has none and pip cannot install it: the pip path."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    python = venv / "bin" / "python"
-    python.write_text(FAKE_PYTHON)
-    python.chmod(0o755)
+    for name, text in [("python", FAKE_PYTHON), *([("uv", FAKE_UV)] if uv else [])]:
+        (venv / "bin" / name).write_text(text)
+        (venv / "bin" / name).chmod(0o755)
     if have:
         (venv / "torch").write_text(have)
     result = subprocess.run(["bash", str(SCRIPT), str(venv)], capture_output=True, text=True,
@@ -49,6 +59,8 @@ def run_script(tmp_path: Path, have: str | None, cuda: bool, **env: str
                                  "FAKE_INDEX_GIVES": "cuda", "FAKE_INDEX_HAS_CPU_BUILD": "1",
                                  **env}, timeout=60)
     log = (venv / "pip.log").read_text().splitlines() if (venv / "pip.log").exists() else []
+    if not uv:  # the attempt to install uv into the venv, which the stand-in pip cannot do
+        log = [line for line in log if not line.startswith("install uv==")]
     build = (venv / "torch").read_text().strip() if (venv / "torch").exists() else None
     return result, log, build
 
@@ -92,3 +104,19 @@ def test_cuda_that_yields_a_cpu_build_fails_and_says_what_to_set(tmp_path):
     result, _, build = run_script(tmp_path, None, cuda=True, FAKE_INDEX_GIVES="cpu")
     assert result.returncode == 1 and build == "cpu"
     assert "installed a CPU build" in result.stderr and "TORCH_INDEX_URL=" in result.stderr
+
+
+def test_with_uv_in_the_venv_the_cpu_build_comes_through_uv_with_pips_find_links(tmp_path):
+    result, log, build = run_script(tmp_path, None, cuda=False, uv=True,
+                                    PIP_FIND_LINKS="/opt/wheels")
+    assert result.returncode == 0, result.stderr
+    uv_log = (tmp_path / "venv" / "uv.log").read_text().splitlines()
+    assert build == "cpu" and log == []
+    assert uv_log == [f"--python {tmp_path}/venv/bin/python -q --find-links /opt/wheels "
+                      "torch==2.13.0+cpu"]
+
+
+def test_when_uv_fails_pip_installs_the_cpu_build(tmp_path):
+    result, log, build = run_script(tmp_path, None, cuda=False, uv=True, FAKE_UV_FAILS="1")
+    assert result.returncode == 0, result.stderr
+    assert build == "cpu" and log[0] == "install torch==2.13.0+cpu -q --disable-pip-version-check"
