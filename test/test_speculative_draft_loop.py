@@ -96,3 +96,24 @@ def test_a_window_the_verifier_already_finished_is_not_drafted_at_all(drafter):
     loop.step()  # returns at once: no compute, no draft after the FINAL caption
     assert drafts == [] and loop.windows_skipped_final == 1 and loop.windows_drafted == 0
     assert loop.diagnostics["windows_skipped_final"] == 1
+
+
+def test_a_newer_window_stops_the_draft_in_progress_not_the_one_the_worker_just_began(drafter):
+    # the worker may take the newer window off the queue and begin it between its put and the
+    # stop (a suite run under load stopped the newer window's draft, leaving the old one going)
+    from crossspec_ros.speculative.drafting import DraftChannel
+
+    loop, _ = make_loop(drafter)
+    old, new = windows(2)
+    in_progress, just_begun = DraftChannel(lookahead=4), DraftChannel(lookahead=4)
+    loop.cursor.begin(old.key, in_progress)
+    put = loop.queue.put
+
+    def put_then_the_worker_begins_it(window, now):
+        dropped = put(window, now)
+        loop.cursor.begin(window.key, just_begun)
+        return dropped
+
+    loop.queue.put = put_then_the_worker_begins_it
+    loop.enqueue([new])
+    assert in_progress.stopped and not just_begun.stopped

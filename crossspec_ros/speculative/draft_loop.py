@@ -106,6 +106,9 @@ class DraftLoop:
 
     def enqueue(self, windows: Iterable[Any]) -> None:
         now = time.monotonic()
+        # the draft in progress now: once a window is queued, the worker may take it and
+        # begin it before the stop below, and that newer draft must go on
+        in_progress = self.cursor.current()
         queued = False
         for window in windows:
             if not window.has_events:
@@ -116,9 +119,8 @@ class DraftLoop:
                 self.warn(f"drafter busy: dropped window {dropped.id} "
                           f"({self.queue.dropped} so far)")
                 self._cut_short(dropped, None)
-        current = self.cursor.current() if queued else None
-        if current is not None:
-            current.stop()  # a newer window closed: move on to it
+        if queued and in_progress is not None:
+            in_progress.stop()  # a newer window closed: move on to it
 
     def on_confirmed(self, key: WindowKey, base_index: int, tokens: list[int], text: str,
                      done: bool) -> None:
