@@ -53,7 +53,7 @@ def test_play_exits_0_when_ctrl_c_comes_twice(gap_s):
     assert "messages in" in out and "Traceback" not in err
 
 
-def _wait_for_node(name: str, timeout_s: float = 60.0) -> None:
+def _wait_for_node(name: str, timeout_s: float = 180.0) -> None:
     """Until a node of that name is in the ROS graph (the process is up and spinning)."""
     import rclpy
 

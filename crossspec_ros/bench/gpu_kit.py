@@ -224,10 +224,10 @@ def _static_twin(model: Any, rows: tuple[int, ...], compile: bool, max_new: int,
                  compile_prefill: bool = True) -> tuple[Any, dict[str, float]]:
     """``model`` on a static runtime of ``rows`` (sharing its weights) and each shape's
     warm-up (compile and first run) seconds."""
-    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
 
     twin = model.with_runtime(None)
-    timings = twin.use_static_runtime(RuntimeOptions(compile=compile, step_rows=rows,
+    timings = use_static_runtime(twin, RuntimeOptions(compile=compile, step_rows=rows,
                                                      compile_prefill=compile_prefill), max_new)
     return twin, timings
 
@@ -710,8 +710,11 @@ def run_kit(kit: Kit, only: tuple[str, ...] = (), stages: Sequence[Stage] = STAG
                 f"{kit.left():.0f} s left)")
         t0 = time.perf_counter()
         try:
-            # its own limit: three times what it should take, never past the budget
-            with _time_limit(min(kit.left(), max(3 * estimate, 60.0))):
+            # its own limit: three times what it should take, never past the budget; at
+            # least a minute on a GPU (a lease to keep), three on the CPU rehearsal, whose
+            # machine may be loaded (a test suite beside it took 60 s to start pytest)
+            floor_s = 60.0 if kit.device.startswith("cuda") else 180.0
+            with _time_limit(min(kit.left(), max(3 * estimate, floor_s))):
                 if kit.rehearse_failure == stage.name:
                     raise RehearsedFailureError(f"--rehearse-failure {stage.name}")
                 result = stage.run(kit)
