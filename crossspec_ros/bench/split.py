@@ -49,18 +49,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.cli.streaming import (
+from crossspec_ros.paths import sample_bag
+from crossspec_ros.run_record import LosslessTally, verdict
+from crossspec_ros.stamps import seconds_to_ns
+from crossspec_ros.streaming import (
     STOP_SIGNALS,
     exit_code_for,
     signals_deferred,
     sigterm_as_interrupt,
 )
-from crossspec_ros.paths import sample_bag
+from crossspec_ros.sync.captions import CaptionStatus
 
 LINK_DOWN_S = 3.0
 FAULTS = ("none", "link-down", "verifier-restart")
 IMAGE_MODES = ("compressed", "raw")
-FINAL, UNVERIFIED = 2, 3
+FINAL, UNVERIFIED = CaptionStatus.FINAL, CaptionStatus.UNVERIFIED
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -383,7 +386,8 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
         else None,
         "draft_ms_p95": _round(_percentile(first_ms, 95)) if first_ms else None,
         "drafted": len(drafts),
-        "_finals": {w: c["confirmed_text"] for w, c in finals.items()},
+        "_finals": {w: (c["confirmed_text"], c.get("acceptance_rule", ""))
+                    for w, c in finals.items()},
         "_frames": {r["window"]: r["stamps_ns"] for r in robot if r["kind"] == "frames"},
     }
     if fault:
@@ -437,35 +441,34 @@ class ReferenceVerifier:
             self._engine = SpeculativeEngine(verifier)
         return self._engine
 
-    def check(self, bag: Path, finals: dict[int, str], frames: dict[int, list[int]]
-              ) -> dict[str, Any]:
-        """Each FINAL caption against the verifier alone on the window's frames as the
-        verifier listed them (``frames``: window id -> stamps), read from ``bag``."""
+    def check(self, bag: Path, finals: dict[int, tuple[str, str]],
+              frames: dict[int, list[int]]) -> dict[str, Any]:
+        """Each FINAL caption (window id -> its text and acceptance rule) against the verifier
+        alone on the window's frames as the verifier listed them (``frames``: window id ->
+        stamps), read from ``bag``; counted as run_record's rule says (a caption under a
+        relaxed rule apart)."""
         from crossspec_ros.bags.inputs import read_inputs
         from crossspec_ros.events.batch import EventBatch
         from crossspec_ros.sync.window import Window
 
+        tally = LosslessTally()
         if not finals:
-            return {"lossless": 0, "lossless_checked": 0, "not_lossless": []}
+            return tally.summary()
         wanted = {stamp for wid in finals for stamp in frames.get(wid, ())}
         by_stamp = {item.frame.stamp_ns: item.frame for item in read_inputs(bag)
                     if item.frame is not None and item.frame.stamp_ns in wanted}
-        length = round(self.params["window_length_s"] * 1e9)
+        length = seconds_to_ns(self.params["window_length_s"])
         tokenizer = self.engine.verifier.tokenizer
-        same, checked, mismatched = 0, 0, []
-        for wid, text in sorted(finals.items()):
+        for wid, (text, rule) in sorted(finals.items()):
             stamps = frames.get(wid)
             if not stamps or any(s not in by_stamp for s in stamps):
                 continue
             # the window as the verifier node had it: its span, the frames it listed
             window = Window(wid, wid * length, (wid + 1) * length, EventBatch.empty(0, 0),
                             [by_stamp[s] for s in stamps], len(set(stamps)))
-            checked += 1
             alone = tokenizer.decode(self.engine.verifier_only(window), skip_special_tokens=True)
-            same += alone == text
-            if alone != text:
-                mismatched.append(wid)
-        return {"lossless": same, "lossless_checked": checked, "not_lossless": mismatched}
+            tally.add({**verdict(alone == text, rule), "acceptance_rule": rule}, wid)
+        return tally.summary()
 
 
 def run_label(row: dict[str, Any]) -> str:
@@ -484,6 +487,10 @@ def row_line(row: dict[str, Any]) -> str:
             f"the verifier's close, {row['confirmed_at_robot_ms_median']} ms after the robot's; "
             f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s "
             f"of bag time, {speed}")
+    if row.get("lossy_windows"):
+        line += (f"; LOSSY ({', '.join(row['acceptance_rules'])}): {row['lossy_windows']} "
+                 f"captions under a relaxed acceptance rule, {row['lossy_same_as_verifier']} "
+                 "of them the verifier's own")
     if "fault_s" in row:
         line += (f"; from the fault until a caption came again ({row['fault_recovery_s']} s) "
                  f"the robot drafted {row['fault_windows_drafted']} windows; "

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+from crossspec_ros.summaries import rounded
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="split_monitor")
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     def on_caption(msg: Any) -> None:
         write({"kind": "caption", "window": int(msg.window_id), "epoch": int(msg.epoch),
                "status": int(msg.status), "confirmed_text": msg.confirmed_text,
+               "acceptance_rule": msg.acceptance_rule,
                "draft_text": msg.draft_text, "unverified_reason": int(msg.unverified_reason),
                "draft_state": int(msg.draft_state),
                "draft_first_token_ms": _num(msg.draft_first_token_ms),
@@ -89,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _num(x: float) -> float | None:
-    return None if x != x else round(float(x), 2)
+_num = rounded  # NaN (a latency not measured) -> None in the records
 
 
 if __name__ == "__main__":

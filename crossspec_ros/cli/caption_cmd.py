@@ -15,6 +15,12 @@ from pathlib import Path
 
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.paths import sample_bag
+from crossspec_ros.run_record import (
+    LosslessTally,
+    checkable,
+    lossless_verdict,
+)
+from crossspec_ros.sync.captions import CaptionStatus
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.inputs import check_bag, iter_bag_windows, read_ground_truth
     from crossspec_ros.events.errors import EventSourceError
-    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS, ParameterError, validate
+    from crossspec_ros.params import (
+        ENGINE_PARAMS,
+        MODEL_PARAMS,
+        RUNTIME_PARAMS,
+        ParameterError,
+        engine_config,
+        validate,
+    )
 
     try:  # before any model loads: a bad bag or option fails at once
         check_bag(args.bag)
@@ -52,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         if args.models is not None:
             for part in ("verifier", "drafter"):
                 given.setdefault(f"{part}_model", str(args.models / part))
-        params = validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS], where="command line")
+        given["max_new_tokens"] = args.max_new_tokens
+        params = validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS, *ENGINE_PARAMS],
+                          where="command line")
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return 2
@@ -60,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
 
     tune_process_for_models(params["device"])  # the graph's settings, before torch loads more
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.models.pair import load_corpus, load_from_params
+    from crossspec_ros.models.pair import load_from_params
     from crossspec_ros.models.static_runtime import prepare_runtime
-    from crossspec_ros.speculative.corpus import CorpusError
-    from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+    from crossspec_ros.speculative.corpus import CorpusError, load_corpus
+    from crossspec_ros.speculative.engine import SpeculativeEngine
     from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
     try:
@@ -75,19 +90,18 @@ def run(args: argparse.Namespace) -> int:
     for model, role in ((verifier, "verifier"), (drafter, "drafter")):
         print(f"crossspec caption: {prepare_runtime(model, params, role, args.max_new_tokens)}",
               file=sys.stderr)
-    head, proposers = None, EngineConfig().proposers
-    if params.get("draft_head"):
-        from crossspec_ros.models.pair import load_draft_head
+    head = None
+    try:
+        config = engine_config(params, verifier, where="command line")
+        if params["draft_head"]:
+            from crossspec_ros.models.pair import load_draft_head
 
-        try:
             head = load_draft_head(params["draft_head"])
-        except ModelLoadError as err:
-            print(f"crossspec caption: {err}", file=sys.stderr)
-            return 2
-        proposers += ("draft_head",)
-    engine = SpeculativeEngine(verifier, drafter, EngineConfig(
-        max_new_tokens=args.max_new_tokens, proposers=proposers), head=head,
-        corpus=corpus.captions if corpus else ())
+    except (ModelLoadError, ParameterError) as err:
+        print(f"crossspec caption: {err}", file=sys.stderr)
+        return 2
+    engine = SpeculativeEngine(verifier, drafter, config, head=head,
+                               corpus=corpus.captions if corpus else ())
     settle_heap()  # no full collection walking the models in the middle of a window
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
@@ -114,7 +128,7 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
 
     row: dict = {"window": window.id, "t0": window.t0 / 1e9, "t1": window.t1 / 1e9}
     if not window.has_rgb:  # the verifier cannot run (drafting alone comes with the ROS graph)
-        row.update(status="UNVERIFIED", draft_text="", confirmed_text="")
+        row.update(status=CaptionStatus.UNVERIFIED.name, draft_text="", confirmed_text="")
         print(f"[{window.id}] no RGB: UNVERIFIED", flush=True)
         return row
     draft_shown = False
@@ -134,16 +148,16 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
     print(f"[{window.id}] confirmed {stats.confirmed_done_ms:6.1f} ms  {result_text}"
           f"   (accepted {stats.total_accepted}/{stats.total_proposed}, "
           f"{stats.rounds} rounds)", flush=True)
-    row.update(status="FINAL", draft_text=result.draft_text, confirmed_text=result.text,
+    row.update(status=CaptionStatus.FINAL.name, draft_text=result.draft_text,
+               confirmed_text=result.text,
                draft_first_token_ms=_num(stats.draft_first_token_ms),
                confirmed_done_ms=_num(stats.confirmed_done_ms), accepted=stats.total_accepted,
                proposed=stats.total_proposed, ground_truth=truth, draft_error=draft_error)
-    if args.check_lossless:
-        alone = engine.verifier_only(window)
-        row["verifier_only_text"] = engine.verifier.tokenizer.decode(
-            alone, skip_special_tokens=True)
-        row["lossless"] = alone == result.tokens
-        if not row["lossless"]:
+    if stats.acceptance_rule:
+        row["acceptance_rule"] = stats.acceptance_rule  # LOSSY by choice: counted apart
+    if args.check_lossless and checkable(engine):
+        row.update(lossless_verdict(engine, window, result.tokens, stats.acceptance_rule))
+        if row.get("lossless") is False:
             print(f"[{window.id}] NOT LOSSLESS: verifier alone says {row['verifier_only_text']}",
                   flush=True)
     return row
@@ -162,7 +176,7 @@ def print_summary(rows: list[dict]) -> None:
     are over the windows that have one, "n/a" over none."""
     from crossspec_ros.summaries import median, shown
 
-    final = [r for r in rows if r["status"] == "FINAL"]
+    final = [r for r in rows if r["status"] == CaptionStatus.FINAL.name]
     if not final:
         print("no window with RGB was captioned")
         return
@@ -178,6 +192,12 @@ def print_summary(rows: list[dict]) -> None:
         line += (f" ({without} of {len(final)} windows without a draft token: no events, the "
                  "drafter off or failing, or the caption confirmed first)")
     line += f", acceptance {accepted}/{proposed}"
-    if any("lossless" in r for r in final):
-        line += f", lossless {sum(r['lossless'] for r in final)}/{len(final)}"
+    tally = LosslessTally()
+    for row in final:
+        tally.add(row)
+    if tally.checked:
+        line += f", lossless {tally.lossless}/{tally.checked}"
+    if tally.lossy:
+        line += (f", LOSSY ({', '.join(sorted(tally.rules))}): {tally.lossy} captions under a "
+                 f"relaxed acceptance rule, {tally.lossy_same} of them the verifier's own")
     print(line)

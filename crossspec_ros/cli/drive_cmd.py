@@ -36,21 +36,27 @@ from crossspec_ros.cli.arg_types import (
     replay_rate,
 )
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
-from crossspec_ros.cli.streaming import (
+from crossspec_ros.paths import sample_bag
+from crossspec_ros.run_record import (
+    DRAFT_STATE_WORDS,
+    FINISHED,
+    REASON_WORDS,
+    SAMPLED_NOT_CHECKED,
+    LosslessTally,
+    checkable,
+    lossless_verdict,
+    status_name,
+)
+from crossspec_ros.streaming import (
     JsonLinesFile,
     exit_code_for,
     signals_deferred,
     sigterm_as_interrupt,
 )
-from crossspec_ros.paths import sample_bag
 from crossspec_ros.summaries import BoundedSample, paired_ratios, shown
 from crossspec_ros.sync.agreement import draft_agreement
 
-STATUS = {0: "DRAFT", 1: "PARTIAL", 2: "FINAL", 3: "UNVERIFIED"}
 # crossspec/Caption's REASON_* and DRAFT_* codes, as the terminal and the JSON name them
-REASONS = {0: "", 1: "no RGB", 2: "verifier busy", 3: "verifier failed", 4: "verifier stopped"}
-DRAFT_STATES = {0: "none", 1: "in progress", 2: "cut short", 3: "complete"}
-FINISHED = ("FINAL", "UNVERIFIED")
 # --loop: what the monitor keeps of windows it has written out, so a run of any length holds
 # bounded memory: unfinished rows at most (the oldest beyond goes out as it stands; a pass of
 # the sample bag has 24 windows), and the keys of finished ones, so that a late caption of one
@@ -173,7 +179,7 @@ class DriveMonitor:
 
     def __init__(self, out: Any = sys.stdout, on_row: Callable[[dict], None] | None = None,
                  label: str = "", *, keep_rows: bool = True, hold_windows: bool = False,
-                 check: Callable[[Any, list[int], bool], dict[str, Any]] | None = None
+                 check: Callable[[Any, list[int], str], dict[str, Any]] | None = None
                  ) -> None:
         self.on_row = on_row
         self.prefix = f"[{label}] " if label else ""  # which graph (drive --compare)
@@ -197,7 +203,7 @@ class DriveMonitor:
             return self.finished_windows
 
     def on_caption(self, msg: Any) -> None:
-        status = STATUS.get(msg.status, str(msg.status))
+        status = status_name(msg.status)
         key = (int(msg.epoch), int(msg.window_id))
         wid = window_label(*key)
         lines: list[str] = []
@@ -239,8 +245,8 @@ class DriveMonitor:
                              f"{msg.confirmed_text}   (acceptance {_pct(msg.acceptance)}"
                              f"{agreement})")
             elif status == "UNVERIFIED" and row["status"] != "UNVERIFIED":
-                reason = REASONS.get(msg.unverified_reason, str(msg.unverified_reason))
-                draft = DRAFT_STATES.get(msg.draft_state, str(msg.draft_state))
+                reason = REASON_WORDS.get(msg.unverified_reason, str(msg.unverified_reason))
+                draft = DRAFT_STATE_WORDS.get(msg.draft_state, str(msg.draft_state))
                 row.update(unverified_reason=reason, draft_state=draft)
                 shown_draft = {"none": "(no draft: the drafter never drafted it)",
                                "cut short": f"{msg.draft_text} [draft cut short]"}.get(
@@ -314,7 +320,7 @@ class DriveMonitor:
         # the verifier alone, on this (the verifier's) thread, outside the lock: it takes a
         # while, and the captions keep coming meanwhile
         verdict = None if self.check is None else \
-            self.check(window, list(result.tokens), bool(s.acceptance_rule))
+            self.check(window, list(result.tokens), s.acceptance_rule or "")
         lines: list[str] = []
         outgoing: list[dict] = []
         with self.lock:
@@ -562,10 +568,7 @@ class PassResult:
     died: list[str] = field(default_factory=list)
 
 
-SAMPLING_NOT_CHECKED = (
-    "crossspec drive: --check-lossless compares tokens, which only greedy decoding keeps; "
-    "with sampling the confirmed caption follows the verifier's distribution (tested in "
-    "test_speculative_*), not its tokens for one seed: not compared")
+SAMPLING_NOT_CHECKED = f"crossspec drive: --check-lossless: {SAMPLED_NOT_CHECKED}"
 
 
 def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
@@ -860,32 +863,16 @@ def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int,
                 return
 
 
-def lossless_verdict(engine: Any, window: Any, tokens: list[int], lossy: bool
-                     ) -> dict[str, Any]:
-    """The verifier alone on ``window`` against crossspec's ``tokens``, as row fields:
-    ``verifier_only_ms``, ``verifier_only_text`` and ``lossless`` (or, for a caption made
-    under a relaxed acceptance rule, ``lossy_same_as_verifier``: lossy by choice, counted
-    apart)."""
-    t0 = time.perf_counter()
-    alone = engine.verifier_only(window)
-    verdict: dict[str, Any] = {
-        "verifier_only_ms": round((time.perf_counter() - t0) * 1e3, 2),
-        "verifier_only_text": engine.verifier.tokenizer.decode(alone,
-                                                               skip_special_tokens=True)}
-    verdict["lossy_same_as_verifier" if lossy else "lossless"] = alone == list(tokens)
-    return verdict
-
-
-def _check_as_they_finish(engine: Any) -> Callable[[Any, list[int], bool], dict[str, Any]] | None:
+def _check_as_they_finish(engine: Any) -> Callable[[Any, list[int], str], dict[str, Any]] | None:
     """--loop's lossless check, window by window as each finishes (nothing is kept for
     later); None, said once, where the decoding is not greedy."""
-    if engine.config.mode != "greedy":
+    if not checkable(engine):
         print(SAMPLING_NOT_CHECKED, file=sys.stderr)
         return None
 
-    def check(window: Any, tokens: list[int], lossy: bool) -> dict[str, Any]:
+    def check(window: Any, tokens: list[int], rule: str) -> dict[str, Any]:
         try:
-            return lossless_verdict(engine, window, tokens, lossy)
+            return lossless_verdict(engine, window, tokens, rule)
         except Exception as err:  # the row still finishes, unchecked, saying why
             return {"lossless_check_failed": f"{type(err).__name__}: {err}"}
     return check
@@ -895,7 +882,7 @@ def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> Non
     """The verifier alone on each verified window, after the pass, in the same process (its
     runs never load the machine while the pass is measured); each window is let go once
     checked."""
-    if engine is not None and engine.config.mode != "greedy":
+    if engine is not None and not checkable(engine):
         print(SAMPLING_NOT_CHECKED, file=sys.stderr)
         monitor.awaiting_check.clear()
         return
@@ -905,7 +892,7 @@ def _check_lossless(engine: Any, monitor: DriveMonitor, rows: list[dict]) -> Non
         if held is None or engine is None:
             continue
         window, tokens = held
-        row.update(lossless_verdict(engine, window, tokens, bool(row.get("acceptance_rule"))))
+        row.update(lossless_verdict(engine, window, tokens, row.get("acceptance_rule") or ""))
         if row.get("lossless") is False:
             print(f"[{window_label(*key)}] NOT LOSSLESS: verifier alone says "
                   f"{row['verifier_only_text']}")
@@ -932,10 +919,8 @@ class DriveTally:
         self.scored = 0
         self.token_agreement = BoundedSample()
         self.word_error_rate = BoundedSample()
-        self.checked = self.lossless = 0
+        self.lossless = LosslessTally()
         self.verifier_only_ms = BoundedSample()
-        self.lossy = self.lossy_same = 0
-        self.rules: set[str] = set()
 
     def add(self, row: dict[str, Any]) -> None:
         self.windows += 1
@@ -960,14 +945,9 @@ class DriveTally:
             self.scored += 1
             self.word_error_rate.add(row["draft_word_error_rate"])
             self.token_agreement.add(row.get("draft_token_agreement"))
+        self.lossless.add(row, (row.get("epoch", 0), row["window"]))
         if "lossless" in row:
-            self.checked += 1
-            self.lossless += bool(row["lossless"])
             self.verifier_only_ms.add(row.get("verifier_only_ms"))
-        if "lossy_same_as_verifier" in row:  # relaxed acceptance: never counted as lossless
-            self.lossy += 1
-            self.lossy_same += bool(row["lossy_same_as_verifier"])
-            self.rules.add(row["acceptance_rule"])
 
     def summary(self, dropped: DroppedWindows | None = None) -> dict[str, Any]:
         dropped = dropped or DroppedWindows()
@@ -993,13 +973,13 @@ class DriveTally:
                 summaries.median(self.token_agreement.values), 3),
             "draft_word_error_rate_median": summaries.rounded(
                 summaries.median(self.word_error_rate.values), 3)}
-        if self.lossy:
-            summary["lossy_windows"] = self.lossy
-            summary["lossy_same_as_verifier"] = self.lossy_same
-            summary["acceptance_rules"] = sorted(self.rules)
-        if self.checked:
-            summary["lossless"] = self.lossless
-            summary["lossless_checked"] = self.checked
+        lossless = self.lossless.summary()
+        if "lossy_windows" in lossless:  # relaxed acceptance: never counted as lossless
+            summary.update((k, lossless[k]) for k in
+                           ("lossy_windows", "lossy_same_as_verifier", "acceptance_rules"))
+        if self.lossless.checked:
+            summary["lossless"] = lossless["lossless"]
+            summary["lossless_checked"] = lossless["lossless_checked"]
             # the reference run's own time, alone on the machine after the drive: not a
             # latency after the close, so it never stands beside confirmed_done_ms in the line
             summary["lossless_check_verifier_ms_median"] = _median(
@@ -1039,12 +1019,13 @@ class DriveTally:
                      f"windows): token agreement median "
                      f"{shown(summary['draft_token_agreement_median'], '.3g')}, word error "
                      f"rate median {shown(summary['draft_word_error_rate_median'], '.3g')}")
-        if self.checked:
-            line += f"; lossless {self.lossless}/{self.checked}"
-        if self.lossy:
-            line += (f"; LOSSY ({', '.join(summary['acceptance_rules'])}): {self.lossy} "
-                     f"captions under a relaxed acceptance rule, {self.lossy_same} of them the "
-                     f"verifier's own")
+        tally = self.lossless
+        if tally.checked:
+            line += f"; lossless {tally.lossless}/{tally.checked}"
+        if tally.lossy:
+            line += (f"; LOSSY ({', '.join(summary['acceptance_rules'])}): {tally.lossy} "
+                     f"captions under a relaxed acceptance rule, {tally.lossy_same} of them "
+                     f"the verifier's own")
         if "medians_over_a_sample_of" in summary:
             line += (f" (medians over a uniform sample of "
                      f"{summary['medians_over_a_sample_of']} windows)")
@@ -1077,8 +1058,7 @@ def _sec(t: Any) -> float:
     return t.sec + t.nanosec / 1e9
 
 
-def _num(x: float) -> float | None:
-    return None if x != x else round(float(x), 2)
+_num = summaries.rounded  # NaN (a latency not measured) -> None in the JSON
 
 
 def _ms(x: float) -> str:

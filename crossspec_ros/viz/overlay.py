@@ -23,11 +23,16 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from crossspec_ros.run_record import REASON_WORDS
+from crossspec_ros.run_record import STATUS_NAMES as STATUS_NAMES_BY_CODE
+from crossspec_ros.text import single_spaced
+
 # Index = the STATUS_* code of msg/Caption.msg, so nodes can pass msg.status as is.
-STATUS_NAMES: tuple[str, ...] = ("DRAFT", "PARTIAL", "FINAL", "UNVERIFIED")
+STATUS_NAMES: tuple[str, ...] = tuple(STATUS_NAMES_BY_CODE[code]
+                                      for code in sorted(STATUS_NAMES_BY_CODE))
 # Index = the REASON_* code of msg/Caption.msg, in the words `crossspec drive` prints
-UNVERIFIED_REASON_NAMES: tuple[str, ...] = ("", "no RGB", "verifier busy", "verifier failed",
-                                            "verifier stopped")
+UNVERIFIED_REASON_NAMES: tuple[str, ...] = tuple(REASON_WORDS[code]
+                                                 for code in sorted(REASON_WORDS))
 
 # The band never covers more than this share of the frame height: the scene stays visible.
 MAX_BAND_FRACTION = 0.45
@@ -348,8 +353,8 @@ def marker_text(confirmed: str, unconfirmed: str, status: int | str, width: int 
     at `width` characters because RViz does not wrap.
     """
     raw_confirmed, raw_tail = confirmed or "", unconfirmed or ""
-    confirmed = " ".join(raw_confirmed.split())
-    tail = " ".join(raw_tail.split())
+    confirmed = single_spaced(raw_confirmed)
+    tail = single_spaced(raw_tail)
     # keep a separating space outside the bracket ("a car [is turning]"), none inside a word
     # ("a car is turn[ing left]")
     at_word_break = raw_confirmed[-1:].isspace() or raw_tail[:1].isspace()
