@@ -31,6 +31,8 @@ from rosbags.highlevel import AnyReader
 from rosbags.rosbag1 import Reader as Reader1
 from rosbags.rosbag2 import Reader
 
+from crossspec_ros.text import single_spaced
+
 STORAGE_BY_SUFFIX = {".mcap": "mcap", ".db3": "sqlite3"}
 MCAP_MAGIC = b"\x89MCAP0\r\n"  # opens and closes every complete MCAP file
 log = logging.getLogger("crossspec.bags")
@@ -52,7 +54,7 @@ _anyreader.get_types_from_idl = _parse_idl_without_includes
 def one_line(err: BaseException | str) -> str:
     """An error's text on one line: YAML and other parsers put the position on a line of its
     own, which would break a one-line message."""
-    return " ".join(str(err).split())
+    return single_spaced(err)
 
 
 def cannot_open(path: str | Path, err: BaseException) -> str:

@@ -38,6 +38,8 @@ from typing import Any, ClassVar
 
 import yaml
 
+from crossspec_ros.text import single_spaced
+
 PARAMS_KEY = "ros__parameters"
 WILDCARDS = ("*", "**")
 
@@ -132,7 +134,7 @@ def _load(path: Path) -> Any:
     try:
         return yaml.load(text, Loader=_RclLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as err:
-        problem = " ".join(str(err).split())
+        problem = single_spaced(err)
         raise ParameterError(f"parameter file {path} is not valid YAML: {problem}") from err
 
 

@@ -23,6 +23,8 @@ from crossspec_ros.param_files import (
     fully_qualified_name,
     read_sections,
 )
+from crossspec_ros.speculative.proposers import PROPOSERS as _PROPOSERS
+from crossspec_ros.speculative.proposers import DraftHeadChain, reading
 
 
 @dataclass(frozen=True)
@@ -250,8 +252,8 @@ RUNTIME_PARAMS = [
           bounds=(1, 512)),
 ]
 
-# the engine's proposers (speculative/adaptive.py says what each proposes)
-PROPOSERS = ("draft_stream", "draft_ngram", "history_ngram", "corpus_ngram", "draft_head")
+# the engine's proposers, registered where they are defined (speculative/proposers.py)
+PROPOSERS = _PROPOSERS
 
 ENGINE_PARAMS = [
     Param("max_new_tokens", 48, "longest caption in tokens", positive, ">= 1", live=True,
@@ -496,8 +498,8 @@ def engine_config(p: dict[str, Any], verifier: Any = None,
         if problem is not None:
             raise ParameterError(f"{where}: {problem}")
     proposers = tuple(p["proposers"].split(","))
-    if p["draft_head"] and "draft_head" not in proposers:  # the head is asked for: use it
-        proposers += ("draft_head",)
+    if p["draft_head"] and not reading(proposers, "head"):  # the head is asked for: use it
+        proposers += (DraftHeadChain.name,)
     return EngineConfig(max_new_tokens=p["max_new_tokens"], mode=p["decoding"],
                         temperature=p["temperature"], max_proposal=p["max_proposal"],
                         max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],

@@ -63,6 +63,17 @@ def test_windows_command_reads_parameters_from_yaml_and_rejects_bad_ones(pattern
     assert "'window_length_s' = -1.0 is invalid" in capsys.readouterr().err
 
 
+def test_windows_command_cuts_the_windows_the_nodes_cut_for_a_length_of_odd_nanoseconds(
+        pattern_bag, capsys):
+    # 1.001 s is 1,001,000,000 ns in the nodes (rounded); int() made it 1,000,999,999, which
+    # moves every window id this far from the epoch
+    path, _ = pattern_bag
+    assert main(["windows", str(path), "--json", "--window-length", "1.001"]) == 0
+    windows = [json.loads(line) for line in capsys.readouterr().out.splitlines()[:-1]]
+    start_ns = TestPattern().start_ns
+    assert windows[0]["window"] == start_ns // 1_001_000_000 != start_ns // 1_000_999_999
+
+
 def test_missing_bag_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert main(["windows", str(tmp_path / "nope")]) == 1
     assert "no such bag" in capsys.readouterr().err

@@ -8,11 +8,10 @@ import pytest
 
 from crossspec_ros.bags.inputs import iter_bag_windows
 from crossspec_ros.models.live_prefill import LivePrefill
-from crossspec_ros.models.pair import load_corpus
 from crossspec_ros.models.tiny import tiny_verifier
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.sim.captions import parse_caption
-from crossspec_ros.speculative.corpus import CorpusError
+from crossspec_ros.speculative.corpus import CorpusError, load_corpus
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.events import EventKind
 from crossspec_ros.sync.synchronizer import WindowSynchronizer

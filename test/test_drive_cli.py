@@ -734,7 +734,7 @@ def test_a_pass_a_signal_ended_writes_its_rows_and_an_interrupted_summary(tmp_pa
 
 
 def test_a_stop_signal_while_a_pass_shuts_down_lets_the_shutdown_finish(signal_handlers):
-    from crossspec_ros.cli.streaming import signals_deferred, sigterm_as_interrupt
+    from crossspec_ros.streaming import signals_deferred, sigterm_as_interrupt
 
     steps = []
     with sigterm_as_interrupt(ends_process=True) as caught, signals_deferred(caught):

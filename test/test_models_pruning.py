@@ -66,11 +66,11 @@ def test_the_mask_has_a_row_per_frame_with_the_same_count():
 
 @pytest.fixture(scope="module")
 def static_verifier():
-    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
     from crossspec_ros.models.tiny import tiny_verifier
 
     verifier = tiny_verifier(seed=1, init_range=0.3)
-    verifier.use_static_runtime(RuntimeOptions(compile=False, step_rows=(8,)), 24)
+    use_static_runtime(verifier, RuntimeOptions(compile=False, step_rows=(8,)), 24)
     return verifier
 
 

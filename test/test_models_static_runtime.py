@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from crossspec_ros.models.static_runtime import RuntimeOptions
+from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
 from crossspec_ros.models.tiny import tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
@@ -43,7 +43,7 @@ def static_twin(verifier, options=EAGER_8, dtype=None):
     twin.runtime = None
     if dtype is not None:
         twin.model = copy.deepcopy(verifier.model).to(dtype)
-    twin.use_static_runtime(options, 48)
+    use_static_runtime(twin, options, 48)
     return twin
 
 
@@ -131,7 +131,7 @@ def test_caches_come_from_a_pool_and_go_back_when_a_session_is_dropped(bundled, 
 
 
 def test_the_engine_on_the_static_runtime_equals_its_plain_greedy_decoding(bundled, windows):
-    from crossspec_ros.models.pair import load_corpus
+    from crossspec_ros.speculative.corpus import load_corpus
 
     verifier = static_twin(bundled[0], dtype=torch.bfloat16)
     corpus = load_corpus("", bundled[0])
@@ -144,11 +144,11 @@ def test_the_engine_on_the_static_runtime_equals_its_plain_greedy_decoding(bundl
 
 def test_a_runtime_built_before_with_the_same_options_is_taken_again():
     verifier = tiny_verifier(seed=3)
-    assert verifier.use_static_runtime(EAGER_8, 16)  # warmed up: timings
+    assert use_static_runtime(verifier, EAGER_8, 16)  # warmed up: timings
     built = verifier.runtime
-    verifier.use_static_runtime(None)
+    use_static_runtime(verifier, None)
     assert verifier.runtime is None
-    assert verifier.use_static_runtime(EAGER_8, 16) == {} and verifier.runtime is built
+    assert use_static_runtime(verifier, EAGER_8, 16) == {} and verifier.runtime is built
 
 
 def test_step_rows_must_be_increasing_positive_sizes():

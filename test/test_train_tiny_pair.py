@@ -114,10 +114,10 @@ def test_attribute_probe_labels_values_and_learns_a_separable_attribute():
 
 
 def test_progress_in_a_log_prints_a_line_every_tenth_of_the_way(capsys, monkeypatch):
-    from crossspec_ros.cli import train_cmd
+    from crossspec_ros.progress import progress_bar
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    with train_cmd._progress(25, "training verifier") as bar:
+    with progress_bar(25, "training verifier") as bar:
         for step in range(25):
             bar.set_postfix(loss=f"{1 / (step + 1):.3f}")
             bar.update(1)

@@ -29,6 +29,7 @@ from crossspec_ros.events.bag import (
 )
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
+from crossspec_ros.stamps import join_ns
 from crossspec_ros.sync.window import StampedFrame
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ def _input_topics(reader: AnyReader, path: Path, event_topic: str | None,
 
 
 def _frame(msg, msgtype: str, stats: InputStats, topic: str) -> StampedFrame | None:
-    stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+    stamp = join_ns(msg.header.stamp.sec, msg.header.stamp.nanosec)
     try:
         rgb = compressed_to_rgb(msg) if msgtype.endswith("CompressedImage") else image_to_rgb(msg)
     except UnsupportedImageError as err:

@@ -16,13 +16,14 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, W
 from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE, typestore
 from crossspec_ros.events.packet import EventPacketData
 from crossspec_ros.images import rgb_to_image_fields
+from crossspec_ros.stamps import split_ns
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
 
 
 def ns_to_time(stamp_ns: int):
     store = typestore()
-    sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    sec, nanosec = split_ns(stamp_ns)
     return store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec)
 
 

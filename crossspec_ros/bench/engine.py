@@ -30,6 +30,7 @@ from crossspec_ros.process_tuning import settle_heap
 from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.stamps import seconds_to_ns
 
 VERIFIER_DEFAULTS = validate({}, VERIFIER_NODE_PARAMS)
 HEAD_PROPOSERS = ("history_ngram", "corpus_ngram", "draft_head")  # the crossspec_head modes
@@ -68,7 +69,11 @@ def bench_runtimes(verifier: CaptionModel, drafter: CaptionModel | None,
     """The runtimes of a run (``options``: static_runtime.RuntimeOptions of the verifier, or
     None: everything on the transformers runtime), built and warmed up (compiled) here, before
     any window is timed."""
-    from crossspec_ros.models.static_runtime import DRAFTER_STEP_ROWS, RuntimeOptions
+    from crossspec_ros.models.static_runtime import (
+        DRAFTER_STEP_ROWS,
+        RuntimeOptions,
+        use_static_runtime,
+    )
 
     eager_verifier = verifier.with_runtime(None)
     eager_drafter = drafter.with_runtime(None) if drafter is not None else None
@@ -76,16 +81,16 @@ def bench_runtimes(verifier: CaptionModel, drafter: CaptionModel | None,
         return BenchRuntimes(eager_verifier, eager_drafter, eager_verifier, eager_drafter)
     t0 = time.perf_counter()
     static = verifier.with_runtime(None)
-    static.use_static_runtime(options, max_new_tokens)
+    use_static_runtime(static, options, max_new_tokens)
     static_drafter = None
     if drafter is not None:
         static_drafter = drafter.with_runtime(None)
-        static_drafter.use_static_runtime(
-            RuntimeOptions(compile=options.compile, step_rows=DRAFTER_STEP_ROWS), max_new_tokens)
+        use_static_runtime(static_drafter, RuntimeOptions(
+            compile=options.compile, step_rows=DRAFTER_STEP_ROWS), max_new_tokens)
     plain = None
     if options.compile:
         plain = verifier.with_runtime(None)
-        plain.use_static_runtime(RuntimeOptions(compile=True, step_rows=(1,)), max_new_tokens)
+        use_static_runtime(plain, RuntimeOptions(compile=True, step_rows=(1,)), max_new_tokens)
     log(f"runtimes ready in {time.perf_counter() - t0:.1f} s: {static.runtime.describe()}"
         + (f"; {plain.runtime.describe()}" if plain is not None else ""))
     return BenchRuntimes(static, static_drafter, eager_verifier, eager_drafter, plain)
@@ -501,7 +506,7 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
     decoding of the window the loops made (``references`` when its frames are the bench
     window's). Returns the runs and report["live"]."""
     messages = replay_messages(windows)
-    keys = list(window_keys(windows, round(VERIFIER_DEFAULTS["window_length_s"] * 1e9)))
+    keys = list(window_keys(windows, seconds_to_ns(VERIFIER_DEFAULTS["window_length_s"])))
     names = list(graphs)
     outcomes: dict[str, list[dict]] = {name: [] for name in names}
     errors: dict[str, list[str]] = {name: [] for name in names}

@@ -60,7 +60,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.cli.model_args import bench_float_type
+from crossspec_ros.bench.arguments import bench_float_type
 from crossspec_ros.paths import sample_bag
 
 
@@ -266,7 +266,7 @@ def _runtime_options(args: argparse.Namespace, role: str = "verifier") -> Any:
 
 def _corpus(setting: str, verifier: Any) -> Any:
     """The caption corpus of the crossspec modes (None: none; "": the verifier's own)."""
-    from crossspec_ros.models.pair import load_corpus
+    from crossspec_ros.speculative.corpus import load_corpus
 
     corpus = load_corpus(setting, verifier)
     if corpus is not None:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.cli.model_args import bench_float_type
+from crossspec_ros.bench.arguments import bench_float_type
 from crossspec_ros.paths import sample_bag
 
 
@@ -76,11 +76,11 @@ def exactness_runtimes(verifier: Any, step_rows: int, compile: bool, max_new_tok
     transformers (today's eager path), static (one step shape: exact by construction),
     static_compiled (the same compiled, with ``compile``) and static_two_shapes (one-row and
     k-row steps in their own shapes: what the single shape avoids)."""
-    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
 
     def twin(options: Any) -> Any:
         model = verifier.with_runtime(None)
-        model.use_static_runtime(options, max_new_tokens)
+        use_static_runtime(model, options, max_new_tokens)
         return model
 
     out = {"transformers": verifier.with_runtime(None),

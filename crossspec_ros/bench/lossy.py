@@ -287,10 +287,10 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.inputs import read_ground_truth
     from crossspec_ros.bench import engine as bench
     from crossspec_ros.bench.outputs import save_outputs
-    from crossspec_ros.models.pair import load_corpus
     from crossspec_ros.models.static_runtime import compile_allowed
     from crossspec_ros.process_tuning import tune_process_for_models
     from crossspec_ros.sim.captions import parse_caption
+    from crossspec_ros.speculative.corpus import load_corpus
     from crossspec_ros.speculative.verify import AcceptanceRule
 
     try:

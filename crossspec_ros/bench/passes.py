@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.cli.model_args import bench_float_type
+from crossspec_ros.bench.arguments import bench_float_type
 from crossspec_ros.paths import sample_bag
 
 PASS_TOKENS = (1, 4, 8, 16)
@@ -66,11 +66,11 @@ def pass_cost_ms(verifier: Any, window: Any, tokens: int, repeats: int) -> float
 def runtimes_for_passes(verifier: Any, step_rows: int, compile: bool, max_new: int
                         ) -> dict[str, Any]:
     """The verifier on each runtime compared (twins sharing its weights)."""
-    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
 
     def twin(rows: tuple[int, ...]) -> Any:
         model = verifier.with_runtime(None)
-        model.use_static_runtime(RuntimeOptions(compile=compile, step_rows=rows), max_new)
+        use_static_runtime(model, RuntimeOptions(compile=compile, step_rows=rows), max_new)
         return model
 
     kind = "compiled" if compile else "eager"

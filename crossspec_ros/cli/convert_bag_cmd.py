@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bags.bag_convert import BagConvertError, convert_bag
-    from crossspec_ros.cli.streaming import exit_code_for, sigterm_as_interrupt
+    from crossspec_ros.streaming import exit_code_for, sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt() as caught:  # SIGTERM too removes the staging folder

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         RectifyMapError,
         convert_dsec,
     )
-    from crossspec_ros.cli.streaming import exit_code_for, sigterm_as_interrupt
+    from crossspec_ros.streaming import exit_code_for, sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt() as caught:  # SIGTERM too removes the staging folder

@@ -115,9 +115,9 @@ def _expected_windows(bag: Path, window_len_ns: int) -> int:
 
 def _caption(verifier: Any, windows: Iterable[Any], total: int, source: str,
              max_new_tokens: int, captions: list[str], skipped: Counter[str]) -> None:
-    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.progress import progress_bar
 
-    with _progress(total, f"verifier captions ({source})") as bar:
+    with progress_bar(total, f"verifier captions ({source})") as bar:
         for window in windows:
             bar.update(1)
             if not getattr(window, "frames", None):

@@ -102,10 +102,10 @@ def _bag_windows(path: Path) -> list[Any]:
 
 def simulated_windows(keys: list[tuple[int, int]], workers: int, desc: str,
                       render_hz: float | None) -> list[Any]:
-    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.progress import progress_bar
     from crossspec_ros.train.data import SIM_IMAGE_SIZE, generate_windows
 
-    with _progress(len(keys), desc) as bar:
+    with progress_bar(len(keys), desc) as bar:
         return [w.as_window() for w in generate_windows(
             keys, SIM_IMAGE_SIZE, workers, progress=bar.update, event_render_hz=render_hz)]
 
@@ -121,11 +121,11 @@ def heldout(n: int, workers: int) -> list[Any]:
 def references(verifier: Any, drafter: Any, windows: list[Any], max_new_tokens: int = 48
                ) -> list[list[int]]:
     """The verifier's greedy captions in the drafter's ids."""
-    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.progress import progress_bar
     from crossspec_ros.train.distill import to_drafter_ids
 
     out = []
-    with _progress(len(windows), "verifier captions") as bar:
+    with progress_bar(len(windows), "verifier captions") as bar:
         for window in windows:
             tokens = verifier.generate_greedy(verifier.prepare(window), max_new_tokens)
             out.append(to_drafter_ids(verifier, drafter, tokens))
@@ -135,12 +135,12 @@ def references(verifier: Any, drafter: Any, windows: list[Any], max_new_tokens: 
 
 def compare(drafters: dict[str, Any], windows: list[Any], refs: list[list[int]],
             proposal: int) -> dict[str, Any]:
-    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.progress import progress_bar
     from crossspec_ros.train.evaluate import draft_quality
 
     report: dict[str, Any] = {"windows": len(windows)}
     for name, drafter in drafters.items():
-        with _progress(len(windows), f"drafter '{name}'") as bar:
+        with progress_bar(len(windows), f"drafter '{name}'") as bar:
             report[name] = draft_quality(drafter, windows, refs, proposal, bar.update)
     return report
 
@@ -175,10 +175,10 @@ def run_distill(args: argparse.Namespace) -> int:
 
     import torch
 
-    from crossspec_ros.cli.train_cmd import _progress
     from crossspec_ros.models.draft_head import DraftHead, HeadConfig
     from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
+    from crossspec_ros.progress import progress_bar
     from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ
     from crossspec_ros.train.data import training_keys
     from crossspec_ros.train.distill import (
@@ -220,7 +220,7 @@ def run_distill(args: argparse.Namespace) -> int:
                      drafter_source, args.max_new_tokens)
     labels = load_labels(cache / "labels.safetensors", key)
     if labels is None:
-        with _progress(len(windows), "verifier labelling windows") as bar:
+        with progress_bar(len(windows), "verifier labelling windows") as bar:
             labels = label_windows(verifier, drafter, windows, args.max_new_tokens, bar.update)
         if len(labels) >= MIN_WINDOWS:
             save_labels(labels, cache / "labels.safetensors", key)
@@ -242,14 +242,14 @@ def run_distill(args: argparse.Namespace) -> int:
     checkpoint = cache / f"checkpoint-{args.method}.safetensors"
     head = peft_model = None
     if args.method == "head":
-        with _progress(len(labels), "drafter window states") as bar:
+        with progress_bar(len(labels), "drafter window states") as bar:
             contexts = window_states(drafter, labels, bar.update)
         torch.manual_seed(args.seed)
         head = DraftHead(HeadConfig(
             context_dim=contexts.shape[1], vocab_size=verifier.info.vocab_size,
             proposable_ids=verifier.info.proposable_ids,
             eos_token_id=verifier.info.eos_token_id))
-    with _progress(config.steps, "distilling") as bar:
+    with progress_bar(config.steps, "distilling") as bar:
         def progress(step: int, loss: float) -> None:
             bar.update(1)
             if step % 20 == 0:
@@ -321,10 +321,10 @@ def card_summary(card: dict[str, Any]) -> str:
 
 def _head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[int]],
                  proposal: int = 8) -> dict[str, Any]:
-    from crossspec_ros.cli.train_cmd import _progress
+    from crossspec_ros.progress import progress_bar
     from crossspec_ros.train.evaluate import head_quality
 
-    with _progress(len(windows), "draft head") as bar:
+    with progress_bar(len(windows), "draft head") as bar:
         return head_quality(head, drafter, windows, refs, proposal, bar.update)
 
 

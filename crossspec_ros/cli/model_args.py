@@ -31,17 +31,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 RUNTIME_FLAG_PARAMS = ("runtime", "compile", "step_rows")
 
-# the benchmarks' float types by torch's names; the node parameter's short names are taken too
-BENCH_FLOAT_TYPES = {"bfloat16": "bfloat16", "float32": "float32", "bf16": "bfloat16",
-                     "fp32": "float32"}
-
-
-def bench_float_type(text: str) -> str:
-    """argparse type of a benchmark's --dtype: bf16 or bfloat16, fp32 or float32 -> torch's
-    name (the JSON reports name it so)."""
-    return BENCH_FLOAT_TYPES.get(text.lower(), text)
-
-
 # the parameters that name a model directory (or a hub id, checked when it loads)
 MODEL_DIRECTORY_PARAMS = ("verifier_model", "drafter_model", "draft_head")
 

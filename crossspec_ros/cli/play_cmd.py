@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from crossspec_ros.cli.streaming import sigterm_as_interrupt
     from crossspec_ros.nodes.lifecycle import NodeStartError
+    from crossspec_ros.streaming import sigterm_as_interrupt
 
     context = rclpy.Context()
     # signals are ours (sigterm_as_interrupt): rclpy's handler re-raised a forwarded second

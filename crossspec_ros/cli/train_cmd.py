@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from crossspec_ros.paths import BUNDLED_PAIR as BUNDLED_DIR
+from crossspec_ros.progress import progress_bar
 from crossspec_ros.train.config import PairConfig
 
 
@@ -49,56 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(func=run_eval)
 
 
-def _progress(total: int, desc: str):
-    """A tqdm bar on a terminal; in a log (stderr redirected), a line every tenth of the way."""
-    from tqdm import tqdm
-
-    if sys.stderr.isatty():
-        return tqdm(total=total, desc=desc, file=sys.stderr, mininterval=1.0)
-    return _LogLines(total, desc)
-
-
-class _LogLines:
-    """The part of tqdm's interface used here, printing plain lines for log files."""
-
-    def __init__(self, total: int, desc: str) -> None:
-        self.total, self.desc, self.n = max(total, 1), desc, 0
-        self.postfix = ""
-        self.started = time.perf_counter()
-        self._shown: tuple[int, int] | None = None  # (n, total) of the last line printed
-
-    def update(self, n: int = 1) -> None:
-        before, self.n = self.n, self.n + n
-        if before * 10 // self.total != self.n * 10 // self.total or self.n == self.total:
-            self.refresh()
-
-    def refresh(self) -> None:
-        """Print the line now, unless it would repeat the last one."""
-        if self._shown == (self.n, self.total):
-            return
-        self._shown = (self.n, self.total)
-        elapsed = time.perf_counter() - self.started
-        print(f"{self.desc}: {self.n}/{self.total} ({elapsed:.0f} s){self.postfix}",
-              file=sys.stderr, flush=True)
-
-    def set_postfix(self, refresh: bool = False, **values: object) -> None:
-        self.postfix = "".join(f" {k} {v}" for k, v in values.items())
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _LogLines:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-
 def heldout_windows(n: int, workers: int, image_size: int) -> list:
     from crossspec_ros.train.data import generate_windows, heldout_keys
 
     keys = heldout_keys(n)
-    with _progress(len(keys), "simulating held-out windows") as bar:
+    with progress_bar(len(keys), "simulating held-out windows") as bar:
         return list(generate_windows(keys, image_size, workers, progress=bar.update))
 
 
@@ -132,7 +88,7 @@ def run_train(args: argparse.Namespace) -> int:
     keys = training_keys(args.windows, seed=args.seed)
     split = config.drafter_windows
     t0 = time.perf_counter()
-    with _progress(len(keys), "simulating training windows") as bar:
+    with progress_bar(len(keys), "simulating training windows") as bar:
         data = encode_windows(
             generate_windows(keys[:split], SIM_IMAGE_SIZE, args.workers, progress=bar.update,
                              event_render_hz=config.event_render_hz),
@@ -148,7 +104,7 @@ def run_train(args: argparse.Namespace) -> int:
         if name not in bars:
             for bar in bars.values():
                 bar.close()
-            bars[name] = _progress(getattr(config, f"{name}_steps"), f"training {name}")
+            bars[name] = progress_bar(getattr(config, f"{name}_steps"), f"training {name}")
         bars[name].set_postfix(loss=f"{loss:.3f}", refresh=False)
         bars[name].update(1)
 
@@ -189,7 +145,7 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"crossspec eval-tiny: {err}", file=sys.stderr)
         return 2
     windows = heldout_windows(args.windows, args.workers, SIM_IMAGE_SIZE)
-    with _progress(len(windows), "evaluating") as bar:
+    with progress_bar(len(windows), "evaluating") as bar:
         report = evaluate_pair(verifier, drafter, windows, parse_caption, progress=bar.update)
     if args.json:
         print(json.dumps(report))

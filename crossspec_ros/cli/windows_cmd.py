@@ -16,7 +16,7 @@ from crossspec_ros.params import (
     load_yaml_params,
     validate,
 )
-from crossspec_ros.sync.synchronizer import WindowSynchronizer
+from crossspec_ros.sync.synchronizer import sync_from_params
 from crossspec_ros.sync.window import Window
 
 
@@ -52,14 +52,9 @@ def run(args: argparse.Namespace) -> int:
     except ParameterError as err:
         print(f"crossspec windows: {err}", file=sys.stderr)
         return 2
-    sync = WindowSynchronizer(
-        window_len_ns=int(params["window_length_s"] * 1e9),
-        frames_per_window=params["frames_per_window"],
-        max_lateness_ns=int(params["max_lateness_s"] * 1e9),
-        reorder_slack_ns=int(params["reorder_slack_s"] * 1e9),
-        reset_threshold_ns=int(params["reset_threshold_s"] * 1e9),
-        max_pending_windows=params["max_pending_windows"],
-    )
+    # the nodes' own synchronizer (seconds to nanoseconds rounded, as theirs: 1.001 s is
+    # 1,001,000,000 ns, not int()'s 1,000,999,999)
+    sync = sync_from_params(params, streams=("events", "rgb"))
     stats = InputStats()
     try:
         for window in iter_bag_windows(args.bag, sync, args.event_topic, args.rgb_topic, stats):

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from crossspec_ros.stamps import join_ns
+
 EVT3 = "evt3"
 EVT2 = "evt2"
 EVT21 = "evt21"  # what metavision_driver would send: Prophesee's SDK names the format EVT21
@@ -67,7 +69,7 @@ def from_msg(msg: Any) -> EventPacketData:
     """Build the view from any object with EventPacket attributes (rclpy or rosbags)."""
     stamp = msg.header.stamp
     return EventPacketData(
-        stamp_ns=int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec),
+        stamp_ns=join_ns(stamp.sec, stamp.nanosec),
         width=int(msg.width),
         height=int(msg.height),
         seq=int(msg.seq),

@@ -95,8 +95,8 @@ class CaptionModel(ABC):
     device: torch.device
     # CUDA stream for this model's kernels (None: the current stream; ignored on CPU)
     stream: Any = None
-    # its language model's static runtime once ``use_static_runtime`` ran (None: the eager
-    # transformers path with a DynamicCache per window)
+    # its language model's static runtime once static_runtime.use_static_runtime gave it one
+    # (None: the eager transformers path with a DynamicCache per window)
     runtime: Any = None
 
     @property
@@ -117,33 +117,6 @@ class CaptionModel(ABC):
         """(prompt length, the sizes of the chunks its prompt is prefilled in before the
         question's tail): fixed per model, so every prefill computes the same cache."""
         raise NotImplementedError(f"{type(self).__name__} has no static runtime")
-
-    def use_static_runtime(self, options: Any, max_new_tokens: int | None = None
-                           ) -> dict[str, float]:
-        """Step this model's language model through a static runtime from now on
-        (``options``: static_runtime.RuntimeOptions; None: back to the eager transformers
-        path): caches allocated, shapes compiled and run once. A runtime built before with
-        the same options (and room) is taken again, nothing compiled twice. Returns seconds
-        per shape ({} when reused)."""
-        from crossspec_ros.models.static_runtime import StaticLM
-
-        if options is None:
-            self.runtime = None
-            return {}
-        lm, head, config = self.language_model_parts()
-        prompt_len, chunks = self.prompt_layout()
-        limit = max(self.info.max_new_tokens, max_new_tokens or 0)
-        built = _runtimes(self).get(options)
-        if built is not None and built.max_len >= prompt_len + limit + 1 + built.max_rows:
-            self.runtime = built
-            return {}
-        self.runtime = StaticLM(lm, head, config, options, max_len=prompt_len + limit + 1,
-                                name=self.info.name, stream=self.stream)
-        _runtimes(self)[options] = self.runtime
-        tail = prompt_len - sum(chunks)
-        if tail >= self.runtime.max_rows:  # a tail longer than a step is a chunk of its own
-            chunks = [*chunks, tail]
-        return self.runtime.warm_up(chunks)
 
     def generated_room(self) -> int | None:
         """Most tokens a session of this model can hold after the prompt (None: any)."""
@@ -195,10 +168,3 @@ class CaptionModel(ABC):
             logits = session.feed([token])[-1]
         return out
 
-
-def _runtimes(model: CaptionModel) -> dict[Any, Any]:
-    """The static runtimes built for ``model``'s weights, by options (shared by its twins)."""
-    registry = model.__dict__.get("_static_runtimes")
-    if registry is None:
-        registry = model._static_runtimes = {}
-    return registry

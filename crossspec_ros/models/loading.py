@@ -25,6 +25,7 @@ from crossspec_ros.models.errors import (
     QuantizationUnavailableError,
     UnsupportedDtypeError,
 )
+from crossspec_ros.text import single_spaced
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32, "float32": torch.float32,
@@ -300,7 +301,7 @@ def _json_kind(data: Any) -> str:
 
 
 def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
+    return single_spaced(err)
 
 
 def check_layout(expected: Mapping[str, tuple[int, ...]], found: Mapping[str, torch.Tensor],

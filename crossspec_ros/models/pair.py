@@ -175,26 +175,3 @@ def head_drafter_source(directory: str | Path) -> str:
     if source and not Path(source).is_absolute():
         source = str(BUNDLED_PAIR / source)
     return source
-
-
-def load_corpus(setting: str, verifier: Any) -> Any:
-    """The caption corpus (``speculative.corpus.Corpus``) the ``caption_corpus`` parameter
-    names for ``verifier``, or None: "none" turns it off, "" takes the verifier directory's
-    own ``captions.txt`` when it has one (the bundled tiny verifier does; a verifier built in
-    memory has none), else a file path. Raises ``CorpusError`` for a named file that cannot
-    be used."""
-    from crossspec_ros.speculative.corpus import CORPUS_FILE, encode_corpus, read_corpus
-
-    if setting == "none":
-        return None
-    if setting:
-        path = Path(setting)
-    else:
-        directory = getattr(verifier, "directory", None)
-        path = Path(directory) / CORPUS_FILE if directory else None
-        if path is None or not path.is_file():
-            return None
-    tokenizer = verifier.tokenizer
-    return encode_corpus(read_corpus(path),
-                         lambda text: tokenizer(text, add_special_tokens=False).input_ids,
-                         verifier.info.eos_token_id, verifier.info.proposable_ids, str(path))

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from crossspec_ros.models.base import ModelSession, PrefillTiming
+from crossspec_ros.models.base import CaptionModel, ModelSession, PrefillTiming
 from crossspec_ros.models.compile_gate import COMPILE_GATE, refused_by_compiled_graphs
 from crossspec_ros.models.streams import inference, synchronize
 from crossspec_ros.process_tuning import COMPILE_CACHE
@@ -133,13 +133,48 @@ def runtime_options(params: dict[str, Any], role: str) -> RuntimeOptions | None:
     return RuntimeOptions(compile=bool(params["compile"]) and compile_allowed(), step_rows=rows)
 
 
+def use_static_runtime(model: CaptionModel, options: RuntimeOptions | None,
+                       max_new_tokens: int | None = None) -> dict[str, float]:
+    """Step ``model``'s language model through a static runtime from now on (None: back to
+    the eager transformers path): caches allocated, shapes compiled and run once, through the
+    model's hooks (``language_model_parts``, ``prompt_layout``). A runtime built before for
+    the same weights with the same options (and room) is taken again, nothing compiled twice.
+    Returns seconds per shape ({} when reused)."""
+    if options is None:
+        model.runtime = None
+        return {}
+    lm, head, config = model.language_model_parts()
+    prompt_len, chunks = model.prompt_layout()
+    limit = max(model.info.max_new_tokens, max_new_tokens or 0)
+    built = _runtimes(model).get(options)
+    if built is not None and built.max_len >= prompt_len + limit + 1 + built.max_rows:
+        model.runtime = built
+        return {}
+    model.runtime = StaticLM(lm, head, config, options, max_len=prompt_len + limit + 1,
+                             name=model.info.name, stream=model.stream)
+    _runtimes(model)[options] = model.runtime
+    tail = prompt_len - sum(chunks)
+    if tail >= model.runtime.max_rows:  # a tail longer than a step is a chunk of its own
+        chunks = [*chunks, tail]
+    return model.runtime.warm_up(chunks)
+
+
+def _runtimes(model: CaptionModel) -> dict[Any, Any]:
+    """The static runtimes built for ``model``'s weights, by options (shared by its twins:
+    ``with_runtime`` copies the model's __dict__, this registry with it)."""
+    registry = model.__dict__.get("_static_runtimes")
+    if registry is None:
+        registry = model._static_runtimes = {}
+    return registry
+
+
 def prepare_runtime(model: Any, params: dict[str, Any], role: str,
                     max_new_tokens: int) -> str:
     """Give ``model`` the runtime the node parameters ask for (compiling and warming up its
     shapes, or taking one built before); returns the line a node logs about it."""
     options = runtime_options(params, role)
     t0 = time.perf_counter()
-    timings = model.use_static_runtime(options, max_new_tokens)
+    timings = use_static_runtime(model, options, max_new_tokens)
     runtime = model.runtime
     if runtime is None:
         return f"{model.info.name}: transformers runtime (eager, a DynamicCache per window)"

@@ -22,6 +22,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.task import Future
 
 from crossspec_ros.nodes.common import msg_to_ns
+from crossspec_ros.stamps import seconds_to_ns
 from crossspec_ros.sync.captions import CaptionStatus
 from crossspec_ros.sync.window import window_id
 
@@ -55,7 +56,7 @@ class CaptionWindowServer:
 
     def __init__(self, node: Any, name: str, window_length_s: float) -> None:
         self.node = node
-        self.window_len_ns = round(window_length_s * 1e9)
+        self.window_len_ns = seconds_to_ns(window_length_s)
         self._lock = threading.Lock()
         self._watches: dict[bytes, _Watch] = {}  # by goal id
         self._finals: OrderedDict[int, Any] = OrderedDict()

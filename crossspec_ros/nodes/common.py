@@ -19,6 +19,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from crossspec_ros.params import Param, ParameterError, check_value, validate
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.worker import Worker  # noqa: F401 (the nodes')
+from crossspec_ros.stamps import join_ns, split_ns
 from crossspec_ros.sync.synchronizer import sync_from_params  # noqa: F401 (the nodes')
 
 NS = 1_000_000_000
@@ -216,12 +217,12 @@ def latched_qos() -> QoSProfile:
 
 
 def ns_to_msg(t_ns: int) -> Time:
-    sec, nanosec = divmod(int(t_ns), NS)
+    sec, nanosec = split_ns(t_ns)
     return Time(sec=sec, nanosec=nanosec)
 
 
 def msg_to_ns(t: Any) -> int:
-    return int(t.sec) * NS + int(t.nanosec)
+    return join_ns(t.sec, t.nanosec)
 
 
 def _f(x: float) -> float:

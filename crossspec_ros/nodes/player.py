@@ -26,7 +26,8 @@ from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
-from crossspec_ros.bags.replay import NS, BagError, BagMessage, BagReplay, Pacer
+from crossspec_ros.bags.replay import BagError, BagMessage, BagReplay, Pacer
+from crossspec_ros.stamps import split_ns
 
 # Camera topics: volatile KEEP_LAST like rclpy's sensor-data profile, but *reliable*. A reliable
 # writer matches best-effort readers too (crossspec's nodes subscribe best effort), and on
@@ -247,7 +248,7 @@ class BagPlayer(Node):
             return
         if self._last_clock_ns is not None and bag_ns <= self._last_clock_ns:
             return
-        sec, nanosec = divmod(int(bag_ns), NS)
+        sec, nanosec = split_ns(bag_ns)
         out = Clock()
         out.clock.sec, out.clock.nanosec = sec, nanosec
         self._clock_pub.publish(out)

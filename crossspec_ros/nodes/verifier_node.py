@@ -125,7 +125,7 @@ class VerifierNode(ManagedNode):
             head = load_draft_head(p["draft_head"])
             self.get_logger().info(f"draft head {p['draft_head']}: proposes from the window "
                                    f"state the draft node publishes on {p['draft_topic']}")
-        from crossspec_ros.models.pair import load_corpus
+        from crossspec_ros.speculative.corpus import load_corpus
 
         corpus = load_corpus(p["caption_corpus"], verifier)
         if corpus is not None:

@@ -16,7 +16,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crossspec_ros.speculative.proposers import ProposalContext, make_proposers
+from crossspec_ros.speculative.proposers import (
+    CorpusNgram,
+    DraftStream,
+    HistoryNgram,
+    ProposalContext,
+    make_proposers,
+)
 from crossspec_ros.speculative.splice import substitution_branches
 from crossspec_ros.speculative.suffix import SuffixIndex
 from crossspec_ros.speculative.tree import ROOT, DraftTree
@@ -192,15 +198,15 @@ class ProposalPolicy:
         chains = dict(chains or {})
         newest = history.newest()
         skip: tuple[str, ...] = ()
-        if "history_ngram" in self.proposers and newest:
-            chains.setdefault("history_ngram", newest)
-            skip = ("corpus_ngram",)  # the corpus's likeliest start only opens a drive
+        if HistoryNgram.name in self.proposers and newest:
+            chains.setdefault(HistoryNgram.name, newest)
+            skip = (CorpusNgram.name,)  # the corpus's likeliest start only opens a drive
         depth = room - 1 if self.max_depth > 0 else 0  # max_depth 0: plain decoding
         path = self._gather((), draft, draft_base, history, room, chains, skip,
                             depth=depth).best_path()
         stop = next((i for i, t in enumerate(path.tokens) if t >= proposable), len(path))
         path = path.pruned(stop)
-        if not branches or len(path) == 0 or "history_ngram" not in self.proposers:
+        if not branches or len(path) == 0 or HistoryNgram.name not in self.proposers:
             return path
         return self._with_branches(path, history, room, proposable)
 
@@ -286,11 +292,11 @@ class ProposalPolicy:
     def draft_lookahead(self) -> int:
         """Tokens worth drafting past the confirmed caption: 0 pauses the live drafter (it
         still re-syncs), when its draft is mostly wrong or no proposer reads it."""
-        if "draft_stream" not in self.trackers:
+        if DraftStream.name not in self.trackers:
             return 0
         if not self.adaptive:
             return self.max_depth
-        rate = self.trackers["draft_stream"].rate
+        rate = self.trackers[DraftStream.name].rate
         if rate < MIN_DRAFT_ACCEPTANCE:
             return 0
         return max(LEAST_LOOKAHEAD, best_proposal_length(rate, self.cost, self.max_depth))

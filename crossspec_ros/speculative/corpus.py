@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from crossspec_ros.text import single_spaced
 
 CORPUS_FILE = "captions.txt"  # a verifier directory's own corpus
 
@@ -58,7 +61,7 @@ def read_corpus(path: str | Path) -> list[str]:
 def write_corpus(path: str | Path, captions: Iterable[str]) -> int:
     """Write ``captions`` one per line (line breaks inside one become spaces); returns how
     many were written (empty ones are not)."""
-    lines = [" ".join(caption.split()) for caption in captions]
+    lines = [single_spaced(caption) for caption in captions]
     lines = [line for line in lines if line]
     Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return len(lines)
@@ -79,3 +82,24 @@ def encode_corpus(lines: Sequence[str], encode: Callable[[str], list[int]], eos:
             continue
         corpus.captions.append([*ids, eos])
     return corpus
+
+
+def load_corpus(setting: str, verifier: Any) -> Corpus | None:
+    """The caption corpus the ``caption_corpus`` parameter
+    names for ``verifier``, or None: "none" turns it off, "" takes the verifier directory's
+    own ``captions.txt`` when it has one (the bundled tiny verifier does; a verifier built in
+    memory has none), else a file path. Raises ``CorpusError`` for a named file that cannot
+    be used."""
+    if setting == "none":
+        return None
+    if setting:
+        path = Path(setting)
+    else:
+        directory = getattr(verifier, "directory", None)
+        path = Path(directory) / CORPUS_FILE if directory else None
+        if path is None or not path.is_file():
+            return None
+    tokenizer = verifier.tokenizer
+    return encode_corpus(read_corpus(path),
+                         lambda text: tokenizer(text, add_special_tokens=False).input_ids,
+                         verifier.info.eos_token_id, verifier.info.proposable_ids, str(path))

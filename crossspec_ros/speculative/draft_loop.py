@@ -28,6 +28,7 @@ from typing import Any
 
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.proposers import DraftStream
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
 from crossspec_ros.sync.captions import DraftCursor, WindowKey
@@ -164,7 +165,7 @@ class DraftLoop:
             self.windows_skipped_final += 1  # nothing to publish: its caption is FINAL
             return
         max_new = self.params["max_new_tokens"]
-        stats = WindowStats(proposer_names=["draft_stream"])
+        stats = WindowStats(proposer_names=[DraftStream.name])
         state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
         drafting: list[DraftChannel] = []  # the window's channel, once there
         last: list[EngineEvent] = []  # the latest draft published

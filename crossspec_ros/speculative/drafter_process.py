@@ -239,12 +239,13 @@ def _serve(conn: Any, source: str, device: str, dtype: str, quantization: str,
     """The child's loop: load the drafter, then draft one window at a time."""
     try:
         from crossspec_ros.models.pair import load_drafter
+        from crossspec_ros.models.static_runtime import use_static_runtime
         from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
 
         tune_process_for_models(device)
         drafter = load_drafter(source, device=device, dtype=dtype, quantization=quantization)
         if runtime is not None:
-            drafter.use_static_runtime(runtime, max_new_tokens)
+            use_static_runtime(drafter, runtime, max_new_tokens)
         settle_heap()
     except Exception as err:  # reported to the parent, which raises it
         from crossspec_ros.models.errors import ModelLoadError

@@ -43,11 +43,16 @@ from crossspec_ros.events.change import STEADY, ChangeDetector
 from crossspec_ros.models.base import CaptionModel, ModelSession
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
-from crossspec_ros.params import PROPOSERS
 from crossspec_ros.speculative.adaptive import BRANCH_SOURCE, DrafterGate, ProposalPolicy
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.head import HeadRun
+from crossspec_ros.speculative.proposers import (
+    DEFAULT_PROPOSERS,
+    PROPOSERS,
+    DraftHeadChain,
+    reading,
+)
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.suffix import SuffixIndex
 from crossspec_ros.speculative.tree import DraftTree
@@ -88,8 +93,7 @@ class EngineConfig:
     max_proposal: int = 24               # deepest proposal per round (tokens past the pending)
     max_tree_nodes: int = 48             # most proposed tokens per round (all branches)
     adaptive: bool = True                # proposal size from acceptance and cost
-    proposers: tuple[str, ...] = ("draft_stream", "draft_ngram", "history_ngram",
-                                  "corpus_ngram")
+    proposers: tuple[str, ...] = DEFAULT_PROPOSERS
     history_windows: int = 16            # previous confirmed captions in the suffix trie
     draft_lookahead: int = 48            # how far the drafter runs ahead during the prefill
     drafter_gate: bool = True            # with adaptive: a local drafter runs only while it
@@ -247,12 +251,11 @@ class SpeculativeEngine:
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
-        proposers = set(self.config.proposers)
         local_draft = self.drafter is not None and draft is None and not steady and bool(
-            proposers & {"draft_stream", "draft_ngram"}) and (
+            reading(self.config.proposers, "draft")) and (
             not (self.config.adaptive and self.config.drafter_gate) or gate.should_draft())
         head_run = None
-        if self.head is not None and "draft_head" in proposers and (
+        if self.head is not None and reading(self.config.proposers, "head") and (
                 look is not None or self.drafter is not None):
             # the local drafter's prefill leaves the window state on the channel for free
             head_run = HeadRun(self.head, look or (
@@ -498,7 +501,7 @@ class SpeculativeEngine:
         """Continuations of ``confirmed`` from proposers that run a model in this thread."""
         if head_run is None:
             return {}
-        return {"draft_head": head_run.chain(confirmed, self.config.max_proposal)}
+        return {DraftHeadChain.name: head_run.chain(confirmed, self.config.max_proposal)}
 
     def _draft_in_verifier_ids(self, channel: DraftChannel, confirmed: list[int]
                                ) -> tuple[list[int] | None, int]:

@@ -44,9 +44,17 @@ class ProposalContext:
 
 
 class Proposer(ABC):
-    """One source of proposals; ``name`` as in EngineConfig.proposers and the statistics."""
+    """One source of proposals; ``name`` as in EngineConfig.proposers and the statistics;
+    ``reads`` what it needs beyond the window's confirmed caption: "draft" (the drafter's
+    stream: a drafter runs for it), "history" (earlier windows' captions), "corpus" (a caption
+    corpus) or "head" (a draft head computes its chain each round)."""
 
     name: str
+    reads: str = ""
+
+    @classmethod
+    def build(cls, corpus: SuffixIndex | None) -> Proposer:
+        return cls()
 
     def propose(self, ctx: ProposalContext, tree: DraftTree, rate: float, depth: int
                 ) -> list[int]:
@@ -72,7 +80,7 @@ def add_chain(tree: DraftTree, chain: Sequence[int], source: str, rate: float) -
 
 
 class DraftStream(Proposer):
-    name = "draft_stream"
+    name, reads = "draft_stream", "draft"
 
     def _propose(self, ctx: ProposalContext, tree: DraftTree, rate: float, depth: int
                  ) -> list[int]:
@@ -83,7 +91,7 @@ class DraftStream(Proposer):
 
 
 class DraftNgram(Proposer):
-    name = "draft_ngram"
+    name, reads = "draft_ngram", "draft"
 
     def __init__(self) -> None:
         self._index: tuple[list[int], SuffixIndex] | None = None  # of the latest draft
@@ -101,7 +109,7 @@ class DraftNgram(Proposer):
 
 
 class HistoryNgram(Proposer):
-    name = "history_ngram"
+    name, reads = "history_ngram", "history"
 
     def _propose(self, ctx: ProposalContext, tree: DraftTree, rate: float, depth: int
                  ) -> list[int]:
@@ -110,10 +118,14 @@ class HistoryNgram(Proposer):
 
 
 class CorpusNgram(Proposer):
-    name = "corpus_ngram"
+    name, reads = "corpus_ngram", "corpus"
 
     def __init__(self, corpus: SuffixIndex | None) -> None:
         self.corpus = corpus  # None or empty: it proposes nothing
+
+    @classmethod
+    def build(cls, corpus: SuffixIndex | None) -> Proposer:
+        return cls(corpus)
 
     def _propose(self, ctx: ProposalContext, tree: DraftTree, rate: float, depth: int
                  ) -> list[int]:
@@ -126,24 +138,39 @@ class CorpusNgram(Proposer):
 class ModelChain(Proposer):
     """A chain computed by a model this round, handed over in ``ctx.chains``."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
     def _propose(self, ctx: ProposalContext, tree: DraftTree, rate: float, depth: int
                  ) -> list[int]:
         return []  # nothing handed over this round
 
 
+class DraftHeadChain(ModelChain):
+    """The draft head's chain (models/draft_head.py), computed by the engine each round."""
+
+    name, reads = "draft_head", "head"
+
+
+# Every proposer, by name, in the order they are asked by default (EngineConfig.proposers)
+PROPOSER_TYPES: dict[str, type[Proposer]] = {
+    kind.name: kind for kind in (DraftStream, DraftNgram, HistoryNgram, CorpusNgram,
+                                 DraftHeadChain)}
+PROPOSERS: tuple[str, ...] = tuple(PROPOSER_TYPES)
+# asked unless configured otherwise: all but those that need a model loaded for them
+DEFAULT_PROPOSERS: tuple[str, ...] = tuple(name for name, kind in PROPOSER_TYPES.items()
+                                           if kind.reads != "head")
+
+
+def reading(names: Sequence[str], what: str) -> list[str]:
+    """Those of the proposers ``names`` that read ``what`` (see ``Proposer.reads``)."""
+    return [name for name in names if PROPOSER_TYPES[name].reads == what]
+
+
 def make_proposers(names: Sequence[str], corpus: SuffixIndex | None = None
                    ) -> list[Proposer]:
     """The proposers named (EngineConfig.proposers), in that order."""
-    builders = {"draft_stream": DraftStream, "draft_ngram": DraftNgram,
-                "history_ngram": HistoryNgram, "corpus_ngram": lambda: CorpusNgram(corpus),
-                "draft_head": lambda: ModelChain("draft_head")}
-    unknown = [n for n in names if n not in builders]
+    unknown = [n for n in names if n not in PROPOSER_TYPES]
     if unknown:
-        raise ValueError(f"unknown proposers {unknown}; known: {', '.join(builders)}")
-    return [builders[name]() for name in names]
+        raise ValueError(f"unknown proposers {unknown}; known: {', '.join(PROPOSERS)}")
+    return [PROPOSER_TYPES[name].build(corpus) for name in names]
 
 
 def draft_continuation(draft: Sequence[int], base: int, confirmed: Sequence[int],

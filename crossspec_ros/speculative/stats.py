@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from crossspec_ros.summaries import rounded
 
 NAN = float("nan")
 
@@ -81,7 +82,7 @@ class WindowStats:
 
     def as_dict(self) -> dict:
         def num(x: float) -> float | None:
-            return None if isinstance(x, float) and math.isnan(x) else round(x, 3)
+            return rounded(x, 3) if isinstance(x, float) else x
 
         return {
             "acceptance_rule": self.acceptance_rule,

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from crossspec_ros.text import single_spaced
+
 
 def make_bridge(verifier: Any, drafter: Any | None) -> SharedVocabulary | TextBridge:
     """The bridge between ``verifier`` and ``drafter`` (a model with ``tokenizer`` and
@@ -128,4 +130,4 @@ def confirmed_in_drafter_ids(drafter: Any, confirmed: list[int], text: str) -> l
 
 
 def _normalise(text: str) -> str:
-    return " ".join(text.split())
+    return single_spaced(text)

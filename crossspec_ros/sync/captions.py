@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from crossspec_ros.text import single_spaced
+
 NAN = math.nan
 WindowKey = tuple[int, int]  # (epoch, window id)
 
@@ -77,7 +79,7 @@ def draft_tail(confirmed: str, draft: str) -> str:
     a new word ("a red car" + " turns") and has none when it finishes one ("a red car tu" +
     "rns"). "" when the draft disagrees with the confirmed text or adds nothing to it.
     """
-    said, guessed = " ".join(confirmed.split()), " ".join(draft.split())
+    said, guessed = single_spaced(confirmed), single_spaced(draft)
     if not guessed.startswith(said) or len(guessed) == len(said):
         return ""
     tail = guessed[len(said):]

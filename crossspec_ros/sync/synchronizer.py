@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.stamps import SECOND_NS, seconds_to_ns
 from crossspec_ros.sync.outliers import GateVerdict, TimeOutlierGate
 from crossspec_ros.sync.window import (
     StampedFrame,
@@ -65,7 +66,6 @@ from crossspec_ros.sync.window import (
 
 logger = logging.getLogger(__name__)
 
-SECOND_NS = 1_000_000_000
 
 
 @dataclass
@@ -633,11 +633,11 @@ def sync_from_params(p: dict[str, Any], streams: tuple[str, ...],
     ``continue_timeline``)."""
     sync = WindowSynchronizer(
         announce_frames=announce_frames,
-        window_len_ns=round(p["window_length_s"] * SECOND_NS),
+        window_len_ns=seconds_to_ns(p["window_length_s"]),
         frames_per_window=p["frames_per_window"],
-        max_lateness_ns=round(p["max_lateness_s"] * SECOND_NS),
-        reorder_slack_ns=round(p["reorder_slack_s"] * SECOND_NS),
-        reset_threshold_ns=round(p["reset_threshold_s"] * SECOND_NS),
+        max_lateness_ns=seconds_to_ns(p["max_lateness_s"]),
+        reorder_slack_ns=seconds_to_ns(p["reorder_slack_s"]),
+        reset_threshold_ns=seconds_to_ns(p["reset_threshold_s"]),
         max_pending_windows=p["max_pending_windows"],
         streams=streams)
     if previous is not None:

@@ -42,6 +42,7 @@ from foxglove.messages import (
     Timestamp,
 )
 
+from crossspec_ros.stamps import split_ns
 from crossspec_ros.viz.overlay import (
     CONFIRMED_RGB,
     STATUS_NAMES,
@@ -113,8 +114,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _timestamp(stamp_ns: int) -> Timestamp:
-    sec, nsec = divmod(int(stamp_ns), 1_000_000_000)
-    return Timestamp(sec, nsec)
+    return Timestamp(*split_ns(stamp_ns))
 
 
 def _color(rgb: tuple[int, int, int], alpha: float = 1.0) -> Color:
