@@ -88,8 +88,8 @@ def _window_sources(args: argparse.Namespace):
         yield str(bag), iter_bag_windows(bag, sync), _expected_windows(bag, sync.window_len_ns)
     if args.sim_windows > 0:
         from crossspec_ros.bags.sample import SAMPLE_DRIVE_SEED
-        from crossspec_ros.cli.distill_cmd import simulated_windows
         from crossspec_ros.train.data import training_keys
+        from crossspec_ros.train.pipeline import simulated_windows
 
         keys = [k for k in training_keys(args.sim_windows + 1, seed=args.seed)
                 if k[0] != SAMPLE_DRIVE_SEED][:args.sim_windows]

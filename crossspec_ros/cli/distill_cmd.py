@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from crossspec_ros.train.pipeline import RESULT, compare, head_report, heldout, references
 
 DISTILLED = "distilled/drafter"      # the bundled drafter distilled on simulated drives
 HEAD = "distilled_head/head"         # a draft head over the distilled drafter's window state
@@ -15,7 +16,6 @@ LORA = "distilled_lora/adapter"      # LoRA adapters over the undistilled drafte
 METHOD_DEFAULTS = {"finetune": {"steps": 600, "batch_size": 16, "lr": 1e-3},
                    "lora": {"steps": 600, "batch_size": 16, "lr": 3e-3},
                    "head": {"steps": 3000, "batch_size": 64, "lr": 3e-3}}
-RESULT = {"finetune": "drafter", "lora": "adapter", "head": "head"}  # OUT/<this>
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,51 +100,6 @@ def _bag_windows(path: Path) -> list[Any]:
     return list(iter_bag_windows(path, WindowSynchronizer()))
 
 
-def simulated_windows(keys: list[tuple[int, int]], workers: int, desc: str,
-                      render_hz: float | None) -> list[Any]:
-    from crossspec_ros.progress import progress_bar
-    from crossspec_ros.train.data import SIM_IMAGE_SIZE, generate_windows
-
-    with progress_bar(len(keys), desc) as bar:
-        return [w.as_window() for w in generate_windows(
-            keys, SIM_IMAGE_SIZE, workers, progress=bar.update, event_render_hz=render_hz)]
-
-
-def heldout(n: int, workers: int) -> list[Any]:
-    """Held-out simulated windows (seeds never used to train or distill), sensor-rate events."""
-    from crossspec_ros.cli.train_cmd import heldout_windows
-    from crossspec_ros.train.data import SIM_IMAGE_SIZE
-
-    return [w.as_window() for w in heldout_windows(n, workers, SIM_IMAGE_SIZE)]
-
-
-def references(verifier: Any, drafter: Any, windows: list[Any], max_new_tokens: int = 48
-               ) -> list[list[int]]:
-    """The verifier's greedy captions in the drafter's ids."""
-    from crossspec_ros.progress import progress_bar
-    from crossspec_ros.train.distill import to_drafter_ids
-
-    out = []
-    with progress_bar(len(windows), "verifier captions") as bar:
-        for window in windows:
-            tokens = verifier.generate_greedy(verifier.prepare(window), max_new_tokens)
-            out.append(to_drafter_ids(verifier, drafter, tokens))
-            bar.update(1)
-    return out
-
-
-def compare(drafters: dict[str, Any], windows: list[Any], refs: list[list[int]],
-            proposal: int) -> dict[str, Any]:
-    from crossspec_ros.progress import progress_bar
-    from crossspec_ros.train.evaluate import draft_quality
-
-    report: dict[str, Any] = {"windows": len(windows)}
-    for name, drafter in drafters.items():
-        with progress_bar(len(windows), f"drafter '{name}'") as bar:
-            report[name] = draft_quality(drafter, windows, refs, proposal, bar.update)
-    return report
-
-
 def run_distill(args: argparse.Namespace) -> int:
     if not args.bag and args.sim_windows <= 0:
         return _fail("distill", "nothing to learn from: give --bag BAG (repeatable) and/or "
@@ -173,126 +128,19 @@ def run_distill(args: argparse.Namespace) -> int:
             return _fail("distill", f"{bag}: no complete window in this bag (too short?)")
         windows.extend(found)
 
-    import torch
+    from crossspec_ros.train.pipeline import DistillError, DistillSettings, distill_drafter
 
-    from crossspec_ros.models.draft_head import DraftHead, HeadConfig
-    from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
-    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
-    from crossspec_ros.progress import progress_bar
-    from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ
-    from crossspec_ros.train.data import training_keys
-    from crossspec_ros.train.distill import (
-        MIN_WINDOWS,
-        DistillConfig,
-        finetune,
-        finetune_lora,
-        label_windows,
-        labels_key,
-        load_labels,
-        publish_directory,
-        save_labels,
-        train_head,
-        window_states,
-    )
-
-    started = time.perf_counter()
-    torch.manual_seed(args.seed)
-    drafter_source = args.drafter_model or str(BUNDLED_PAIR / "drafter")
-    from crossspec_ros.models.errors import ModelLoadError
-
+    settings = DistillSettings(
+        method=args.method, out=args.out, steps=args.steps, batch_size=args.batch_size,
+        lr=args.lr, seed=args.seed, bags=list(args.bag), sim_windows=args.sim_windows,
+        max_new_tokens=args.max_new_tokens, device=args.device,
+        verifier_model=args.verifier_model, drafter_model=args.drafter_model,
+        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, eval_windows=args.eval_windows,
+        workers=args.workers)
     try:
-        verifier = load_verifier(args.verifier_model, device=args.device)
-        drafter = load_drafter(drafter_source, device=args.device)
-    except ModelLoadError as err:  # a missing model, no CUDA here: say so, write nothing
+        card = distill_drafter(settings, windows)
+    except DistillError as err:
         return _fail("distill", str(err))
-    if not isinstance(drafter, EventGPTDrafter):
-        return _fail("distill", f"--method {args.method} trains EventGPT-family drafters; "
-                     f"{drafter_source} is another kind")
-    if args.sim_windows > 0:
-        keys = training_keys(args.sim_windows, seed=args.seed)
-        windows.extend(simulated_windows(keys, args.workers, "simulating training windows",
-                                         TRAIN_EVENT_RENDER_HZ))
-    cache = args.out.with_name(args.out.name + ".cache")
-    sources = [str(b.resolve()) for b in args.bag]
-    if args.sim_windows > 0:
-        sources.append(f"sim:{args.sim_windows}:{args.seed}")
-    key = labels_key(sources, args.verifier_model or str(BUNDLED_PAIR / "verifier"),
-                     drafter_source, args.max_new_tokens)
-    labels = load_labels(cache / "labels.safetensors", key)
-    if labels is None:
-        with progress_bar(len(windows), "verifier labelling windows") as bar:
-            labels = label_windows(verifier, drafter, windows, args.max_new_tokens, bar.update)
-        if len(labels) >= MIN_WINDOWS:
-            save_labels(labels, cache / "labels.safetensors", key)
-    else:
-        print(f"labels: {len(labels)} windows from the cache {cache}", file=sys.stderr)
-    skipped = ", ".join(f"{n} {why}" for why, n in labels.skipped.items())
-    if skipped:
-        print(f"left out: {skipped}", file=sys.stderr)
-    if len(labels) < MIN_WINDOWS:
-        return _fail("distill", f"only {len(labels)} usable windows (left out: "
-                     f"{skipped or 'none'}); distillation needs at least {MIN_WINDOWS} with "
-                     "RGB frames and events. Record longer, or add --bag / --sim-windows.")
-    label_s = time.perf_counter() - started
-
-    lora = args.method == "lora"
-    config = DistillConfig(seed=args.seed, steps=args.steps, batch_size=args.batch_size,
-                           lr=args.lr, lora_rank=args.lora_rank if lora else 0,
-                           lora_alpha=args.lora_alpha if lora else 0.0)
-    checkpoint = cache / f"checkpoint-{args.method}.safetensors"
-    head = peft_model = None
-    if args.method == "head":
-        with progress_bar(len(labels), "drafter window states") as bar:
-            contexts = window_states(drafter, labels, bar.update)
-        torch.manual_seed(args.seed)
-        head = DraftHead(HeadConfig(
-            context_dim=contexts.shape[1], vocab_size=verifier.info.vocab_size,
-            proposable_ids=verifier.info.proposable_ids,
-            eos_token_id=verifier.info.eos_token_id))
-    with progress_bar(config.steps, "distilling") as bar:
-        def progress(step: int, loss: float) -> None:
-            bar.update(1)
-            if step % 20 == 0:
-                bar.set_postfix(loss=f"{loss:.3f}")
-
-        if lora:
-            peft_model, losses = finetune_lora(drafter, labels, config, checkpoint, progress)
-        elif head is None:
-            losses = finetune(drafter, labels, config, checkpoint, progress)
-        else:
-            losses = train_head(head, contexts, labels, config, checkpoint, progress)
-    train_s = time.perf_counter() - started - label_s
-
-    card: dict[str, Any] = {
-        "method": args.method, "seed": args.seed, "bags": sources,
-        "windows": len(labels), "left_out": labels.skipped,
-        "config": {"steps": config.steps, "batch_size": config.batch_size, "lr": config.lr},
-        "started_from": args.drafter_model or "bundled (undistilled)",
-        "verifier": args.verifier_model or "bundled",
-        "question": drafter.query if hasattr(drafter, "query") else None,
-        "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
-        "labelling_s": round(label_s, 1), "training_s": round(train_s, 1),
-    }
-    if peft_model is not None:
-        trainable, total = peft_model.get_nb_trainable_parameters()
-        card["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha,
-                        "trainable_parameters": trainable, "all_parameters": total}
-    if args.eval_windows > 0:
-        held = heldout(args.eval_windows, args.workers)
-        refs = references(verifier, drafter, held, args.max_new_tokens)
-        if head is None:
-            card["heldout"] = compare({"distilled": drafter,
-                                       "undistilled": load_drafter(drafter_source,
-                                                                   device=args.device)},
-                                      held, refs, 8)
-        else:
-            card["heldout"] = compare({"drafter": drafter}, held, refs, 8)
-            card["heldout"]["head"] = _head_report(head, drafter, held, refs)
-    card["total_s"] = round(time.perf_counter() - started, 1)
-    trained = peft_model if peft_model is not None else head if head is not None else drafter
-    publish_directory(lambda tmp: _write_result(tmp, args.method, trained, card, losses,
-                                                args.drafter_model), args.out)
-    checkpoint.unlink(missing_ok=True)
     print(card_summary(card))
     print(f"wrote {args.out}/{RESULT[args.method]} (the whole card: {args.out}/distill.json)",
           file=sys.stderr)
@@ -317,47 +165,6 @@ def card_summary(card: dict[str, Any]) -> str:
                          f"{r.get('token_agreement', float('nan')):>15.3f} "
                          f"{r.get('exact_caption_rate', float('nan')):>6.2f}")
     return "\n".join(lines)
-
-
-def _head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[int]],
-                 proposal: int = 8) -> dict[str, Any]:
-    from crossspec_ros.progress import progress_bar
-    from crossspec_ros.train.evaluate import head_quality
-
-    with progress_bar(len(windows), "draft head") as bar:
-        return head_quality(head, drafter, windows, refs, proposal, bar.update)
-
-
-def _write_result(directory: Path, method: str, trained: Any, card: dict,
-                  losses: list[float], drafter_source: str) -> None:
-    """``trained``: the drafter (finetune), its peft model (lora) or the head."""
-    from crossspec_ros.models.eventgpt_checkpoint import save_eventgpt
-    from crossspec_ros.models.lora import save_adapter
-    from crossspec_ros.train.plots import plot_losses
-
-    out = directory / RESULT[method]
-    if method == "finetune":
-        save_eventgpt(trained.model, out, tokenizer=trained.tokenizer)
-    elif method == "lora":
-        save_adapter(trained, out, base=_recorded_source(drafter_source))
-    else:
-        trained.save(out, extra={"drafter": _recorded_source(drafter_source)})
-    (directory / "distill.json").write_text(json.dumps(card, indent=2))
-    plot_losses({card["method"]: losses}, directory / "loss.png",
-                title=f"drafter distillation ({card['method']})")
-
-
-def _recorded_source(drafter_source: str) -> str:
-    """How a result names the drafter it builds on: "" = the bundled default; inside the
-    package, relative to its data directory (so the package can move); else absolute."""
-    from crossspec_ros.models.pair import BUNDLED_PAIR
-
-    if not drafter_source:
-        return ""
-    source = Path(drafter_source).resolve()
-    if source.is_relative_to(BUNDLED_PAIR):
-        return str(source.relative_to(BUNDLED_PAIR))
-    return str(source)
 
 
 def run_eval_draft(args: argparse.Namespace) -> int:
@@ -397,7 +204,7 @@ def run_eval_draft(args: argparse.Namespace) -> int:
         from crossspec_ros.models.pair import load_head
 
         head, head_drafter = load_head(head_dir)
-        report["head"] = _head_report(head, head_drafter, windows, refs, args.proposal)
+        report["head"] = head_report(head, head_drafter, windows, refs, args.proposal)
         drafters["head"] = head
     if args.json:
         print(json.dumps(report))

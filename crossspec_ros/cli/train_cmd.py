@@ -11,6 +11,7 @@ from pathlib import Path
 from crossspec_ros.paths import BUNDLED_PAIR as BUNDLED_DIR
 from crossspec_ros.progress import progress_bar
 from crossspec_ros.train.config import PairConfig
+from crossspec_ros.train.pipeline import heldout_windows
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,14 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--workers", type=int, default=2, help="simulation processes")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=run_eval)
-
-
-def heldout_windows(n: int, workers: int, image_size: int) -> list:
-    from crossspec_ros.train.data import generate_windows, heldout_keys
-
-    keys = heldout_keys(n)
-    with progress_bar(len(keys), "simulating held-out windows") as bar:
-        return list(generate_windows(keys, image_size, workers, progress=bar.update))
 
 
 def run_train(args: argparse.Namespace) -> int:
