@@ -13,8 +13,9 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["crossspec_ros", "crossspec_ros.*"]),
     # the bundled tiny pair travels with the package (safetensors, tokenizer, configs)
+    # and the cost profiles of the emulated target (models/emulated.py)
     package_data={"crossspec_ros": ["data/tiny_pair/*", "data/tiny_pair/*/*",
-                                   "data/tiny_pair/*/*/*"]},
+                                   "data/tiny_pair/*/*/*", "data/cost_profiles/*.json"]},
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [

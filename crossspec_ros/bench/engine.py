@@ -707,7 +707,12 @@ def _round(x: float | None) -> float | None:
 def markdown_table(report: dict[str, Any]) -> str:
     """The report as the Markdown table the README quotes."""
     base = report.get("baseline", "verifier_alone")
-    lines = [
+    emulation = report.get("emulation")
+    lines = [*([f"**EMULATED** ({emulation['label']}; "
+                + ("held" if emulation["held"] else f"did NOT hold: over budget "
+                   f"{emulation['over_budget']}") + "; not yet checked against a GPU): every "
+                "latency below is the profile's, not this machine's", ""]
+               if emulation else []),
         f"{report.get('models', '')}, {report.get('device', '')}, "
         f"{report['windows']} windows of {report.get('bag', '')}, max {report['max_new_tokens']}"
         f" new tokens, {report.get('torch_threads', '?')} torch thread(s), "

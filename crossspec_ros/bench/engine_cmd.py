@@ -102,6 +102,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runtime", choices=("static", "transformers"), default="static",
                         help="the speculative modes' runtime (node parameter runtime; default "
                         "static)")
+    parser.add_argument("--emulate", metavar="PROFILE",
+                        help="the target's costs on this machine: every model call lasts what "
+                        "PROFILE says it costs there (h100-bf16-eager-2026-11-24, "
+                        "h100-bf16-limit, or a profile file; models/emulated.py), the tokens "
+                        "still computed here. Steps eager, no drafter process; every output "
+                        "says emulated and whether the emulation held")
     parser.add_argument("--no-compile", action="store_true",
                         help="static runtime: eager steps (no verifier_alone_compiled)")
     parser.add_argument("--step-rows", type=int, default=32,
@@ -154,6 +160,17 @@ def run(args: argparse.Namespace) -> int:
         print("crossspec bench engine: --drafter-process is for --models full-size (the "
               "bundled pair on a CPU runs its drafter process anyway)", file=sys.stderr)
         return 2
+    emulated = None
+    if args.emulate:
+        from crossspec_ros.models.emulated import CostProfile, EmulatedDevice, ProfileError
+
+        try:
+            emulated = EmulatedDevice(CostProfile.load(args.emulate))
+        except ProfileError as err:
+            print(f"crossspec bench engine: --emulate: {err}", file=sys.stderr)
+            return 2
+        # the emulation times each forward from outside it: compiled graphs cannot carry that
+        args.no_compile = True
     import datetime
     import platform
 
@@ -172,6 +189,12 @@ def run(args: argparse.Namespace) -> int:
     if args.quantization == "4bit":
         verifier, drafter, label = bench.quantized_4bit(verifier, drafter, label)
     print(f"models: {label} on {device}", file=sys.stderr)
+    if emulated is not None:
+        from crossspec_ros.models.emulated import emulate
+
+        emulate(verifier, "verifier", emulated)
+        emulate(drafter, "drafter", emulated)
+        print(emulated.describe(), file=sys.stderr)
     if str(args.bag) == "pattern":
         windows = bench.pattern_windows(args.windows)
     else:
@@ -185,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
         from crossspec_ros.models.pair import load_drafter
 
         distilled = load_drafter(str(args.distilled), device=device)
+        if emulated is not None:
+            emulate(distilled, "drafter", emulated)
     head = None
     if args.head is not None:
         from crossspec_ros.models.pair import head_drafter_source, load_head
@@ -198,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
 
         processes[""] = DrafterProcess(FULL_SIZE_RANDOM, device=device, dtype=args.dtype,
                                        quantization=args.quantization, **child)
-    if args.models == "bundled" and device == "cpu":
+    if args.models == "bundled" and device == "cpu" and emulated is None:
         from crossspec_ros.models.pair import BUNDLED_PAIR
 
         processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"), **child)
@@ -220,6 +245,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for process in processes.values():
             process.close()
+    if emulated is not None:  # never a measurement of this machine: says so everywhere
+        report["emulation"] = emulated.report()
+        label = f"{label} [{emulated.profile.label}]"
     report.update({"models": label, "quantization": args.quantization, "device": device,
                    "bag": str(args.bag), **tuning,
                    "caption_corpus": corpus.summary() if corpus else None,
@@ -229,6 +257,12 @@ def run(args: argparse.Namespace) -> int:
                       else "")})
     table = bench.markdown_table(report)
     print(table)
+    if emulated is not None:
+        print(f"EMULATED ({emulated.profile.label}): "
+              + ("the emulation held: no call's compute here overran its cost there"
+                 if emulated.held else "the emulation did NOT hold: calls whose compute here "
+                 f"overran their cost there: {dict(emulated.over_budget)}")
+              + "; not yet checked against a GPU")
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs {report['baseline']}): "
           f"{shown(report['paired_speedup_median'], '.2f', 'x')}")
     for name, graph in report.get("live", {}).get("graphs", {}).items():
