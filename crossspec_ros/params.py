@@ -130,6 +130,10 @@ def combination_problem(values: dict[str, Any], vocab_size: int | None = None) -
     vocabulary (``vocab_size`` tokens). The rule says what it needs
     (``AcceptanceRule.refusal``, which EngineConfig and the engine ask too): whatever
     passes here, the engine runs."""
+    if values.get("emulate") and values.get("drafter_process"):
+        return (f"'emulate' = '{values['emulate']}' cannot run with 'drafter_process' = true: "
+                "the emulated device is shared by the models of one process; set "
+                "drafter_process false")
     if "acceptance" not in values:
         return None
     from crossspec_ros.speculative.acceptance import AcceptanceRule
@@ -250,7 +254,23 @@ RUNTIME_PARAMS = [
           "proposal rides in the question's pass, so it holds the question's tail and most "
           "of a caption (1: the fastest plain decoder, nothing to verify)", positive, ">= 1",
           bounds=(1, 512)),
+    Param("emulate", "", "the target's costs on this machine (opt-in): every model call lasts "
+          "what this cost profile says it costs there (h100-bf16-eager-2026-11-24, "
+          "h100-bf16-limit or a profile file; models/emulated.py), the tokens still computed "
+          "here; steps eager; every output says emulated (empty: the machine's own costs)",
+          lambda x: x == "" or _is_profile(x),
+          "empty, h100-bf16-eager-2026-11-24, h100-bf16-limit or a cost profile file"),
 ]
+
+
+def _is_profile(value: str) -> bool:
+    from crossspec_ros.models.emulated import CostProfile, ProfileError
+
+    try:
+        CostProfile.load(value)
+    except ProfileError:
+        return False
+    return True
 
 # the engine's proposers, registered where they are defined (speculative/proposers.py)
 PROPOSERS = _PROPOSERS

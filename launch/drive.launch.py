@@ -70,6 +70,10 @@ ARGUMENTS = {
     "draft_head": ("", "draft head directory (crossspec distill --method head; empty: none)"),
     "verifier_model": ("", "Video-LLaVA directory or hub id (empty: the bundled tiny verifier)"),
     "device": ("cpu", "cpu, cuda or cuda:N"),
+    "emulate": ("", "a cost profile (h100-bf16-eager-2026-11-24, h100-bf16-limit or a file): "
+                "every model call lasts what it costs on that target, the tokens computed "
+                "here; every output says emulated (empty: this machine's own costs; "
+                "composed:=true shares one emulated device between the models)"),
     "foxglove": ("false", "serve captions and annotated frames on ws://127.0.0.1:PORT"),
     "foxglove_port": ("8765", "the Foxglove server's port (foxglove:=true); 0 picks a free one"),
     "rviz": ("false", "start RViz with config/crossspec.rviz"),
@@ -104,7 +108,7 @@ def _nodes(context, *_args, **_kwargs) -> list:
     overrides = {**sim_time_parameters(get("use_sim_time"), replayed_here),
                  "device": get("device"),
                  "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
-                 "verifier_model": get("verifier_model"),
+                 "verifier_model": get("verifier_model"), "emulate": get("emulate"),
                  "foxglove": get("foxglove").lower() == "true",
                  "foxglove_port": _port(get("foxglove_port"))}
     params = [get("config"), overrides]

@@ -863,3 +863,20 @@ def test_the_recording_files_each_message_under_its_own_header_stamp(tmp_path):
     recorder.close()
     assert sorted(t for _, _, t in read_bag(tmp_path / "out")) == [
         1_700_000_003_250_000_000, 1_700_000_004 * 10**9, late + 1]
+
+
+def test_drive_on_an_emulated_target_says_so_and_stays_lossless(tmp_path):
+    out = tmp_path / "drive.jsonl"
+    result = subprocess.run([*DRIVE, "--max-windows", "2", "--check-lossless", "--json",
+                             str(out), "--no-viz", "--emulate", "h100-bf16-limit"],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(out.read_text().splitlines()[-1])["summary"]
+    emulation = summary["emulation"]
+    assert emulation["profile"] == "h100-bf16-limit" and emulation["emulated"] is True
+    # both models' calls went through the one emulated device
+    assert emulation["calls"]["verifier_pass"] > 0 and emulation["calls"]["drafter_pass"] > 0
+    assert summary["line"].startswith("[EMULATED emulated: h100-bf16-limit")
+    assert "EMULATED target, not this machine's costs" in result.stderr
+    assert "EMULATED emulated: h100-bf16-limit" in result.stderr  # the nodes' runtime line
+    assert summary["lossless"] == summary["lossless_checked"] >= 1

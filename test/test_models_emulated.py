@@ -123,3 +123,19 @@ def test_bench_engine_refuses_an_unknown_profile_in_one_line(capsys):
     assert main(["bench", "engine", "--emulate", "nope"]) == 2
     assert capsys.readouterr().err.strip().startswith(
         "crossspec bench engine: --emulate: no cost profile 'nope'")
+
+
+def test_the_emulate_parameter_takes_a_profile_and_refuses_a_drafter_process():
+    from crossspec_ros.params import (
+        DRAFT_NODE_PARAMS,
+        ParameterError,
+        combination_problem,
+        validate,
+    )
+
+    assert validate({"emulate": "h100-bf16-limit"}, DRAFT_NODE_PARAMS)["emulate"] == \
+        "h100-bf16-limit"
+    with pytest.raises(ParameterError, match="emulate"):
+        validate({"emulate": "a100-nonexistent"}, DRAFT_NODE_PARAMS)
+    problem = combination_problem({"emulate": "h100-bf16-limit", "drafter_process": True})
+    assert problem is not None and "set drafter_process false" in problem

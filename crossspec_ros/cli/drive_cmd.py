@@ -431,6 +431,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
     if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
         print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
+    if args.model_params.get("emulate"):
+        from crossspec_ros.models.emulated import shared_device
+
+        print(f"crossspec drive: EMULATED target, not this machine's costs: "
+              f"{shared_device(args.model_params['emulate']).describe()}", file=sys.stderr)
     tune_process_for_models()
     try:
         args.foxglove_output = _start_foxglove(args) if args.foxglove else None
@@ -519,6 +524,17 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
     if args.compare and not ended:
         extra["compare"] = compare_graphs(results, range(args.rounds))
         print_comparison(results, extra["compare"])
+    profile = getattr(args, "model_params", {}).get("emulate")
+    if profile:  # never a measurement of this machine: the summary and the JSON say so
+        from crossspec_ros.models.emulated import shared_device
+
+        device = shared_device(profile)
+        summary["emulation"] = device.report()
+        summary["line"] = (
+            f"[EMULATED {device.profile.label}] {summary['line']}; "
+            + ("the emulation held" if device.held else "the emulation did NOT hold: calls "
+               f"whose compute here overran their cost there: {dict(device.over_budget)}")
+            + "; not yet checked against a GPU")
     print(summary["line"])
     if extra:
         print(compare_line(extra["compare"]))

@@ -213,13 +213,32 @@ VISION_METHODS = {"_encode": lambda args, kwargs: _frames(args[0]),
                   "_embeds": lambda args, kwargs: _frames(args[0].pixel_values)}
 
 
+_SHARED: dict[str, EmulatedDevice] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_device(profile: str) -> EmulatedDevice:
+    """The one emulated device of this process for ``profile`` (a name or a file): the graph's
+    models in one process share it, as they share one GPU there."""
+    with _SHARED_LOCK:
+        if profile not in _SHARED:
+            _SHARED[profile] = EmulatedDevice(CostProfile.load(profile))
+        return _SHARED[profile]
+
+
 def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
     """Make ``model``'s device calls (its language model's forward, its vision encoder) last
     what ``device``'s profile says for ``role`` ("verifier" or "drafter"). Install before
     taking twins of the model (``with_runtime``): they share its modules and copy its
-    attributes. Returns the model."""
+    attributes. Again on the same device: nothing changes; on another: that one instead.
+    Returns the model."""
+    if getattr(model, "emulated_on", None) is device:
+        return model
+    for undo in model.__dict__.pop("_emulation_undo", ()):
+        undo()
     costs = device.profile.costs(role)
     lm = model.language_model_parts()[0]
+    undo_steps: list[Any] = []
     started: dict[int, float] = {}
 
     def before(_module: Any, _args: tuple, _kwargs: dict) -> None:
@@ -231,12 +250,15 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
         device.occupy(f"{role}_pass" if rows <= max(costs.pass_ms_by_rows) else
                       f"{role}_prefill", begun, costs.pass_ms(rows))
 
-    lm.register_forward_pre_hook(before, with_kwargs=True)
-    lm.register_forward_hook(after, with_kwargs=True)
+    undo_steps += [lm.register_forward_pre_hook(before, with_kwargs=True).remove,
+                   lm.register_forward_hook(after, with_kwargs=True).remove]
     for name, frames_of in VISION_METHODS.items():
         method = getattr(model, name, None)
         if method is None:
             continue
+        own = name in model.__dict__
+        undo_steps.append(functools.partial(setattr, model, name, method) if own
+                          else functools.partial(model.__dict__.pop, name, None))
 
         @functools.wraps(method)
         def timed(*args: Any, _method: Any = method, _frames_of: Any = frames_of,
@@ -249,4 +271,5 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
         setattr(model, name, timed)
         break
     model.emulated_on = device
+    model._emulation_undo = undo_steps
     return model

@@ -130,7 +130,9 @@ def runtime_options(params: dict[str, Any], role: str) -> RuntimeOptions | None:
     if params["runtime"] != "static":
         return None
     rows = (int(params["step_rows"]),) if role == "verifier" else DRAFTER_STEP_ROWS
-    return RuntimeOptions(compile=bool(params["compile"]) and compile_allowed(), step_rows=rows)
+    # an emulated target times each forward from outside it: compiled graphs cannot carry that
+    compiled = bool(params["compile"]) and compile_allowed() and not params.get("emulate")
+    return RuntimeOptions(compile=compiled, step_rows=rows)
 
 
 def use_static_runtime(model: CaptionModel, options: RuntimeOptions | None,
@@ -177,7 +179,8 @@ def prepare_runtime(model: Any, params: dict[str, Any], role: str,
     timings = use_static_runtime(model, options, max_new_tokens)
     runtime = model.runtime
     if runtime is None:
-        return f"{model.info.name}: transformers runtime (eager, a DynamicCache per window)"
+        return f"{model.info.name}: transformers runtime (eager, a DynamicCache per " \
+               f"window){_emulation(model, params, role)}"
     line = runtime.describe()
     if timings:
         shapes = ", ".join(f"{shape} {s:.1f} s" for shape, s in timings.items())
@@ -188,14 +191,32 @@ def prepare_runtime(model: Any, params: dict[str, Any], role: str,
         line += f"; compiled kernels cached in {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}"
     if runtime.compile_failed:
         line += f"; compiling failed ({runtime.compile_failed}): eager steps"
-    return line
+    return line + _emulation(model, params, role)
 
 
-def runtime_counters(model: Any) -> dict[str, int]:
+def _emulation(model: Any, params: dict[str, Any], role: str) -> str:
+    """The emulated target the parameter ``emulate`` asks for, on ``model`` (shared by every
+    model of this process); the words a node logs about it."""
+    if not params.get("emulate"):
+        return ""
+    from crossspec_ros.models.emulated import emulate, shared_device
+
+    device = shared_device(params["emulate"])
+    emulate(model, role, device)
+    return f"; EMULATED {device.describe()}"
+
+
+def runtime_counters(model: Any) -> dict[str, Any]:
     """``model``'s static runtime counters for a node's diagnostics (``StaticLM.counters``;
-    {} on the transformers runtime)."""
+    none on the transformers runtime), and on an emulated target what it is and whether the
+    emulation held."""
     runtime = getattr(model, "runtime", None)
-    return runtime.counters() if runtime is not None else {}
+    counters: dict[str, Any] = runtime.counters() if runtime is not None else {}
+    device = getattr(model, "emulated_on", None)
+    if device is not None:
+        counters.update(emulated=device.profile.label, emulation_held=device.held,
+                        emulation_over_budget=sum(device.over_budget.values()))
+    return counters
 
 
 def use_compile_cache(directory: str | Path | None = None) -> Path:
