@@ -396,6 +396,32 @@ def test_compare_pairs_the_graphs_window_by_window_within_each_round():
         compare_line(compare)
 
 
+def test_compare_says_first_what_a_user_sees_latency_in_ms_and_whether_the_draft_came_first():
+    from crossspec_ros.cli.drive_cmd import compare_graphs, compare_line
+
+    def rows(ms: dict[int, float], draft: dict[int, float] | None = None) -> list[dict]:
+        return [{"window": w, "status": "FINAL", "confirmed_done_ms": v, "confirmed_text": "a",
+                 "draft_first_token_ms": (draft or {}).get(w)} for w, v in ms.items()]
+
+    results = {("alone", 0): rows({1: 300.0, 2: 300.0, 3: 300.0}),
+               ("live_alone", 0): rows({1: 100.0, 2: 100.0, 3: 100.0}),
+               # the draft's first token: before the caption in windows 1 and 3, after in 2
+               ("crossspec", 0): rows({1: 60.0, 2: 90.0, 3: 120.0},
+                                      draft={1: 20.0, 2: 95.0, 3: 30.0})}
+    compare = compare_graphs(results, range(1))
+    assert compare["crossspec_minus_live_alone"] == {
+        "ms_median": -10.0, "ms_q25": -25.0, "ms_q75": 5.0, "pairs": 3}
+    ours = compare["passes"]["crossspec"]
+    assert (ours["draft_came_first"], ours["final"]) == (2, 3)
+    assert ours["draft_first_token_ms_median"] == 30.0
+    line = compare_line(compare)
+    assert line.startswith("confirmed after the close (median): alone 300.0 ms, live_alone "
+                           "100.0 ms, crossspec 90.0 ms (crossspec minus live_alone, paired: "
+                           "-10.0 ms")
+    assert "before the confirmed caption in 2 of 3 windows" in line
+    assert line.index("paired speedup") > line.index("draft")  # the ratio comes last
+
+
 def test_check_lossless_with_sampling_says_it_compares_greedy_only(capsys):
     from types import SimpleNamespace
 
