@@ -81,6 +81,8 @@ def test_an_emulated_models_step_lasts_at_least_its_cost_and_an_overrun_is_count
     with torch.inference_mode():
         lm_free(inputs_embeds=embeds)
     assert free.over_budget["verifier_pass"] == 1 and not free.held
+    assert free.over_budget_ms["verifier_pass"] > 0
+    assert free.overruns().startswith("verifier_pass 1 of 1 calls, +")
     assert free.report()["held"] is False and free.report()["emulated"] is True
 
 

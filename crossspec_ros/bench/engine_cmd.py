@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"EMULATED ({emulated.profile.label}): "
               + ("the emulation held: no call's compute here overran its cost there"
                  if emulated.held else "the emulation did NOT hold: calls whose compute here "
-                 f"overran their cost there: {dict(emulated.over_budget)}")
+                 f"overran their cost there: {emulated.overruns()}")
               + "; not yet checked against a GPU")
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs {report['baseline']}): "
           f"{shown(report['paired_speedup_median'], '.2f', 'x')}")

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if device is not None:  # the latencies above are the profile's, not this machine's
         print(f"EMULATED {device.profile.label}: "
               + ("the emulation held" if device.held else "the emulation did NOT hold: "
-                 f"calls over budget {dict(device.over_budget)}")
+                 f"calls over budget {device.overruns()}")
               + "; not yet checked against a GPU")
     return 0 if all(r.get("lossless", True) for r in rows) else 1
 

@@ -533,7 +533,7 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
         summary["line"] = (
             f"[EMULATED {device.profile.label}] {summary['line']}; "
             + ("the emulation held" if device.held else "the emulation did NOT hold: calls "
-               f"whose compute here overran their cost there: {dict(device.over_budget)}")
+               f"whose compute here overran their cost there: {device.overruns()}")
             + "; not yet checked against a GPU")
     print(summary["line"])
     if extra:
