@@ -18,10 +18,17 @@ setup:
 	@CUDA=$(CUDA) bash scripts/setup.sh
 
 DRIVE_ARGS ?=
+# the target's regime after the CPU pass: the same comparison on each emulated cost profile
+# (models/emulated.py; every line says EMULATED); EMULATE= skips it
+EMULATE ?= h100-bf16-eager-2026-11-24 h100-bf16-limit
 
 drive: setup
 	@mkdir -p build
 	$(CROSSSPEC) drive --bag $(BAG) --compare --check-lossless --json build/drive.jsonl $(DRIVE_ARGS)
+	@for profile in $(EMULATE); do \
+	  $(CROSSSPEC) drive --bag $(BAG) --compare --rounds 1 --check-lossless --no-viz \
+	    --emulate $$profile --json build/drive-$$profile.jsonl $(DRIVE_ARGS) || exit $$?; \
+	done
 
 test: setup lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
