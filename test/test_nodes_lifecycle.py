@@ -412,3 +412,13 @@ def test_waiting_for_active_asks_again_when_a_get_state_request_goes_unanswered(
     monkeypatch.setattr(lifecycle, "ASK_AGAIN_S", 0.05)
     lifecycle.wait_until_active(node, ["crossspec_verifier"], time.sleep, timeout_s=30.0)
     assert client.asked == 2 and len(client.given_up) == 1
+
+
+def test_a_node_stopped_before_its_constructor_finished_is_destroyed_without_an_error(ros):
+    # a Ctrl-C between the node joining its context and __init__ setting its state: the
+    # shutdown destroys the half-made node (a signal test's process exited 1 on AttributeError)
+    from crossspec_ros.nodes.viz_node import VizNode
+
+    node = VizNode()
+    del node.active, node.configured  # as a node interrupted right after super().__init__
+    node.destroy_node()

@@ -36,6 +36,12 @@ class NodeStartError(RuntimeError):
 class ManagedNode(LifecycleNode):
     """See the module docstring."""
 
+    # until __init__ sets them: a Ctrl-C can land between the node joining its context and
+    # those lines, and rclpy.shutdown then destroys the half-made node (it raised
+    # AttributeError there, and the process exited 1)
+    active = False
+    configured = False
+
     def __init__(self, node_name: str, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         self.active = False
