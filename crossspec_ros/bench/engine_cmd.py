@@ -169,8 +169,6 @@ def run(args: argparse.Namespace) -> int:
         except ProfileError as err:
             print(f"crossspec bench engine: --emulate: {err}", file=sys.stderr)
             return 2
-        # the emulation times each forward from outside it: compiled graphs cannot carry that
-        args.no_compile = True
     import datetime
     import platform
 
@@ -258,11 +256,7 @@ def run(args: argparse.Namespace) -> int:
     table = bench.markdown_table(report)
     print(table)
     if emulated is not None:
-        print(f"EMULATED ({emulated.profile.label}): "
-              + ("the emulation held: no call's compute here overran its cost there"
-                 if emulated.held else "the emulation did NOT hold: calls whose compute here "
-                 f"overran their cost there: {emulated.overruns()}")
-              + "; not yet checked against a GPU")
+        print(f"EMULATED ({emulated.profile.label}): {emulated.verdict()}")
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs {report['baseline']}): "
           f"{shown(report['paired_speedup_median'], '.2f', 'x')}")
     for name, graph in report.get("live", {}).get("graphs", {}).items():
@@ -294,7 +288,9 @@ def _runtime_options(args: argparse.Namespace, role: str = "verifier") -> Any:
     """The speculative modes' runtime of ``role`` from the options (None: transformers)."""
     from crossspec_ros.models.static_runtime import runtime_options
 
+    # with --emulate the steps run eager, as runtime_options decides for the nodes
     return runtime_options({"runtime": args.runtime, "compile": not args.no_compile,
+                            "emulate": args.emulate or "",
                             "step_rows": args.step_rows}, role)
 
 

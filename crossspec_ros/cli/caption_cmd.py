@@ -122,10 +122,7 @@ def run(args: argparse.Namespace) -> int:
     print_summary(rows)
     device = getattr(verifier, "emulated_on", None)
     if device is not None:  # the latencies above are the profile's, not this machine's
-        print(f"EMULATED {device.profile.label}: "
-              + ("the emulation held" if device.held else "the emulation did NOT hold: "
-                 f"calls over budget {device.overruns()}")
-              + "; not yet checked against a GPU")
+        print(f"EMULATED {device.profile.label}: {device.verdict()}")
     return 0 if all(r.get("lossless", True) for r in rows) else 1
 
 

@@ -530,11 +530,8 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
 
         device = shared_device(profile)
         summary["emulation"] = device.report()
-        summary["line"] = (
-            f"[EMULATED {device.profile.label}] {summary['line']}; "
-            + ("the emulation held" if device.held else "the emulation did NOT hold: calls "
-               f"whose compute here overran their cost there: {device.overruns()}")
-            + "; not yet checked against a GPU")
+        summary["line"] = (f"[EMULATED {device.profile.label}] {summary['line']}; "
+                           f"{device.verdict()}")
     print(summary["line"])
     if extra:
         print(compare_line(extra["compare"]))

@@ -189,6 +189,14 @@ class EmulatedDevice:
                          f"+{self.over_budget_ms[kind]:.0f} ms"
                          for kind, n in sorted(self.over_budget.items()))
 
+    def verdict(self) -> str:
+        """What every summary ends with: whether the emulation held, and that no GPU has
+        checked it yet."""
+        held = "the emulation held" if self.held else \
+            f"the emulation did NOT hold: calls whose compute here overran their cost there: " \
+            f"{self.overruns()}"
+        return f"{held}; not yet checked against a GPU"
+
     def describe(self) -> str:
         return f"{self.profile.label}: {self.profile.device}, {self.profile.dtype}, " \
                f"{self.profile.runtime}; sharing {self.profile.sharing}"
