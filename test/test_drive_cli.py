@@ -897,15 +897,19 @@ def test_the_recording_files_each_message_under_its_own_header_stamp(tmp_path):
 def test_drive_on_an_emulated_target_says_so_and_stays_lossless(tmp_path):
     out = tmp_path / "drive.jsonl"
     result = subprocess.run([*DRIVE, "--max-windows", "2", "--check-lossless", "--json",
-                             str(out), "--no-viz", "--emulate", "h100-bf16-limit"],
+                             str(out), "--no-viz", "--emulate", "h100-bf16-eager-2026-11-24"],
                             capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(out.read_text().splitlines()[-1])["summary"]
     emulation = summary["emulation"]
-    assert emulation["profile"] == "h100-bf16-limit" and emulation["emulated"] is True
-    # both models' calls went through the one emulated device
-    assert emulation["calls"]["verifier_pass"] > 0 and emulation["calls"]["drafter_pass"] > 0
-    assert summary["line"].startswith("[EMULATED emulated: h100-bf16-limit")
+    assert emulation["profile"] == "h100-bf16-eager-2026-11-24" and emulation["emulated"]
+    # both models' calls went through the one emulated device (which of the drafter's kinds
+    # depends on how far it got before each caption: any of them; on the eager profile the
+    # verifier takes ~1 s a window, so the drafter always starts)
+    calls = emulation["calls"]
+    assert calls["verifier_pass"] > 0
+    assert sum(n for kind, n in calls.items() if kind.startswith("drafter_")) > 0
+    assert summary["line"].startswith("[EMULATED emulated: h100-bf16-eager-2026-11-24")
     assert "EMULATED target, not this machine's costs" in result.stderr
-    assert "EMULATED emulated: h100-bf16-limit" in result.stderr  # the nodes' runtime line
+    assert "EMULATED emulated: h100-bf16-eager-2026-11-24" in result.stderr  # nodes' log
     assert summary["lossless"] == summary["lossless_checked"] >= 1
