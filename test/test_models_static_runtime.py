@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,6 +91,86 @@ def test_a_live_prefill_and_a_one_shot_prefill_give_the_same_cache_bit_for_bit(b
     assert torch.equal(one_shot.last_logits, session.last_logits)
     token = int(one_shot.last_logits.argmax())
     assert torch.equal(one_shot.feed([token]), session.feed([token]))
+
+
+def test_a_one_shot_prefill_runs_the_live_prefills_chunks_on_the_same_embeddings(bundled):
+    """Bit for bit, on a vision tower whose result depends on its batch: on an H200 in
+    bfloat16 a batch of 8 frames rounds differently from 8 batches of one (the live graphs'
+    captions then agreed with the one-shot prefill in 1 window of 6), and on a CPU with
+    several threads it can too; so the one-shot prefill encodes frame by frame, as the live
+    prefill must."""
+    from types import SimpleNamespace
+
+    from crossspec_ros.models.live_prefill import LivePrefill
+
+    verifier = static_twin(bundled[0])
+    encode = verifier._encode
+
+    def batch_dependent_encode(pixels):  # as if a batch took other kernels
+        features = encode(pixels).pooler_output
+        return SimpleNamespace(pooler_output=features + 1e-3 * (pixels.shape[1] - 1))
+
+    verifier._encode = batch_dependent_encode
+    images = list(np.random.default_rng(0).integers(0, 255, (verifier.num_frames, 48, 64, 3),
+                                                    dtype=np.uint8))
+    chunks: list[torch.Tensor] = []
+    chain = verifier.runtime.chain
+
+    def recording_chain(slot, pos, embeds, **kwargs):
+        chunks.append(embeds.clone())
+        return chain(slot, pos, embeds, **kwargs)
+
+    verifier.runtime.chain = recording_chain
+    verifier.prefill(verifier.prepare_frames(images)).close()
+    one_shot, chunks[:] = list(chunks), []
+    live = LivePrefill(verifier)
+    for image in images:
+        live.add_frame(image)
+    live.finish(())[0].close()
+    assert len(one_shot) == len(chunks) == verifier.num_frames + 1  # the frames, the question
+    for i, (a, b) in enumerate(zip(one_shot, chunks, strict=True)):
+        assert torch.equal(a, b), (i, float((a - b).abs().max()))
+
+
+def test_compiled_cuda_steps_of_two_threads_run_one_at_a_time(bundled, windows, monkeypatch):
+    """CUDA graphs of torch.compile's reduce-overhead mode share one pool per device: on an
+    H200 a drafter thread stepping beside the verifier's thread broke both (a device-side
+    assert). Steps that replay CUDA graphs take turns, each to its end; here a CPU runtime
+    stands in for one that would replay them."""
+    import threading
+    import time
+
+    from crossspec_ros.models.static_runtime import StaticLM
+
+    monkeypatch.setattr(StaticLM, "replays_one_at_a_time", property(lambda self: True))
+    models = [static_twin(bundled[0]), static_twin(bundled[0])]
+    trace: list[str] = []
+    for name, model in zip("ab", models, strict=True):
+        step = model.runtime._step
+
+        def traced_step(*args, _step=step, _name=name):
+            trace.append(f"{_name}+")
+            time.sleep(0.002)  # room for the other thread to come in, were it let
+            out = _step(*args)
+            trace.append(f"{_name}-")
+            return out
+
+        model.runtime._step = traced_step
+
+    def caption(model):
+        session = model.prefill(model.prepare(windows[0]))
+        for _ in range(6):
+            session.feed([int(session.last_logits.argmax())])
+        session.close()
+
+    threads = [threading.Thread(target=caption, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(trace) >= 4 * (models[0].num_frames + 1 + 6)
+    assert all(trace[i][0] == trace[i + 1][0] and trace[i][1] == "+" and trace[i + 1][1] == "-"
+               for i in range(0, len(trace), 2)), trace
 
 
 def test_rollback_moves_the_counter_and_the_rows_after_it_are_computed_again(bundled, windows):

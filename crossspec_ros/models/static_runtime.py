@@ -33,6 +33,7 @@ compiled ones.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -52,6 +53,13 @@ from crossspec_ros.models.streams import inference, synchronize
 from crossspec_ros.process_tuning import COMPILE_CACHE
 
 logger = logging.getLogger(__name__)
+
+# CUDA graphs compiled with mode reduce-overhead (cudagraph trees) share one memory pool per
+# device and assume one thread replays them at a time: a drafter thread stepping beside the
+# verifier's thread overwrote the other's buffers on an H200 (a device-side index assert,
+# docs/gpu-h200-2026-11-27.md). Compiled CUDA steps of every runtime in a process therefore
+# run one at a time, each to its end (its outputs copied, its stream synchronized).
+CUDA_GRAPH_REPLAY = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -375,12 +383,21 @@ class StaticLM:
         positions = self.positions[pos:pos + rows][None]
         mask = self.tri[pos:pos + rows][None, None]
         args = (embeds.to(self.dtype), positions, mask, slot.cache)
-        hidden, logits = self._step(f"{'chunk' if last_only else 'rows'} {rows}", last_only,
-                                    args)
-        # copies: a CUDA graph's outputs are written over by its next replay
-        if last_only:
-            return hidden.to(torch.float32, copy=True), logits.to(torch.float32, copy=True)
-        return hidden[:q].to(torch.float32, copy=True), logits[:q].to(torch.float32, copy=True)
+        with CUDA_GRAPH_REPLAY if self.replays_one_at_a_time else contextlib.nullcontext():
+            hidden, logits = self._step(f"{'chunk' if last_only else 'rows'} {rows}",
+                                        last_only, args)
+            # copies: a CUDA graph's outputs are written over by its next replay
+            if not last_only:
+                hidden, logits = hidden[:q], logits[:q]
+            out = hidden.to(torch.float32, copy=True), logits.to(torch.float32, copy=True)
+            if self.replays_one_at_a_time:
+                synchronize(self.device, self.stream)
+        return out
+
+    @property
+    def replays_one_at_a_time(self) -> bool:
+        """Steps replay CUDA graphs (compiled on a GPU): ``CUDA_GRAPH_REPLAY`` orders them."""
+        return self.compiled and self.device.type == "cuda"
 
     def _step(self, shape: str, last_only: bool, args: tuple[Any, ...]
               ) -> tuple[torch.Tensor, torch.Tensor]:
