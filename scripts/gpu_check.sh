@@ -3,19 +3,23 @@
 # fits a 15-minute lease (docs/gpu.md gives the call to copy).
 #
 #   here (with a registry):  scripts/gpu_check.sh fetch
-#       the packages the device's image lacks, for its Python 3.12, unpacked into .gpu/site
-#       (git-ignored; ~30 MB); refuses when the working tree and .gpu pass the device's 64 MiB
+#       the packages the device's image lacks, for its Python 3.12, packed into
+#       .gpu/site.tar.gz (git-ignored; ~24 MiB, unpacked there by run); refuses when the
+#       working tree and .gpu pass the device's 64 MiB
 #   on the device:           scripts/gpu_check.sh run all [OUT] [--budget SECONDS]
 #       crossspec bench gpu-kit: one process loads each model once and runs, in priority order
 #       against the budget (default 480 s), env, verifier (load, compile: seconds per shape),
 #       exactness, passes, engine, drafter (and sharing the GPU), then exactness-float32, 4bit
-#       and tests as the budget allows. Each stage's JSON and OUT/stages.json are written as
-#       it goes: a call cut at its limit still brings back every finished stage.
+#       and tests as the budget allows. Each stage's JSON and stages.json are written as it
+#       goes (under build/gpu_kit) and packed into OUT/kit.tar.gz after every stage (a call
+#       returns at most 8 files): a call cut at its limit still brings back every finished
+#       stage.
 #                            scripts/gpu_check.sh run STAGE[,STAGE] [OUT] [--budget SECONDS]
 #       only those stages (and the ones they need); OUT defaults to $OUT
-#   here:                    scripts/gpu_check.sh report DIR...
+#   here:                    scripts/gpu_check.sh report DIR... (stage JSONs or kit.tar.gz)
 #       docs/gpu-<device>-<date>.{md,json} from whatever stages came back (crossspec bench
-#       gpu-report): skipped and failed stages named
+#       gpu-report): skipped and failed stages named; and the run's emulation profile
+#       (crossspec_ros/data/cost_profiles/<device>-<dtype>-static-<date>.json)
 #   anywhere:                scripts/gpu_check.sh smoke [OUT] [--budget SECONDS]
 #       the same kit on the CPU with the tiny random pair (eager steps), then the report: the
 #       rehearsal that fails here, not there (test/test_gpu_check.py runs it; CI has no GPU)
@@ -38,6 +42,7 @@ PLATFORMS=(manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64
            manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64
            manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
 SITE=.gpu/site
+SITE_PACKED=.gpu/site.tar.gz
 
 say() { printf '\033[1m[gpu_check]\033[0m %s\n' "$*" >&2; }
 
@@ -47,15 +52,23 @@ fetch() {
   local platform_args=()
   for p in "${PLATFORMS[@]}"; do platform_args+=(--platform "$p"); done
   say "unpacking ${#WHEELS[@]} packages for CPython 3.12 into $SITE"
-  python3 -m pip install -q --no-deps --only-binary=:all: --python-version 3.12 \
+  python3 -m pip install -q --no-deps --no-compile --only-binary=:all: --python-version 3.12 \
     --implementation cp "${platform_args[@]}" --target "$SITE" "${WHEELS[@]}"
   find "$SITE/bitsandbytes" -name 'libbitsandbytes_*.so' ! -name '*cuda130*' \
     ! -name '*cpu*' -delete
+  # unpacked, transformers alone is ~80 MiB: the call carries the site packed (~24 MiB) and
+  # the device unpacks it (python_env)
+  tar -C .gpu -czf "$SITE_PACKED" site && rm -rf "$SITE"
 }
 
 # the Python that runs crossspec on the device: its own torch, the carried packages first
 python_env() {
-  export PYTHONPATH="$PWD/$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+  local site=""
+  if [ "${CARRIED_SITE:-}" = 1 ]; then  # on the device: what fetch packed, unpacked once
+    [ -d "$SITE" ] || tar -C .gpu -xzf "$SITE_PACKED"
+    site="$PWD/$SITE:"
+  fi
+  export PYTHONPATH="$site$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
   export TORCHINDUCTOR_CACHE_DIR="$PWD/build/inductor" TRANSFORMERS_VERBOSITY=error
   mkdir -p build/inductor
 }
@@ -96,9 +109,17 @@ case "${1:-}" in
     shift 2
     out=${OUT:-}
     if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then out=$1; shift; fi
-    run_kit "$stages" "${out:?give OUT or set \$OUT}" "$@"
+    # a device call returns at most 8 files: the stages go to build/gpu_kit and OUT gets
+    # them packed (kit.tar.gz, rewritten after every stage; `report` reads it)
+    rm -rf build/gpu_kit
+    CARRIED_SITE=1 run_kit "$stages" build/gpu_kit --pack "${out:?give OUT or set \$OUT}/kit.tar.gz" "$@"
     ;;
-  report) shift; python_env; crossspec bench gpu-report "$@" ;;
+  report)
+    # here, not on the device: the venv's Python (the carried site is the device's 3.12)
+    shift
+    [ -x .venv/bin/python ] && PYTHON=${REPORT_PYTHON:-.venv/bin/python}
+    crossspec bench gpu-report "$@"
+    ;;
   smoke)
     # the kit on the CPU, small: eager steps (compiling is what the GPU run measures)
     shift
@@ -106,8 +127,8 @@ case "${1:-}" in
     if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then out=$1; shift; fi
     [ -x .venv/bin/python ] && PYTHON=${SMOKE_PYTHON:-.venv/bin/python}
     DEVICE=cpu MODELS=tiny-random run_kit all "$out" --windows 2 --max-new-tokens 4 \
-      --no-compile --repeats 2 "$@" || say "the kit finished no stage"
-    crossspec bench gpu-report "$out" --out "$out/docs"
+      --no-compile --repeats 2 --pack "$out/kit.tar.gz" "$@" || say "the kit finished no stage"
+    crossspec bench gpu-report "$out" --out "$out/docs" --profiles "$out/profiles"
     ;;
   *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -107,6 +109,33 @@ def test_the_report_of_the_rehearsal_has_its_tables_and_the_cost_profile(rehears
     assert bf16["vision_ms_per_frame"] > 0 and len(bf16["prefill_ms_by_tokens"]) == 9
     assert costs["sharing"]["verifier_pass_ms_beside_drafter_process"] > 0
     assert costs["drafter"]["ms_per_pass"]["1"] > 0
+    # and the run as an emulation profile, every number traced to the report
+    from crossspec_ros.models.emulated import CostProfile
+
+    [path] = (out / "profiles").glob("*.json")
+    profile = CostProfile.load(path)
+    assert profile.kind == "measured" and profile.report.endswith(report.name)
+    assert profile.verifier.pass_ms(1) == bf16["pass_ms_by_rows"]["static_eager_exact_32"]["1"]
+    assert profile.drafter.pass_ms(1) == costs["drafter"]["ms_per_pass"]["1"]
+
+
+@pytest.mark.slow
+def test_the_rehearsal_packs_its_files_in_one_archive_that_a_report_reads_alone(rehearsal,
+                                                                               tmp_path):
+    """A device call returns at most 8 files and the kit writes more: the H200's first run
+    lost its verifier, passes and stage list that way."""
+    out, _ = rehearsal
+    with tarfile.open(out / "kit.tar.gz") as archive:
+        packed = set(archive.getnames())
+    assert packed == {p.name for p in out.iterdir() if p.is_file() and p.name != "kit.tar.gz"}
+    came_back = tmp_path / "came_back"
+    came_back.mkdir()
+    shutil.copy(out / "kit.tar.gz", came_back)
+    assert main(["bench", "gpu-report", str(came_back), "--out", str(tmp_path / "docs"),
+                 "--date", "2026-11-27"]) == 0
+    [report] = (tmp_path / "docs").glob("gpu-*.md")
+    text = report.read_text()
+    assert "Stages not done: none." in text and "## Exactness: k-token verification" in text
 
 
 def _kit_args(out: Path, *extra: str) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,20 +22,31 @@ from crossspec_ros.models.emulated import (
     emulate,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_the_bundled_profiles_trace_every_number_and_say_what_they_are():
-    assert {"h100-bf16-eager-2026-11-24", "h100-bf16-limit"} <= set(available())
+    assert {"h100-bf16-eager-2026-11-24", "h100-bf16-limit",
+            "h200-bf16-static-2026-11-27"} <= set(available())
     eager = CostProfile.load("h100-bf16-eager-2026-11-24")
     limit = CostProfile.load("h100-bf16-limit")
-    assert eager.kind == "measured" and limit.kind == "bound"
+    static = CostProfile.load("h200-bf16-static-2026-11-27")
+    assert eager.kind == static.kind == "measured" and limit.kind == "bound"
     assert "emulated" in eager.label and "a bound, not measured" in limit.label
-    for profile in (eager, limit):
+    for profile in (eager, limit, static):
+        assert (ROOT / profile.report.split()[0]).is_file(), profile.report
         for costs in (profile.verifier, profile.drafter):
             for cost in (costs.vision_ms_per_frame, costs.prefill_ms_per_token,
                          *costs.pass_ms_by_rows.values()):
                 assert cost.source and cost.ms >= 0
     # the measured profile's decoding step is the report's; the bound's is the report's limit
     assert eager.verifier.pass_ms(1) == 32.0 and limit.verifier.pass_ms(1) == 4.4
+    # the H200 profile, as gpu-report wrote it, is the report's numbers
+    report = json.loads((ROOT / "docs" / "gpu-h200-2026-11-27.json").read_text())
+    exact = report["passes-bfloat16"]["runtimes"]["static_compiled_exact_32"]["ms_per_pass"]
+    assert [static.verifier.pass_ms(r) for r in (1, 8, 32)] == \
+        [exact["1"], exact["8"], exact["32"]]
+    assert static.drafter.pass_ms(1) == report["drafter"]["ms_per_pass"]["1"]
 
 
 def test_a_pass_costs_by_its_rows_and_a_long_one_costs_a_prefill():

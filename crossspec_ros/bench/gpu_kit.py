@@ -29,7 +29,9 @@ order against a time budget (``--budget``, default 480 s):
 
 Each stage writes its JSON into OUT as soon as it is done, and ``stages.json`` lists every stage
 with its status (done, skipped, failed; running while it runs) and seconds, so a call killed at
-its limit still returns all that finished before. A stage that would not fit the time left
+its limit still returns all that finished before. A device call returns at most 8 files (the
+kit writes up to 16), so ``--pack FILE`` also packs OUT's files into one archive after every
+stage (``gpu-report`` reads it as it reads a folder). A stage that would not fit the time left
 (judged from the stages before it) is skipped and named; one that fails writes its error and
 the next one runs; one that overruns its own limit is cut (SIGALRM: a kernel that never
 returns is cut by the device call's limit instead, and the stage list still says which stage
@@ -52,6 +54,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import traceback
@@ -119,6 +122,7 @@ class Kit:
     repeats: int
     compile_prefill: bool = False
     rehearse_failure: str = ""
+    pack: Path | None = None  # OUT's files packed here after every stage (--pack)
     t0: float = field(default_factory=time.monotonic)
     records: list[StageRecord] = field(default_factory=list)
     verifier: Any = None      # on the transformers runtime (eager); its static twins below
@@ -153,6 +157,8 @@ class Kit:
                   # rehearsal checks it against gpu_check.sh's wheels
                   "imported": third_party_modules()}
         _write_json(self.out / "stages.json", report)
+        if self.pack is not None:
+            pack_results(self.out, self.pack)
 
 
 def third_party_modules() -> list[str]:
@@ -173,6 +179,19 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(".json.partial")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)  # a call killed mid-write leaves the last whole file
+
+
+def pack_results(out: Path, pack: Path) -> None:
+    """OUT's files (not its folders, not the pack itself) as one gzip'd tar at ``pack``,
+    replaced whole: a call cut mid-write returns the archive of the stage before."""
+    files = sorted(p for p in out.iterdir() if p.is_file() and p.resolve() != pack.resolve()
+                   and not p.name.endswith(".partial"))
+    pack.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pack.with_name(pack.name + ".partial")
+    with tarfile.open(tmp, "w:gz") as archive:
+        for path in files:
+            archive.add(path, arcname=path.name)
+    tmp.replace(pack)
 
 
 # ------------------------------------------------------------------ helpers
@@ -727,8 +746,8 @@ def run_kit(kit: Kit, only: tuple[str, ...] = (), stages: Sequence[Stage] = STAG
         record.seconds = round(time.perf_counter() - t0, 1)
         kit.log(f"[{stage.name}] {record.status} in {record.seconds:.1f} s"
                 + (f": {record.why}" if record.why else ""))
-        kit.write_stages()
         _write_json(kit.out / "costs.json", cost_profile(kit.out))
+        kit.write_stages()
     return kit.records
 
 
@@ -819,6 +838,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bag", type=Path, default=sample_bag())
     parser.add_argument("--rehearse-failure", default="", metavar="STAGE",
                         help="make STAGE fail (the rehearsal checks the next stage runs)")
+    parser.add_argument("--pack", type=Path, default=None, metavar="FILE",
+                        help="also pack OUT's files into FILE (a .tar.gz) after every stage: "
+                        "a device call returns at most 8 files")
     parser.set_defaults(func=run)
 
 
@@ -859,7 +881,7 @@ def run(args: argparse.Namespace) -> int:
               budget_s=args.budget, windows=windows, max_new_tokens=args.max_new_tokens,
               step_rows=args.step_rows, compile=not args.no_compile and compile_allowed(),
               repeats=args.repeats, compile_prefill=args.compile_prefill,
-              rehearse_failure=args.rehearse_failure)
+              rehearse_failure=args.rehearse_failure, pack=args.pack)
     records = run_kit(kit, only)
     counts = Counter(r.status for r in records)
     print(f"gpu-kit: {counts['done']} done, {counts['skipped']} skipped, {counts['failed']} "

@@ -17,9 +17,13 @@ import argparse
 import datetime
 import json
 import re
+import statistics
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
+
+from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
@@ -36,18 +40,85 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs"),
                         help="where gpu-<device>-<date>.md and .json go (default docs)")
     parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--profiles", type=Path, default=PROFILE_DIR,
+                        help="where the run's emulation profile goes (default the bundled "
+                        "profiles: crossspec_ros/data/cost_profiles)")
     parser.set_defaults(func=run)
 
 
+PACK = "kit.tar.gz"  # what scripts/gpu_check.sh run packs (a call returns at most 8 files)
+
+
 def collect(dirs: list[Path]) -> dict[str, Any]:
-    """Stage name -> its JSON, from the first directory that has it."""
+    """Stage name -> its JSON, from the first directory that has it; a directory's
+    ``kit.tar.gz`` (``gpu-kit --pack``) counts as its files, after the loose ones."""
     found: dict[str, Any] = {}
     for directory in dirs:
         for name in STAGE_FILES:
             path = directory / f"{name}.json"
             if name not in found and path.is_file():
                 found[name] = json.loads(path.read_text())
+        if (directory / PACK).is_file():
+            for name, data in _packed(directory / PACK).items():
+                found.setdefault(name, data)
     return found
+
+
+def _packed(pack: Path) -> dict[str, Any]:
+    """The stage JSONs in a kit's archive, read in memory (nothing extracted)."""
+    stages: dict[str, Any] = {}
+    with tarfile.open(pack, "r:gz") as archive:
+        for member in archive.getmembers():
+            name = member.name.removesuffix(".json")
+            if member.isfile() and member.name.endswith(".json") and name in STAGE_FILES:
+                stages[name] = json.loads(archive.extractfile(member).read())
+    return stages
+
+
+def emulation_profile(stages: dict[str, Any], name: str, report: str) -> dict[str, Any] | None:
+    """The run's costs as an emulation profile (``models/emulated.py``'s layout; every number
+    names the report and field it comes from), or None when the run lacks the verifier's
+    passes on an exact static runtime or the drafter's costs. Sharing stays "serial": in one
+    process compiled CUDA steps take turns (``static_runtime.CUDA_GRAPH_REPLAY``)."""
+    env, drafter = stages.get("env", {}), stages.get("drafter", {})
+    dtype = next((k.removeprefix("passes-") for k in stages if k.startswith("passes-")), None)
+    passes = stages.get(f"passes-{dtype}", {})
+    exact = next((r for key, r in passes.get("runtimes", {}).items()
+                  if key.startswith("static_") and "_exact_" in key), None)
+    chunks = passes.get("prefill", {}).get("per_frame_chunk", [])
+    if not (exact and chunks and drafter.get("ms_per_pass") and drafter.get("prompt_tokens")):
+        return None
+    where = f"{report.removesuffix('.md')}.json"
+    per_token = statistics.median(c["prefill_ms"] / c["tokens"] for c in chunks)
+    return {
+        "name": name, "kind": "measured", "device": env.get("gpu", "?"), "dtype": dtype,
+        "runtime": "crossspec's static runtime (" + (
+            "steps compiled" if stages.get("verifier", {}).get("runtimes", {}).get(
+                "exact", {}).get("compiled") else "steps eager") + ", the prompt's chunks eager)",
+        "models": "Video-LLaVA-7B and EventGPT-7B architectures, random weights",
+        "report": report,
+        "sharing": {"rule": "serial", "about": "one call on the device at a time: in one "
+                    "process the runtimes' compiled CUDA steps take turns "
+                    "(static_runtime.CUDA_GRAPH_REPLAY)"},
+        "verifier": {
+            "vision_ms_per_frame": {"ms": round(statistics.median(
+                c["vision_ms"] for c in chunks), 3), "from": f"{where}: passes-{dtype}.prefill"
+                ".per_frame_chunk[].vision_ms, median (each frame encoded alone)"},
+            "prefill_ms_per_token": {"ms": round(per_token, 4), "from": f"{where}: passes-"
+                                     f"{dtype}.prefill.per_frame_chunk[], median prefill_ms "
+                                     "/ tokens"},
+            "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: passes-{dtype}.runtimes"
+                                       f".*_exact_*.ms_per_pass[{rows}]"}
+                                for rows, ms in exact["ms_per_pass"].items()}},
+        "drafter": {
+            "vision_ms_per_frame": {"ms": drafter["vision_ms"],
+                                    "from": f"{where}: drafter.vision_ms (one event image)"},
+            "prefill_ms_per_token": {
+                "ms": round(drafter["prefill_ms"] / drafter["prompt_tokens"], 4),
+                "from": f"{where}: drafter.prefill_ms / drafter.prompt_tokens"},
+            "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: drafter.ms_per_pass[{rows}]"}
+                                for rows, ms in drafter["ms_per_pass"].items()}},
+    }
 
 
 def _f(value: Any, unit: str = "", places: int = 1) -> str:
@@ -256,4 +327,14 @@ def run(args: argparse.Namespace) -> int:
     stem.with_suffix(".json").write_text(json.dumps({"date": args.date, **stages}, indent=2))
     stem.with_suffix(".md").write_text(markdown(stages, args.date))
     print(f"wrote {stem}.md and {stem}.json")
+    dtype = "bf16" if "passes-bfloat16" in stages else "fp32"
+    name = f"{device}-{dtype}-static-{args.date}"
+    profile = emulation_profile(stages, name, f"{args.out.name}/{stem.name}.md")
+    if profile is None:
+        print("no emulation profile: the run lacks the verifier's passes on the exact runtime "
+              "or the drafter's costs", file=sys.stderr)
+        return 0
+    args.profiles.mkdir(parents=True, exist_ok=True)
+    (args.profiles / f"{name}.json").write_text(json.dumps(profile, indent=2) + "\n")
+    print(f"wrote {args.profiles / name}.json (crossspec drive --emulate {name})")
     return 0
