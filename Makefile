@@ -20,7 +20,7 @@ setup:
 DRIVE_ARGS ?=
 # the target's regime after the CPU pass: the same comparison on each emulated cost profile
 # (models/emulated.py; every line says EMULATED); EMULATE= skips it
-EMULATE ?= h100-bf16-eager-2026-11-24 h100-bf16-limit
+EMULATE ?= h200-bf16-static-2026-11-27 h100-bf16-eager-2026-11-24
 
 drive: setup
 	@mkdir -p build

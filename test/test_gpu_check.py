@@ -117,6 +117,9 @@ def test_the_report_of_the_rehearsal_has_its_tables_and_the_cost_profile(rehears
     assert profile.kind == "measured" and profile.report.endswith(report.name)
     assert profile.verifier.pass_ms(1) == bf16["pass_ms_by_rows"]["static_eager_exact_32"]["1"]
     assert profile.drafter.pass_ms(1) == costs["drafter"]["ms_per_pass"]["1"]
+    drafter = json.loads((out / "drafter.json").read_text())
+    assert drafter["vision_frames"] == 5  # EventGPT's event images: the profile's cost is one's
+    assert profile.drafter.vision_ms(5) == pytest.approx(drafter["vision_ms"], abs=0.01)
 
 
 @pytest.mark.slow
@@ -132,6 +135,7 @@ def test_the_rehearsal_packs_its_files_in_one_archive_that_a_report_reads_alone(
     came_back.mkdir()
     shutil.copy(out / "kit.tar.gz", came_back)
     assert main(["bench", "gpu-report", str(came_back), "--out", str(tmp_path / "docs"),
+                 "--profiles", str(tmp_path / "profiles"),
                  "--date", "2026-11-27"]) == 0
     [report] = (tmp_path / "docs").glob("gpu-*.md")
     text = report.read_text()
@@ -154,6 +158,7 @@ def test_a_budget_too_small_for_the_later_stages_skips_them_by_name(tmp_path):
         assert "budget" in stage["why"] or "needs verifier" in stage["why"], stage
     # the report builds from what came back, naming what did not
     assert main(["bench", "gpu-report", str(tmp_path), "--out", str(tmp_path / "docs"),
+                 "--profiles", str(tmp_path / "profiles"),
                  "--date", "2026-11-27"]) == 0
     text = (tmp_path / "docs" / "gpu-gpu-2026-11-27.md").read_text()
     assert "Stages not done: verifier (skipped), exactness (skipped)" in text
@@ -211,6 +216,7 @@ def test_the_gpu_report_names_the_stages_that_did_not_come_back(tmp_path):
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3",
                                                    "torch": "2.11.0", "cuda": "13.0"}))
     assert main(["bench", "gpu-report", str(tmp_path), "--out", str(tmp_path / "docs"),
+                 "--profiles", str(tmp_path / "profiles"),
                  "--date", "2026-11-25"]) == 0
     text = (tmp_path / "docs" / "gpu-h100-2026-11-25.md").read_text()
     assert "NVIDIA H100 80GB HBM3" in text and "Stages missing: stages, verifier, tests" in text

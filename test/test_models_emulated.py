@@ -47,6 +47,8 @@ def test_the_bundled_profiles_trace_every_number_and_say_what_they_are():
     assert [static.verifier.pass_ms(r) for r in (1, 8, 32)] == \
         [exact["1"], exact["8"], exact["32"]]
     assert static.drafter.pass_ms(1) == report["drafter"]["ms_per_pass"]["1"]
+    # a window's 5 event images took the report's drafter vision_ms together
+    assert static.drafter.vision_ms(5) == pytest.approx(report["drafter"]["vision_ms"], abs=0.01)
 
 
 def test_a_pass_costs_by_its_rows_and_a_long_one_costs_a_prefill():

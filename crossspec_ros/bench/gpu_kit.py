@@ -499,6 +499,8 @@ def stage_drafter(kit: Kit) -> dict[str, Any]:
         "model": kit.drafter.info.name, "dtype": kit.dtype, "load_s": load_s,
         "runtime": _runtime_json(kit.drafter, timings),
         "prepare_ms": round(prepare_ms, 3), "vision_ms": round(session.timing.vision_ms, 3),
+        # the event images that vision_ms encoded (a cost profile's cost is per image)
+        "vision_frames": int(inputs.pixel_values[..., 0, 0, 0].numel()),
         "prefill_ms": round(session.timing.prefill_ms, 3),
         "prompt_tokens": kit.drafter.prompt_layout()[0],
         "ms_per_pass": {str(k): _pass_ms(kit.drafter, window, k, kit.repeats)
