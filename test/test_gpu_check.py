@@ -67,7 +67,7 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
     for name in ("env", "verifier", "exactness-bfloat16", "passes-bfloat16",
                  "engine-bfloat16", "drafter", "prefill-compiled", "exactness-float32",
                  "exactness-4bit",
-                 "passes-4bit", "tests", "costs"):
+                 "passes-4bit", "sharing", "tests", "costs"):
         assert (out / f"{name}.json").is_file(), name
     # progress: a line per stage as it starts and ends
     assert result.stderr.index("[env] running") < result.stderr.index("[verifier] done") \

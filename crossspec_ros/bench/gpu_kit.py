@@ -18,14 +18,15 @@ order against a time budget (``--budget``, default 480 s):
                   compiled and exact; history_only; crossspec without a drafter; free oracle
                   drafts of acceptance 0.5 and 0.8; the live graphs after_close_alone,
                   live_alone and crossspec_live through the product's loops)
-  drafter         the drafter: load, compile, prefill and step; the verifier's pass beside it
-                  (its steps on their own CUDA stream in this process, and in a process of
-                  its own): the cost of sharing the device
-  prefill-compiled, exactness-float32, 4bit, tests
+  drafter         the drafter: load, compile, prefill and step
+  prefill-compiled, exactness-float32, 4bit, sharing, tests
                   what the budget leaves: the prompt's chunks compiled as well (the first
                   stages run prefill eager, so that their compile is the decoding steps'
-                  alone); fp32 exactness; the verifier in 4-bit NF4
-                  (exactness and passes); the CUDA tests (test/test_models_gpu.py)
+                  alone); fp32 exactness; the verifier in 4-bit NF4 (exactness and passes);
+                  the verifier's pass beside the drafter (its steps on their own CUDA stream
+                  in this process, and in a process of its own: the cost of sharing the
+                  device; last in this process, as a CUDA fault there ends the process's
+                  GPU work); the CUDA tests (test/test_models_gpu.py, a process of their own)
 
 Each stage writes its JSON into OUT as soon as it is done, and ``stages.json`` lists every stage
 with its status (done, skipped, failed; running while it runs) and seconds, so a call killed at
@@ -508,17 +509,21 @@ def stage_drafter(kit: Kit) -> dict[str, Any]:
     _close(session)
     if weights is not None and before is not None:
         result["memory_gib"] = {"weights": round(weights - before, 2), **gpu_memory()}
-    result["sharing"] = {}
-    # what is measured so far stays if the sharing part is cut (a second 7B loads in a
-    # process of its own there)
-    _write_json(kit.out / "drafter.json", result)
-    _sharing(kit, result["sharing"])
+    return result
+
+
+def stage_sharing(kit: Kit) -> dict[str, Any]:
+    """The verifier's pass (one token, on its exact runtime) alone, then while the drafter
+    steps without a pause: in this process on its own stream, and in a process of its own.
+    Last of the stages in this process: a CUDA fault poisons the process's context, and the
+    first H200 run's came here (two threads replaying CUDA graphs at once, since ordered by
+    ``static_runtime.CUDA_GRAPH_REPLAY``) and failed every stage after it."""
+    result: dict[str, Any] = {}
+    _sharing(kit, result)
     return result
 
 
 def _sharing(kit: Kit, result: dict[str, Any]) -> None:
-    """The verifier's pass (one token, on its exact runtime) alone, then while the drafter
-    steps without a pause: in this process on its own stream, and in a process of its own."""
     from crossspec_ros.models.pair import FULL_SIZE_RANDOM
     from crossspec_ros.models.static_runtime import DRAFTER_STEP_ROWS, RuntimeOptions
     from crossspec_ros.speculative.drafter_process import DrafterProcess
@@ -693,6 +698,9 @@ STAGES: tuple[Stage, ...] = (
           lambda kit: kit.seconds("verifier", _prior(kit, 300, 10))
           + kit.seconds("exactness", _prior(kit, 60, 4))
           + kit.seconds("passes", _prior(kit, 60, 4)), ("verifier",)),
+    Stage("sharing", stage_sharing,
+          lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
+          ("verifier", "drafter")),
     Stage("tests", stage_tests, lambda kit: _prior(kit, 120, 20)),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
@@ -796,8 +804,11 @@ def cost_profile(out: Path) -> dict[str, Any]:
             "load_s", "prepare_ms", "vision_ms", "prefill_ms", "prompt_tokens", "ms_per_pass",
             "memory_gib")}
         profile["drafter"]["compile_s"] = drafter.get("runtime", {}).get("warm_up_s_per_shape")
-        profile["sharing"] = drafter.get("sharing")
         profile["sources"]["drafter"] = "drafter.json"
+    sharing = read("sharing") or drafter.get("sharing")  # in drafter.json before 2026-11-27
+    if sharing:
+        profile["sharing"] = sharing
+        profile["sources"]["sharing"] = "sharing.json"
     return profile
 
 

@@ -27,7 +27,7 @@ from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
-               "engine-4bit", "drafter", "prefill-compiled", "costs")
+               "engine-4bit", "drafter", "prefill-compiled", "sharing", "costs")
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -206,7 +206,7 @@ def _load_table(stages: dict[str, Any]) -> list[str]:
     lines = ["## Loading and compiling", "", f"{verifier.get('compile', '')}", "",
              "| model | load s | runtime | warm-up per shape (compile + first run) |",
              "|---|---:|---|---|", *rows, ""]
-    sharing = drafter.get("sharing") or {}
+    sharing = stages.get("sharing") or drafter.get("sharing") or {}  # drafter's before 11-27
     if sharing:
         lines += ["## Two models on one device", "",
                   "The verifier's one-token pass (its exact runtime) alone and while the "
