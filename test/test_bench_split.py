@@ -299,3 +299,39 @@ def test_a_run_that_replayed_nothing_fails_with_one_line_saying_why(monkeypatch,
         f"nothing: {why}"
     row, _summary = [json.loads(line) for line in out.read_text().splitlines()]
     assert (row["replayed"], row["windows"], row["why_not_replayed"]) == (False, 0, why)
+
+
+def test_an_emulated_run_says_so_in_every_row_and_whether_each_nodes_emulation_held():
+    from crossspec_ros.bench import split
+    from crossspec_ros.bench.split_monitor import emulation_record
+
+    # as the robot hears the nodes' /diagnostics: nothing emulated, then each node's verdict
+    assert emulation_record("crossspec_draft", {"eager_steps": "0"}) is None
+    robot = [emulation_record("crossspec_draft", {"emulated": "emulated: p", "emulation_held":
+                                                  "True", "emulation_over_budget": "0"}),
+             emulation_record("crossspec_verifier", {"emulated": "emulated: p", "emulation_held":
+                                                     "True", "emulation_over_budget": "0"}),
+             emulation_record("crossspec_verifier", {"emulated": "emulated: p", "emulation_held":
+                                                     "False", "emulation_over_budget": "3"})]
+    row = split.summarize(robot, {})
+    assert row["emulation"] == {"crossspec_draft": {"held": True, "over_budget": 0},
+                                "crossspec_verifier": {"held": False, "over_budget": 3}}
+    row.update(hosts=2, link_mbit=20.0, images="raw", fault="none", realtime=1.0,
+               link_mb_per_s=0.1, lossless=0, lossless_checked=0,
+               emulated="emulated: p (a measured profile; docs/x.md)")
+    line = split.row_line(row)
+    assert line.startswith("[EMULATED emulated: p (a measured profile; docs/x.md)] link 20")
+    assert line.endswith("the emulation did NOT hold: crossspec_verifier 3 calls over their "
+                         "cost")
+    assert split.emulation_verdict({}).startswith("the emulation's verdict never reached")
+    row["emulated"] = None
+    assert "EMULATED" not in split.row_line(row) and "emulation" not in split.row_line(row)
+
+
+def test_an_unknown_cost_profile_is_refused_in_one_line_before_any_host_is_made(capsys):
+    from crossspec_ros.cli.main import main
+
+    assert main(["bench", "split", "--emulate", "a100-nonexistent"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--emulate: no cost profile 'a100-nonexistent'" in err[0]
+    assert "h200-bf16-static-2026-11-27" in err[0]

@@ -85,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds the nodes may take to become active (default 300)")
     parser.add_argument("--no-compile", action="store_true",
                         help="the nodes step their models eager (no compile at start)")
+    parser.add_argument("--emulate", default="", metavar="PROFILE",
+                        help="both nodes' model calls last what a cost profile says they cost "
+                        "on the target (models/emulated.py; node parameter emulate): every "
+                        "row says EMULATED and whether each node's emulation held")
     parser.add_argument("--logs", type=Path, default=None,
                         help="keep every process's output in this directory")
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines")
@@ -94,6 +98,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bench import netns
 
+    args.emulated = ""
+    if args.emulate:
+        from crossspec_ros.models.emulated import CostProfile, ProfileError
+
+        try:
+            args.emulated = CostProfile.load(args.emulate).label
+        except ProfileError as err:
+            print(f"crossspec bench split: --emulate: {err}", file=sys.stderr)
+            return 2
+        print(f"crossspec bench split: EMULATED target, not this machine's costs: "
+              f"{args.emulated}", file=sys.stderr)
     ok, why = netns.available()
     if not ok:
         print(f"crossspec bench split: cannot make two hosts here: {why}", file=sys.stderr)
@@ -189,6 +204,8 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     py = [sys.executable, "-m"]
     node = [*py, "crossspec_ros.cli.main", "node"]
     sim = ["--ros-args", "-p", "use_sim_time:=true"]
+    if args.emulate:  # each host its own emulated device: a robot's and a server's
+        sim += ["-p", f"emulate:={args.emulate}"]
     seen, player_log = work / "robot.jsonl", work / "player.log"
     replay_s = args.duration or bag_seconds(bag)
     fault_info: dict[str, Any] = {}
@@ -241,6 +258,7 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     # full socket buffers): the replay then runs slower than recorded
     pace = player_pace(player_log.read_text()) if player_finished else None
     row = summarize(read_jsonl(seen), fault_info)
+    row.update(emulated=args.emulated or None)
     row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault,
                replayed=bool(started), why_not_replayed=why_not,
                namespaces_left=netns.namespaces_left(k),
@@ -389,6 +407,9 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
         "_finals": {w: (c["confirmed_text"], c.get("acceptance_rule", ""))
                     for w, c in finals.items()},
         "_frames": {r["window"]: r["stamps_ns"] for r in robot if r["kind"] == "frames"},
+        # each node's last emulation verdict (none when nothing is emulated)
+        "emulation": {r["node"]: {"held": r["held"], "over_budget": r["over_budget"]}
+                      for r in robot if r["kind"] == "emulation"},
     }
     if fault:
         start, end = fault["fault_start"], fault["fault_end"]
@@ -479,7 +500,8 @@ def run_label(row: dict[str, Any]) -> str:
 def row_line(row: dict[str, Any]) -> str:
     speed = "replay speed unknown (the player did not finish)" if row["realtime"] is None \
         else f"replay at {row['realtime']}x real time"
-    line = (f"{run_label(row)}: {row['windows']} windows, {row['final']} FINAL, "
+    line = (f"[EMULATED {row['emulated']}] " if row.get("emulated") else "") + (
+            f"{run_label(row)}: {row['windows']} windows, {row['final']} FINAL, "
             f"{row['unverified']} UNVERIFIED "
             f"({row['unverified_with_draft']} with their draft), {row['stuck']} stuck, "
             f"{row['published_twice']} published twice; lossless {row['lossless']}/"
@@ -498,7 +520,20 @@ def row_line(row: dict[str, Any]) -> str:
         if "uncaptioned_while_verifier_down" in row:
             line += (f"; {row['uncaptioned_while_verifier_down']} drafted windows got no "
                      "caption while no verifier ran")
+    if row.get("emulated"):
+        line += "; " + emulation_verdict(row.get("emulation") or {})
     return line
+
+
+def emulation_verdict(nodes: dict[str, dict[str, Any]]) -> str:
+    """Whether each node's emulation held, from what its /diagnostics said last."""
+    if not nodes:
+        return "the emulation's verdict never reached the robot (no node's /diagnostics)"
+    over = {node: v["over_budget"] for node, v in sorted(nodes.items()) if not v["held"]}
+    if not over:
+        return f"the emulation held on {', '.join(sorted(nodes))}"
+    return "the emulation did NOT hold: " + ", ".join(
+        f"{node} {calls} calls over their cost" for node, calls in over.items())
 
 
 def _percentile(values: list[float], q: float) -> float:

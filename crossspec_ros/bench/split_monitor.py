@@ -3,11 +3,12 @@
     python -m crossspec_ros.bench.split_monitor --out FILE
 
 Every Caption (window, status, texts, latencies), the first DraftTokens message of each window
-(its first-token latency) and the frames each window's caption describes (ConfirmedTokens
+(its first-token latency), the frames each window's caption describes (ConfirmedTokens
 ``frame_stamps_sec``/``_nanosec``: what the verifier alone must be given for the lossless
-check), as the robot receives them. Nothing here subscribes to the cameras: the link carries
-what the graph itself carries. One line per message, flushed at once; "ready" once the
-subscriptions exist. Ends on SIGINT or SIGTERM.
+check) and, when the nodes emulate a target (``--emulate``), each node's emulation verdict as
+its /diagnostics change it, as the robot receives them. Nothing here subscribes to the
+cameras: the link carries what the graph itself carries. One line per message, flushed at
+once; "ready" once the subscriptions exist. Ends on SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--caption-topic", default="crossspec/caption")
     parser.add_argument("--draft-topic", default="crossspec/draft")
     parser.add_argument("--confirmed-topic", default="crossspec/confirmed")
+    parser.add_argument("--diagnostics-topic", default="/diagnostics")
     args = parser.parse_args(argv)
 
     import rclpy
     from crossspec import msg as cs_msg
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.nodes.common import reliable_qos
@@ -77,10 +80,21 @@ def main(argv: list[str] | None = None) -> int:
                "stamps_ns": [int(sec) * 1_000_000_000 + int(nsec) for sec, nsec in
                              zip(msg.frame_stamps_sec, msg.frame_stamps_nanosec, strict=True)]})
 
+    emulation: dict[str, tuple[str, str]] = {}
+
+    def on_diagnostics(msg: Any) -> None:
+        for status in msg.status:
+            record = emulation_record(status.name, {kv.key: kv.value for kv in status.values})
+            state = (str(record["held"]), str(record["over_budget"])) if record else None
+            if record and emulation.get(status.name) != state:
+                emulation[status.name] = state
+                write(record)
+
     node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos())
     node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos())
     node.create_subscription(cs_msg.ConfirmedTokens, args.confirmed_topic, on_confirmed,
                              reliable_qos())
+    node.create_subscription(DiagnosticArray, args.diagnostics_topic, on_diagnostics, 10)
     write({"kind": "ready"})
     try:
         while not stop.is_set():
@@ -90,6 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         rclpy.shutdown()
         out.close()
     return 0
+
+
+def emulation_record(node: str, values: dict[str, str]) -> dict[str, Any] | None:
+    """A node's emulation verdict from its /diagnostics values (``runtime_counters``: the
+    profile's label, held, calls over budget), or None when it emulates nothing."""
+    if "emulation_held" not in values:
+        return None
+    return {"kind": "emulation", "node": node, "profile": values.get("emulated", ""),
+            "held": values["emulation_held"] == "True",
+            "over_budget": int(values.get("emulation_over_budget", "0"))}
 
 
 _num = rounded  # NaN (a latency not measured) -> None in the records
