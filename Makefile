@@ -18,8 +18,8 @@ setup:
 	@CUDA=$(CUDA) bash scripts/setup.sh
 
 DRIVE_ARGS ?=
-# the target's regime after the CPU pass: the same comparison on each emulated cost profile
-# (models/emulated.py; every line says EMULATED); EMULATE= skips it
+# the target's regime after the CPU pass (make drive and make bench): the same runs on each
+# emulated cost profile (models/emulated.py; every line says EMULATED); EMULATE= skips it
 EMULATE ?= h200-bf16-static-2026-11-27 h100-bf16-eager-2026-11-24
 
 drive: setup
@@ -42,6 +42,9 @@ bench: setup
 	$(CROSSSPEC) bench event-rate --json build/bench/event_rate.json --plot build/bench/event_rate.png
 	$(CROSSSPEC) bench lossy --json build/bench/lossy.json --plot build/bench/lossy.png
 	$(CROSSSPEC) bench engine --out build/bench --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head
+	@for profile in $(EMULATE); do \
+	  $(CROSSSPEC) bench engine --out build/bench/emulated-$$profile --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head --emulate $$profile || exit $$?; \
+	done
 
 clean:
 	rm -rf build install log .pytest_cache .hypothesis
