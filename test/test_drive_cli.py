@@ -62,6 +62,9 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
             assert row["confirmed_done_ms"] >= 0
     assert summary["final"] == len(final) and summary["lossless"] == len(final)
     assert f"lossless {len(final)}/{len(final)}" in result.stdout
+    # the verifier's caption book counts drafts that came after a finished caption (how many
+    # is a race with the FINAL's way back to the draft node: counted, never asserted 0)
+    assert isinstance(summary["drafts_after_final"], int) and summary["drafts_after_final"] >= 0
     # how close each complete draft came to its final caption, per window and in the summary;
     # a draft that completes only after its window's FINAL is not scored, and under load that
     # can be all three windows (the scoring itself: test_drive_monitor_scores_...)
@@ -632,6 +635,17 @@ def test_the_summary_names_each_nodes_dropped_windows_apart():
     assert (summary["verifier_dropped_windows"], summary["drafter_dropped_windows"]) == (22, 5)
     assert "dropped by the busy verifier 22, by the busy drafter 5" in summary["line"]
     assert "27" not in summary["line"]
+
+
+def test_the_summary_counts_drafts_that_came_after_their_caption_was_finished():
+    from crossspec_ros.cli.drive_cmd import DroppedWindows, summarize
+
+    rows = [{"window": 1, "status": "FINAL", "draft_first_token_ms": 5.0}]
+    quiet = summarize(rows)
+    assert quiet["drafts_after_final"] == 0 and "after their caption" not in quiet["line"]
+    late = summarize(rows, DroppedWindows(late_drafts=3))
+    assert late["drafts_after_final"] == 3
+    assert "3 drafts came after their caption was finished" in late["line"]
 
 
 def test_a_summary_without_measurements_says_n_a():

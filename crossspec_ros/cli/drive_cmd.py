@@ -157,6 +157,9 @@ class DroppedWindows:
 
     verifier: int = 0
     drafter: int = 0
+    # drafts that reached the verifier after their window's caption was finished (its caption
+    # book's late_drafts): drafting nobody would read
+    late_drafts: int = 0
 
 
 class DriveMonitor:
@@ -690,7 +693,9 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     rows = [monitor.rows[w] for w in sorted(monitor.rows)] if monitor.keep_rows else []
     dropped = DroppedWindows(
         verifier=sum(_dropped(n) for n in nodes if isinstance(n, VerifierNode)),
-        drafter=sum(_dropped(n) for n in nodes if isinstance(n, DraftNode)))
+        drafter=sum(_dropped(n) for n in nodes if isinstance(n, DraftNode)),
+        late_drafts=sum(n.loop.book.counters["late_drafts"] for n in nodes
+                        if isinstance(n, VerifierNode)))
     return PassResult(rows, monitor, engine, dropped, interrupted, died)
 
 
@@ -1002,6 +1007,7 @@ class DriveTally:
             "unfinished": self.unfinished,
             "verifier_dropped_windows": dropped.verifier,
             "drafter_dropped_windows": dropped.drafter,
+            "drafts_after_final": dropped.late_drafts,
             "draft_came_first": self.draft_came_first,
             "draft_first_token_ms_p50": _median(first), "draft_first_token_ms_p95":
                 summaries.rounded(summaries.percentile(first, 95), 1),
@@ -1045,6 +1051,9 @@ class DriveTally:
                              summary["drafter_dropped_windows"])
         if verifier or drafter:
             counts += f"; dropped by the busy verifier {verifier}, by the busy drafter {drafter}"
+        if summary["drafts_after_final"]:
+            counts += f"; {summary['drafts_after_final']} drafts came after their caption " \
+                "was finished"
         line = (f"{self.windows} windows ({counts}): draft first token after the close p50 "
                 f"{_shown_ms(summary['draft_first_token_ms_p50'])}, p95 "
                 f"{_shown_ms(summary['draft_first_token_ms_p95'])}, before the confirmed "
