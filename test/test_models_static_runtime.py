@@ -93,24 +93,25 @@ def test_a_live_prefill_and_a_one_shot_prefill_give_the_same_cache_bit_for_bit(b
     assert torch.equal(one_shot.feed([token]), session.feed([token]))
 
 
-def test_a_one_shot_prefill_runs_the_live_prefills_chunks_on_the_same_embeddings(bundled):
+def test_a_one_shot_prefill_runs_the_live_prefills_chunks_on_the_same_embeddings(bundled,
+                                                                                 monkeypatch):
     """Bit for bit, on a vision tower whose result depends on its batch: on an H200 in
     bfloat16 a batch of 8 frames rounds differently from 8 batches of one (the live graphs'
     captions then agreed with the one-shot prefill in 1 window of 6), and on a CPU with
     several threads it can too; so the one-shot prefill encodes frame by frame, as the live
     prefill must."""
-    from types import SimpleNamespace
-
     from crossspec_ros.models.live_prefill import LivePrefill
 
     verifier = static_twin(bundled[0])
-    encode = verifier._encode
+    tower = verifier.model.model
+    encode = tower.get_video_features
 
-    def batch_dependent_encode(pixels):  # as if a batch took other kernels
-        features = encode(pixels).pooler_output
-        return SimpleNamespace(pooler_output=features + 1e-3 * (pixels.shape[1] - 1))
+    def batch_dependent_encode(pixel_values_videos, **kwargs):  # as if a batch took other
+        out = encode(pixel_values_videos=pixel_values_videos, **kwargs)  # kernels
+        out.pooler_output = out.pooler_output + 1e-3 * (pixel_values_videos.shape[1] - 1)
+        return out
 
-    verifier._encode = batch_dependent_encode
+    monkeypatch.setattr(tower, "get_video_features", batch_dependent_encode)
     images = list(np.random.default_rng(0).integers(0, 255, (verifier.num_frames, 48, 64, 3),
                                                     dtype=np.uint8))
     chunks: list[torch.Tensor] = []

@@ -182,11 +182,6 @@ class HFLlavaFamilyModel(CaptionModel):
                                      proposal, parents), rows
 
     # -- the static runtime -------------------------------------------------------------------
-    def encode_prompt_pixels(self, pixel_values: torch.Tensor) -> Any:
-        """The vision encoding the static runtime's one-shot prefill merges: ``_encode`` here;
-        Video-LLaVA encodes frame by frame, as its live prefill must."""
-        return self._encode(pixel_values)
-
     def language_model_parts(self) -> tuple[Any, Any, Any]:
         return self.model.model.language_model, self.model.lm_head, self.model.config
 
@@ -262,7 +257,7 @@ class HFLlavaFamilyModel(CaptionModel):
                 pixels = inputs.pixel_values.to(self.device, self.vision_dtype,
                                                 non_blocking=True)
                 ids = inputs.input_ids.to(self.device)
-                embeds = self.merged_embeds(ids, self.encode_prompt_pixels(pixels), inputs.keep)
+                embeds = self.merged_embeds(ids, self._encode(pixels), inputs.keep)
                 vision_ms = watch.lap_ms()
                 pos = 0
                 prompt = inputs.input_ids[0].tolist()

@@ -383,14 +383,15 @@ class StaticLM:
         positions = self.positions[pos:pos + rows][None]
         mask = self.tri[pos:pos + rows][None, None]
         args = (embeds.to(self.dtype), positions, mask, slot.cache)
-        with CUDA_GRAPH_REPLAY if self.replays_one_at_a_time else contextlib.nullcontext():
+        one_at_a_time = self.replays_one_at_a_time
+        with CUDA_GRAPH_REPLAY if one_at_a_time else contextlib.nullcontext():
             hidden, logits = self._step(f"{'chunk' if last_only else 'rows'} {rows}",
                                         last_only, args)
             # copies: a CUDA graph's outputs are written over by its next replay
             if not last_only:
                 hidden, logits = hidden[:q], logits[:q]
             out = hidden.to(torch.float32, copy=True), logits.to(torch.float32, copy=True)
-            if self.replays_one_at_a_time:
+            if one_at_a_time:
                 synchronize(self.device, self.stream)
         return out
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import VideoLlavaForConditionalGeneration
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from crossspec_ros.models.hf_backend import HFLlavaFamilyModel, VisionTextInputs
 from crossspec_ros.models.loading import load_hf_model, load_tokenizer, resolve_source
@@ -73,18 +73,14 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         return [head + self.tokens_per_frame] + [self.tokens_per_frame] * (self.num_frames - 1)
 
     def _encode(self, pixel_values: torch.Tensor) -> Any:
-        return self.model.model.get_video_features(pixel_values_videos=pixel_values,
-                                                   return_dict=True)
-
-    def encode_prompt_pixels(self, pixel_values: torch.Tensor) -> Any:
         """Frame by frame, in the batch of one the live prefill encodes each frame in: on a
         GPU a batch of 8 takes other kernels than a batch of 1 and rounds differently in
         bfloat16 (measured on an H200, docs/gpu-h200-2026-11-27.md: live graphs agreed with
-        the one-shot prefill in 1 window of 6), so the two prefills fill the same cache bit
-        for bit only if they encode alike."""
-        frames = [self._encode(pixel_values[:, i:i + 1]).pooler_output
-                  for i in range(pixel_values.shape[1])]
-        return SimpleNamespace(pooler_output=torch.cat(frames, 0))
+        the one-shot prefill in 1 window of 6), so every prefill encodes alike."""
+        frames = [self.model.model.get_video_features(
+            pixel_values_videos=pixel_values[:, i:i + 1], return_dict=True).pooler_output
+            for i in range(pixel_values.shape[1])]
+        return BaseModelOutputWithPooling(pooler_output=torch.cat(frames, 0))
 
     def _pixel_kwargs(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"pixel_values_videos": pixel_values}
