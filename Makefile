@@ -36,14 +36,18 @@ test: setup lint
 lint: setup
 	$(BIN)/ruff check .
 
+BENCH_ENGINE_ARGS = --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter \
+	--head crossspec_ros/data/tiny_pair/distilled_head/head
+
 bench: setup
 	@mkdir -p build/bench
 	$(CROSSSPEC) bench decode --json build/bench/decode.json --plot build/bench/decode.png
 	$(CROSSSPEC) bench event-rate --json build/bench/event_rate.json --plot build/bench/event_rate.png
 	$(CROSSSPEC) bench lossy --json build/bench/lossy.json --plot build/bench/lossy.png
-	$(CROSSSPEC) bench engine --out build/bench --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head
+	$(CROSSSPEC) bench engine --out build/bench $(BENCH_ENGINE_ARGS)
 	@for profile in $(EMULATE); do \
-	  $(CROSSSPEC) bench engine --out build/bench/emulated-$$profile --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter --head crossspec_ros/data/tiny_pair/distilled_head/head --emulate $$profile || exit $$?; \
+	  $(CROSSSPEC) bench engine --out build/bench/emulated-$$profile $(BENCH_ENGINE_ARGS) \
+	    --emulate $$profile || exit $$?; \
 	done
 
 clean:

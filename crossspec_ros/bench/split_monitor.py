@@ -80,13 +80,15 @@ def main(argv: list[str] | None = None) -> int:
                "stamps_ns": [int(sec) * 1_000_000_000 + int(nsec) for sec, nsec in
                              zip(msg.frame_stamps_sec, msg.frame_stamps_nanosec, strict=True)]})
 
-    emulation: dict[str, tuple[str, str]] = {}
+    emulation: dict[str, tuple[bool, int]] = {}  # node -> its last verdict written
 
     def on_diagnostics(msg: Any) -> None:
         for status in msg.status:
             record = emulation_record(status.name, {kv.key: kv.value for kv in status.values})
-            state = (str(record["held"]), str(record["over_budget"])) if record else None
-            if record and emulation.get(status.name) != state:
+            if record is None:
+                continue
+            state = (record["held"], record["over_budget"])
+            if emulation.get(status.name) != state:
                 emulation[status.name] = state
                 write(record)
 
