@@ -89,6 +89,30 @@ def test_a_stop_signal_in_the_middle_of_close_does_not_cut_it_short(monkeypatch)
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
+def test_a_stop_signal_while_a_host_process_starts_leaves_it_recorded_for_close(monkeypatch):
+    """A signal inside Popen (the child forked, Popen not yet returned) once left a draft node
+    nobody stopped: it joined its namespace after close's sweep (CI, SIGINT)."""
+    from crossspec_ros.streaming import STOP_SIGNALS, sigterm_as_interrupt
+
+    started = []
+
+    class SignalledWhileStarting:
+        def __init__(self, argv, **kwargs):
+            started.append(self)
+            self.argv = argv
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, as in os.read
+
+    monkeypatch.setattr(netns.subprocess, "Popen", SignalledWhileStarting)
+    hosts = netns.TwoHosts(k=250)
+    with sigterm_as_interrupt(signals=STOP_SIGNALS) as caught:
+        hosts.caught = caught
+        with pytest.raises(KeyboardInterrupt):  # still a stop, once the child is recorded
+            hosts.start(netns.ROBOT, ["sleep", "60"], {}, None)
+    assert caught["signal"] == signal.SIGINT
+    assert hosts.processes == started and started[0].argv[:4] == [
+        "ip", "netns", "exec", "crossspec-split-250-robot"]
+
+
 def test_the_replay_speed_is_the_players_bag_time_over_its_own_wall_time():
     from crossspec_ros.bench.split import player_pace
 

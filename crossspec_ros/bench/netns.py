@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from crossspec_ros.streaming import signals_deferred
+
 ROBOT, SERVER = "robot", "server"
 SUBNET = "10.213.{k}.{host}/24"
 NAMESPACE_PREFIX = "crossspec-split-{k}-"
@@ -49,10 +51,12 @@ class TwoHosts:
 
     ``k`` (1-254) tells concurrent runs apart (names and subnet; default: one no namespace
     uses now); processes started with ``start`` and anything else left in the namespaces are
-    stopped by ``close``."""
+    stopped by ``close``. ``caught`` (what ``streaming.sigterm_as_interrupt`` yielded): a stop
+    signal while ``start`` runs is held until the process is recorded, so ``close`` stops it."""
 
-    def __init__(self, k: int | None = None) -> None:
+    def __init__(self, k: int | None = None, caught: dict[str, int] | None = None) -> None:
         self.k = unused_k() if k is None else k
+        self.caught = caught
         prefix = NAMESPACE_PREFIX.format(k=self.k)
         self.ns = {ROBOT: f"{prefix}{ROBOT}", SERVER: f"{prefix}{SERVER}"}
         self.dev = {ROBOT: f"cs{self.k}r", SERVER: f"cs{self.k}s"}
@@ -117,10 +121,16 @@ class TwoHosts:
     def start(self, side: str, argv: list[str], env: dict[str, str], log: IO[str] | None
               ) -> subprocess.Popen:
         """``argv`` in ``side``'s namespace, in a process group of its own."""
-        process = subprocess.Popen(["ip", "netns", "exec", self.ns[side], *argv], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        self.processes.append(process)
+        # a stop signal inside Popen would leave a child that was forked but not recorded: it
+        # joins the namespace after close's sweep and outlives the run
+        held = contextlib.nullcontext() if self.caught is None else signals_deferred(self.caught)
+        with held:
+            process = subprocess.Popen(["ip", "netns", "exec", self.ns[side], *argv], env=env,
+                                       stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            self.processes.append(process)
+        if self.caught is not None and self.caught["signal"]:
+            raise KeyboardInterrupt
         return process
 
     def stop(self, process: subprocess.Popen, sig: int = signal.SIGINT,

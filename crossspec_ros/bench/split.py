@@ -164,7 +164,7 @@ def run_all(args: argparse.Namespace, bag: Path, caught: dict[str, int]
                 print(f"crossspec bench split: run {number}/{len(runs)}: link {mbit:g} Mbit/s, "
                       f"{image_mode} images, fault {fault}", file=sys.stderr)
                 row = run_once(bags[image_mode], mbit, image_mode, fault, args,
-                               work / str(number))
+                               work / str(number), caught)
                 row.update(reference.check(bags[image_mode], row.pop("_finals"),
                                            row.pop("_frames")))
                 rows.append(row)
@@ -196,7 +196,7 @@ def temporary_directory(prefix: str, caught: dict[str, int]) -> Iterator[Path]:
 
 # ------------------------------------------------------------ one run
 def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse.Namespace,
-             work: Path) -> dict[str, Any]:
+             work: Path, caught: dict[str, int] | None = None) -> dict[str, Any]:
     from crossspec_ros.bench import netns
 
     work.mkdir(parents=True)
@@ -211,7 +211,7 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     fault_info: dict[str, Any] = {}
     why_not, bytes_crossed, player_finished = None, 0, False
     # the hosts close first (every process stopped), then the logs
-    with contextlib.ExitStack() as logs, netns.TwoHosts() as hosts:
+    with contextlib.ExitStack() as logs, netns.TwoHosts(caught=caught) as hosts:
         def log(name: str) -> Any:
             return logs.enter_context(open(work / f"{name}.log", "w"))
 
