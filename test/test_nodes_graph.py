@@ -183,9 +183,11 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
     # done, and with early start the verifier can be done before the drafter starts (another
     # thread, on a loaded machine late): then it publishes nothing for that window and counts
     # it (done before the drafter took the window, not drafted at all: skipped). So each window
-    # has drafts or is counted; which thread is first is not asserted.
+    # has drafts or is counted; which thread is first is not asserted. A verifier that
+    # finished its last captions at their close is ahead: the drafter steps aside, waiting a
+    # little for each window's caption, and counts the windows it finished meanwhile.
     draft_node = run.nodes[0]
-    skipped = draft_node.loop.windows_skipped_final
+    skipped = draft_node.loop.windows_skipped_final + draft_node.loop.windows_stepped_aside
     assert draft_node.windows_drafted + skipped >= len(run.results)
     with_drafts = set(run.drafts) & set(run.results)
     assert len(with_drafts) + draft_node.windows_confirmed_before_draft + skipped >= \
@@ -280,7 +282,8 @@ def test_distributed_mode_draft_node_in_another_process(pair):
     # it is not drafted at all); its drafts reach this process, and the verifier reads them
     # (into a caption, or as late after its FINAL).
     reported = [sum(int(kv.value) for kv in st.values if kv.key in (
-                    "windows_confirmed_before_draft", "windows_skipped_final"))
+                    "windows_confirmed_before_draft", "windows_skipped_final",
+                    "windows_stepped_aside"))
                 for d in run.diagnostics for st in d.status if st.name == "crossspec: draft"]
     assert reported, "no diagnostics from the draft node process"
     missing = set(run.results) - set(run.drafts)

@@ -39,15 +39,22 @@ def windows(n: int):
             for k in range(n)]
 
 
-def test_a_window_is_drafted_token_by_token_and_let_go_when_the_verifier_is_done(drafter):
-    loop, drafts = make_loop(drafter)
-    [window] = windows(1)
+def drafted_until_done(loop, window, drafts) -> threading.Thread:
+    """``window`` queued and the worker's step started, until its draft is done (60 s at
+    most); the step, still running (a done draft waits for the verifier's confirmations)."""
     loop.enqueue([window])
     step = threading.Thread(target=loop.step)
     step.start()
     deadline = time.monotonic() + 60
     while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
         time.sleep(0.01)
+    return step
+
+
+def test_a_window_is_drafted_token_by_token_and_let_go_when_the_verifier_is_done(drafter):
+    loop, drafts = make_loop(drafter)
+    [window] = windows(1)
+    step = drafted_until_done(loop, window, drafts)
     # done, the draft waits to re-sync to the verifier's confirmations until it is done too
     assert step.is_alive()
     loop.on_confirmed(window.key, 0, [], "", done=True)
@@ -96,6 +103,54 @@ def test_a_window_the_verifier_already_finished_is_not_drafted_at_all(drafter):
     loop.step()  # returns at once: no compute, no draft after the FINAL caption
     assert drafts == [] and loop.windows_skipped_final == 1 and loop.windows_drafted == 0
     assert loop.diagnostics["windows_skipped_final"] == 1
+
+
+def verifier_done_at_the_close(loop, first_key: int, ms: float = 2.0) -> None:
+    """Four windows before the drafter's: the verifier finished each ``ms`` after its close."""
+    for k in range(4):
+        loop.on_confirmed((0, first_key - 10 - k), 0, [], "", done=True, done_ms=ms)
+
+
+def test_while_the_verifier_is_ahead_a_window_it_finishes_soon_after_the_close_is_not_drafted(
+        drafter):
+    loop, drafts = make_loop(drafter, step_aside_ms=10_000.0)  # generous: no race with load
+    [window] = windows(1)
+    verifier_done_at_the_close(loop, window.id)
+    assert loop.verifier_ahead()
+    loop.enqueue([window])
+    step = threading.Thread(target=loop.step)
+    step.start()
+    time.sleep(0.2)
+    assert step.is_alive() and drafts == []  # waiting for the caption, nothing computed
+    loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=3.0)
+    step.join(timeout=60)
+    assert not step.is_alive()
+    assert drafts == [] and loop.windows_drafted == 0
+    assert loop.windows_stepped_aside == 1 == loop.diagnostics["windows_stepped_aside"]
+
+
+def test_a_window_the_verifier_has_not_finished_when_the_wait_ends_is_drafted(drafter):
+    loop, drafts = make_loop(drafter, step_aside_ms=50.0)
+    [window] = windows(1)
+    verifier_done_at_the_close(loop, window.id)
+    step = drafted_until_done(loop, window, drafts)
+    loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=400.0)
+    step.join(timeout=60)
+    assert drafts and drafts[-1][2] and loop.windows_drafted == 1
+    assert loop.windows_stepped_aside == 0
+
+
+def test_the_drafter_never_waits_for_a_verifier_that_is_slower_than_the_step_aside_time(
+        drafter):
+    loop, _ = make_loop(drafter, step_aside_ms=20.0)
+    [window] = windows(1)
+    assert not loop.verifier_ahead()  # nothing heard yet
+    verifier_done_at_the_close(loop, window.id, ms=2.0)
+    loop.on_confirmed((0, window.id - 20), 0, [], "", done=True, done_ms=180.0)  # one slow
+    assert not loop.verifier_ahead()
+    off, _ = make_loop(drafter, step_aside_ms=0.0)
+    verifier_done_at_the_close(off, window.id)
+    assert not off.verifier_ahead()
 
 
 def test_a_newer_window_stops_the_draft_in_progress_not_the_one_the_worker_just_began(drafter):

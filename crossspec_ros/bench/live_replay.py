@@ -228,6 +228,7 @@ class LiveReplay:
             return {}
         return {"windows_drafted": d.windows_drafted,
                 "windows_skipped_final": d.windows_skipped_final,
+                "windows_stepped_aside": d.windows_stepped_aside,
                 "drafts_withheld": d.drafts_withheld,
                 "windows_cut_short": d.windows_cut_short}
 
@@ -276,7 +277,7 @@ class LiveReplay:
                         ) -> None:
         if dloop is not None:  # the drafter re-syncs to the verifier's confirmed tokens
             self.inbox.put(lambda: dloop.on_confirmed(window.key, event.base, list(event.tokens),
-                                                      event.text, event.done))
+                                                      event.text, event.done, event.t_ms))
 
     def _finished(self, vloop: VerifierLoop, expected: set[WindowKey]) -> bool:
         """Every expected window's caption finished, and a FINAL one's result is in (it

@@ -152,7 +152,8 @@ class DraftNode(ManagedNode):
 
     def _on_confirmed(self, msg: Any) -> None:
         self.loop.on_confirmed((int(msg.epoch), int(msg.window_id)), int(msg.base_index),
-                               [int(t) for t in msg.new_token_ids], msg.text, msg.done)
+                               [int(t) for t in msg.new_token_ids], msg.text, msg.done,
+                               float(msg.stats.confirmed_done_ms))
 
     # ------------------------------------------------------------ publishing (the worker)
     def _publish_draft(self, window: Any, event: EngineEvent, stats: WindowStats,

@@ -6,7 +6,10 @@ callback its owner gives, the moment each token exists:
     add_events(packet) --> [held while the verifier in this process has its turn]
                        --> the synchronizer --closed windows--> [queue] --step()--> the drafter
     on_confirmed(...)  --> the window being drafted re-syncs to the confirmed prefix; a window
-                           the verifier finished is not drafted (its caption is FINAL)
+                           the verifier finished is not drafted (its caption is FINAL); while
+                           the verifier finishes its captions at their close (it is ahead),
+                           the drafter steps aside: a closed window waits ``step_aside_ms``
+                           for its caption before it is drafted
     tick()             --> windows closed by time; a finished draft nobody confirms is let go
 
 A newer window always wins: the drafter leaves the old one as soon as the next window closes,
@@ -36,6 +39,9 @@ from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 FINISHED_KEPT = 256  # windows the verifier finished, remembered to skip them (bounded)
+# the verifier is ahead when this many captions in a row were done within step_aside_ms of
+# their close (as the verifier measured it, so a busy drafter hearing them late is no matter)
+AHEAD_AFTER = 4
 
 # on_draft(window, event, stats, window_state, cut_short): publish one draft of ``window``
 DraftOut = Callable[[Any, EngineEvent, WindowStats, Any, bool], None]
@@ -69,7 +75,12 @@ class DraftLoop:
         # windows whose caption the verifier finished (its last confirmation said done): a
         # draft of one would only come after its FINAL caption, so none is drafted
         self.verifier_finished: OrderedDict[WindowKey, None] = OrderedDict()
+        self.finished_changed = threading.Condition()  # guards verifier_finished's waiters
+        # the verifier's latest captions: ms from their close to done (its own clock)
+        self.verifier_done_ms: deque[float] = deque(maxlen=AHEAD_AFTER)
         self.windows_skipped_final = 0  # closed here after the verifier had finished them
+        # the verifier was ahead, and finished the window while the drafter waited for it
+        self.windows_stepped_aside = 0
         self.drafts_withheld = 0  # drafted after the verifier finished the window: not sent
 
     def configure(self, drafter: Any, sync: Any, *, process: Any = None,
@@ -124,12 +135,17 @@ class DraftLoop:
             in_progress.stop()  # a newer window closed: move on to it
 
     def on_confirmed(self, key: WindowKey, base_index: int, tokens: list[int], text: str,
-                     done: bool) -> None:
-        """One round of the verifier's confirmed tokens of window ``key``."""
+                     done: bool, done_ms: float = math.nan) -> None:
+        """One round of the verifier's confirmed tokens of window ``key`` (``done_ms``, with
+        the last: how long after the window's close the verifier finished it)."""
         if done:
-            self.verifier_finished[key] = None
-            while len(self.verifier_finished) > FINISHED_KEPT:
-                self.verifier_finished.popitem(last=False)
+            with self.finished_changed:
+                self.verifier_finished[key] = None
+                while len(self.verifier_finished) > FINISHED_KEPT:
+                    self.verifier_finished.popitem(last=False)
+                if not math.isnan(done_ms):
+                    self.verifier_done_ms.append(done_ms)
+                self.finished_changed.notify_all()
         channel, confirmed = self.cursor.confirmed(key, base_index, tokens, done)
         if channel is None:
             return  # not the window being drafted
@@ -163,6 +179,9 @@ class DraftLoop:
         window, t_close = item
         if window.key in self.verifier_finished:
             self.windows_skipped_final += 1  # nothing to publish: its caption is FINAL
+            return
+        if self.verifier_ahead() and self._finished_within(window.key, t_close):
+            self.windows_stepped_aside += 1  # its caption came first: no compute spent
             return
         max_new = self.params["max_new_tokens"]
         stats = WindowStats(proposer_names=[DraftStream.name])
@@ -209,6 +228,25 @@ class DraftLoop:
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
 
+    def verifier_ahead(self) -> bool:
+        """The verifier's last ``AHEAD_AFTER`` captions were each done within step_aside_ms
+        of their close: a draft of the next window would most likely come after its caption
+        (on a CPU with live prefill and early start the verifier has it ready at the close;
+        on a GPU with 7B models it takes hundreds of ms, and the drafter never waits)."""
+        limit = self.params.get("step_aside_ms", 0.0)
+        done = list(self.verifier_done_ms)
+        return limit > 0 and len(done) == AHEAD_AFTER and max(done) <= limit
+
+    def _finished_within(self, key: WindowKey, t_close: float) -> bool:
+        """Wait until the verifier finishes ``key`` or step_aside_ms after its close here
+        (or the loop stops taking windows); True when it finished."""
+        deadline = t_close + self.params["step_aside_ms"] / 1e3
+        with self.finished_changed:
+            return self.finished_changed.wait_for(
+                lambda: key in self.verifier_finished or self.queue.closed,
+                timeout=max(0.0, deadline - time.monotonic())) and \
+                key in self.verifier_finished
+
     def _publish(self, window: Any, event: EngineEvent, stats: WindowStats,
                  window_state: Any = None, cut_short: bool = False) -> bool:
         """Hand the draft on (False: withheld, the verifier had finished the window)."""
@@ -236,6 +274,8 @@ class DraftLoop:
     def stop_taking(self) -> None:
         """Take no more windows, and stop the draft in progress."""
         self.queue.close()  # before reading the cursor: see step
+        with self.finished_changed:  # a window waiting for its caption waits no longer
+            self.finished_changed.notify_all()
         current = self.cursor.current()
         if current is not None:
             current.stop()
@@ -251,5 +291,6 @@ class DraftLoop:
                 "windows_cut_short": self.windows_cut_short,
                 "windows_confirmed_before_draft": self.windows_confirmed_before_draft,
                 "windows_skipped_final": self.windows_skipped_final,
+                "windows_stepped_aside": self.windows_stepped_aside,
                 "drafts_withheld": self.drafts_withheld,
                 "last_first_token_ms": round(self.last_first_token_ms, 1)}
