@@ -36,8 +36,7 @@ test: setup lint
 lint: setup
 	$(BIN)/ruff check .
 
-BENCH_ENGINE_ARGS = --live --distilled crossspec_ros/data/tiny_pair/distilled/drafter \
-	--head crossspec_ros/data/tiny_pair/distilled_head/head
+BENCH_ENGINE_ARGS = --live --head crossspec_ros/data/tiny_pair/distilled_head/head
 
 bench: setup
 	@mkdir -p build/bench

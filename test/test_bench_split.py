@@ -306,7 +306,7 @@ def test_a_run_that_replayed_nothing_fails_with_one_line_saying_why(monkeypatch,
     why = "no draft reached the robot; the player exited 1: crossspec play: error: " \
           "crossspec_verifier did not become active within 1 s"
 
-    def nothing_replayed(bag, mbit, image_mode, fault, args, work):
+    def nothing_replayed(bag, mbit, image_mode, fault, args, work, caught=None):
         row = split.summarize([], {})  # the monitor saw no draft, no caption
         row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault, replayed=False,
                    why_not_replayed=why, namespaces_left=[], link_mb_per_s=0.0,

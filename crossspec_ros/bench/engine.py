@@ -131,11 +131,14 @@ def bag_windows(path: str | Path, n: int) -> list[Any]:
 
 
 def bundled_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
-    """The trained tiny pair shipped with crossspec (crossspec train-tiny)."""
-    from crossspec_ros.train.tiny_pair import BUNDLED_DIR, load_pair
+    """The pair the nodes load by default (``models/pair.py``): the bundled tiny verifier and
+    the bundled drafter distilled on its captions."""
+    from crossspec_ros.models.pair import load_from_params
+    from crossspec_ros.params import MODEL_PARAMS
 
-    verifier, drafter = load_pair(BUNDLED_DIR, device=device)
-    return verifier, drafter, "bundled tiny pair (trained): EventGPT -> Video-LLaVA"
+    verifier, drafter = load_from_params({**validate({}, MODEL_PARAMS), "device": device})
+    return verifier, drafter, "bundled tiny pair (the nodes' default: distilled drafter): " \
+        "EventGPT -> Video-LLaVA"
 
 
 def tiny_random_pair(device: str) -> tuple[CaptionModel, CaptionModel, str]:
@@ -261,6 +264,26 @@ class CollectorPauses:
                 "total_pause_ms": round(sum(ms for _, ms in self.pauses), 1)}
 
 
+# the speculative modes, as engine configurations: name -> (which drafter, config changes,
+# with the draft head); "drafter": the run's, "distilled": --distilled's, "head": the head's
+DRAFT_ONLY = {"proposers": ("draft_stream", "draft_ngram"), "drafter_gate": False}
+SPECULATIVE_MODES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "draft_only": ("drafter", DRAFT_ONLY, False),
+    "crossspec": ("drafter", {}, False),
+    **{name: ("drafter", {"event_aware": choices}, False)
+       for name, choices in EVENT_MODES.items()},
+    "draft_only_distilled": ("distilled", DRAFT_ONLY, False),
+    "crossspec_distilled": ("distilled", {}, False),
+    "crossspec_head": ("head", {"proposers": HEAD_PROPOSERS}, True),
+}
+# without a drafter: crossspec on its history proposers, and the change level on acceptance
+# only (there is nothing to cascade)
+DRAFTERLESS_MODES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "crossspec": ("", {}, False),
+    "crossspec_event": ("", {"event_aware": ("acceptance",)}, False),
+}
+
+
 def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
                  oracle_acceptances: tuple[float, ...], lookup_k: int, prompt_lookup: bool,
                  distilled: CaptionModel | None = None,
@@ -273,107 +296,120 @@ def make_runners(runtimes: BenchRuntimes, config: EngineConfig,
     history_only, draft_only and the oracles do not. ``free_oracles`` adds oracles that run
     no drafter at all (their drafts are there at once): the acceptance alone, no pace.
     The speculative modes run on ``runtimes.verifier`` (see ``RUNTIME_REFERENCE``)."""
-    verifier, drafter = runtimes.verifier, runtimes.drafter
-    max_new = config.max_new_tokens
-    plain = SpeculativeEngine(runtimes.eager_verifier, None, config)
+    runners = plain_runners(runtimes, config, lookup_k, prompt_lookup)
+    runners["history_only"] = engine_runner(SpeculativeEngine(
+        runtimes.verifier, None, replace(config, proposers=("history_ngram",))))
+    drafters = {"drafter": runtimes.drafter, "distilled": distilled,
+                "head": head[1] if head is not None else None, "": None}
+    table = SPECULATIVE_MODES if runtimes.drafter is not None else DRAFTERLESS_MODES
+    engines: dict[str, SpeculativeEngine] = {}
+    for name, (which, changes, with_head) in table.items():
+        if which and drafters[which] is None:
+            continue  # its drafter is not part of this run
+        engines[name] = SpeculativeEngine(
+            runtimes.verifier, drafters[which], replace(config, **changes),
+            head=head[0] if with_head else None, corpus=corpus)
+        runners[name] = engine_runner(engines[name])
+    if runtimes.drafter is not None:
+        runners.update(process_runners(processes or {}, head, config, engines, corpus))
+    oracles = oracle_runners(runtimes, config, oracle_acceptances, free_oracles, runners)
+    return runners, oracles
 
-    def crossspec(drafter: CaptionModel | None, cfg: EngineConfig = config,
-                  head: Any = None) -> SpeculativeEngine:
-        return SpeculativeEngine(verifier, drafter, cfg, head=head, corpus=corpus)
 
-    def timed(fn: Callable[[], list[int]]) -> tuple[list[int], float, None]:
-        t0 = time.perf_counter()
-        tokens = fn()
-        return tokens, (time.perf_counter() - t0) * 1e3, None
-
-    def alone(window: Any) -> tuple[list[int], float, WindowStats]:
-        stats = WindowStats()
-        tokens = plain.verifier_only(window, max_new, stats)
-        return tokens, stats.confirmed_done_ms, stats
-
-    def engine_runner(engine: SpeculativeEngine) -> Runner:
-        def run(window: Any) -> tuple[list[int], float, WindowStats]:
-            result = engine.run_window(window)
-            return result.tokens, result.stats.confirmed_done_ms, result.stats
-        return run
-
-    def process_runner(engine: SpeculativeEngine, process: DrafterProcess) -> Runner:
-        def run(window: Any) -> tuple[list[int], float, WindowStats]:
-            t_close = time.monotonic()  # handing the events over is part of the latency
-            channel = process.start(window, config.draft_lookahead, max_new)
-            result = engine.run_window(window, t_close=t_close, draft=channel)
-            result.stats.draft_first_token_ms = process.first_token_ms
-            # after the latency is taken: the child's wind-down would load the next mode
-            process.wait_idle(timeout=10.0)
-            return result.tokens, result.stats.confirmed_done_ms, result.stats
-        return run
-
-    def variant(**changes: Any) -> EngineConfig:
-        return EngineConfig(**{**config.__dict__, **changes})
-
-    eager = runtimes.eager_verifier
+def plain_runners(runtimes: BenchRuntimes, config: EngineConfig, lookup_k: int,
+                  prompt_lookup: bool) -> dict[str, Runner]:
+    """The plain decoders a user would run instead: transformers' generate, the engine's
+    verifier alone on the eager runtime, compiled and on the exact static runtime, and
+    transformers' prompt lookup."""
+    eager, max_new = runtimes.eager_verifier, config.max_new_tokens
     runners: dict[str, Runner] = {
-        "hf_generate": lambda w: timed(
+        "hf_generate": lambda w: timed_tokens(
             lambda: eager.reference_generate(eager.prepare(w), max_new)),
-        "verifier_alone": alone,
+        "verifier_alone": engine_runner_alone(SpeculativeEngine(eager, None, config), max_new),
     }
     if runtimes.plain is not None:
         runners["verifier_alone_compiled"] = engine_runner_alone(
             SpeculativeEngine(runtimes.plain, None, config), max_new)
     if runtimes.static:  # the plain greedy decoding the speculative modes equal bit for bit
         runners["verifier_alone_exact"] = engine_runner_alone(
-            SpeculativeEngine(verifier, None, config), max_new)
+            SpeculativeEngine(runtimes.verifier, None, config), max_new)
     if prompt_lookup:
-        runners["prompt_lookup"] = lambda w: timed(
+        runners["prompt_lookup"] = lambda w: timed_tokens(
             lambda: prompt_lookup_generate(eager, eager.prepare(w), max_new, lookup_k))
-    runners["history_only"] = engine_runner(SpeculativeEngine(
-        verifier, None, variant(proposers=("history_ngram",))))
-    oracles: dict[str, OracleDrafter] = {}
-    if drafter is not None:
-        runners["draft_only"] = engine_runner(SpeculativeEngine(
-            verifier, drafter, variant(proposers=("draft_stream", "draft_ngram"),
-                                       drafter_gate=False)))
-        runners["crossspec"] = engine_runner(crossspec(drafter))
-        for name, choices in EVENT_MODES.items():
-            runners[name] = engine_runner(crossspec(drafter, variant(event_aware=choices)))
-        if distilled is not None:
-            runners["draft_only_distilled"] = engine_runner(SpeculativeEngine(
-                verifier, distilled, variant(proposers=("draft_stream", "draft_ngram"),
-                                             drafter_gate=False)))
-            runners["crossspec_distilled"] = engine_runner(crossspec(distilled))
-        if head is not None:
-            runners["crossspec_head"] = engine_runner(crossspec(
-                head[1], variant(proposers=HEAD_PROPOSERS), head=head[0]))
-        if head is not None and "_head" in (processes or {}):
-            process, head_engine = processes["_head"], crossspec(
-                head[1], variant(proposers=HEAD_PROPOSERS), head=head[0])
+    return runners
 
-            def head_process(window: Any) -> tuple[list[int], float, WindowStats]:
-                result = head_engine.run_window(window, look=lambda: process.look(window))
-                return result.tokens, result.stats.confirmed_done_ms, result.stats
 
-            runners["crossspec_head_process"] = head_process
-        for suffix, process in (processes or {}).items():
-            if suffix == "_head":
-                continue
-            local = distilled if suffix == "_distilled" else drafter
-            runners[f"crossspec{suffix}_process"] = process_runner(crossspec(local), process)
-    else:
-        runners["crossspec"] = engine_runner(crossspec(None))
-        runners["crossspec_event"] = engine_runner(crossspec(None, variant(
-            event_aware=("acceptance",))))  # without a drafter there is nothing to cascade
-    # an oracle runs the real drafter's compute too, so it competes like it; a free one runs
-    # none (and needs no drafter)
-    kinds = {**({"oracle": drafter} if drafter is not None else {}),
+def process_runners(processes: dict[str, DrafterProcess], head: tuple[Any, CaptionModel] | None,
+                    config: EngineConfig, engines: dict[str, SpeculativeEngine],
+                    corpus: Sequence[Sequence[int]]) -> dict[str, Runner]:
+    """crossspec with its drafter (or the distilled one, or the head's) in a child process:
+    ``processes`` by mode suffix ("", "_distilled", "_head")."""
+    runners: dict[str, Runner] = {}
+    if head is not None and "_head" in processes:
+        process, head_engine = processes["_head"], SpeculativeEngine(
+            engines["crossspec_head"].verifier, head[1], engines["crossspec_head"].config,
+            head=head[0], corpus=corpus)
+
+        def head_process(window: Any) -> tuple[list[int], float, WindowStats]:
+            result = head_engine.run_window(window, look=lambda: process.look(window))
+            return result.tokens, result.stats.confirmed_done_ms, result.stats
+
+        runners["crossspec_head_process"] = head_process
+    for suffix, process in processes.items():
+        if suffix == "_head":
+            continue
+        local = engines["crossspec_distilled" if suffix == "_distilled" else "crossspec"]
+        engine = SpeculativeEngine(local.verifier, local.drafter, config, corpus=corpus)
+        runners[f"crossspec{suffix}_process"] = drafter_process_runner(engine, process, config)
+    return runners
+
+
+def oracle_runners(runtimes: BenchRuntimes, config: EngineConfig,
+                   acceptances: tuple[float, ...], free_oracles: bool,
+                   runners: dict[str, Runner]) -> dict[str, OracleDrafter]:
+    """The oracle drafters at each acceptance, their runners added to ``runners``. An oracle
+    runs the real drafter's compute too, so it competes like it; a free one runs none (and
+    needs no drafter)."""
+    kinds = {**({"oracle": runtimes.drafter} if runtimes.drafter is not None else {}),
              **({"oracle_free": None} if free_oracles else {})}
-    for a in oracle_acceptances:
+    oracles: dict[str, OracleDrafter] = {}
+    for a in acceptances:
         for kind, backing in kinds.items():
             name = f"{kind}@a={a:g}"
-            oracles[name] = OracleDrafter(verifier, a, seed=7, backing=backing)
+            oracles[name] = OracleDrafter(runtimes.verifier, a, seed=7, backing=backing)
             runners[name] = engine_runner(SpeculativeEngine(
-                verifier, oracles[name],
-                variant(proposers=("draft_stream",), drafter_gate=False)))
-    return runners, oracles
+                runtimes.verifier, oracles[name],
+                replace(config, proposers=("draft_stream",), drafter_gate=False)))
+    return oracles
+
+
+def timed_tokens(fn: Callable[[], list[int]]) -> tuple[list[int], float, None]:
+    """A plain decoder's tokens and its wall time (ms); no engine stats."""
+    t0 = time.perf_counter()
+    tokens = fn()
+    return tokens, (time.perf_counter() - t0) * 1e3, None
+
+
+def engine_runner(engine: SpeculativeEngine) -> Runner:
+    """The engine's speculative decoding of a window after its close."""
+    def run(window: Any) -> tuple[list[int], float, WindowStats]:
+        result = engine.run_window(window)
+        return result.tokens, result.stats.confirmed_done_ms, result.stats
+    return run
+
+
+def drafter_process_runner(engine: SpeculativeEngine, process: DrafterProcess,
+                           config: EngineConfig) -> Runner:
+    """The engine with its draft from ``process`` (the drafter in a child process)."""
+    def run(window: Any) -> tuple[list[int], float, WindowStats]:
+        t_close = time.monotonic()  # handing the events over is part of the latency
+        channel = process.start(window, config.draft_lookahead, config.max_new_tokens)
+        result = engine.run_window(window, t_close=t_close, draft=channel)
+        result.stats.draft_first_token_ms = process.first_token_ms
+        # after the latency is taken: the child's wind-down would load the next mode
+        process.wait_idle(timeout=10.0)
+        return result.tokens, result.stats.confirmed_done_ms, result.stats
+    return run
 
 
 # which plain decoding a mode's caption must equal, token for token: the modes on the static
@@ -429,42 +465,16 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     runners, oracles = make_runners(runtimes, config, oracle_acceptances, lookup_k,
                                     prompt_lookup, distilled, processes, head, corpus,
                                     free_oracles)
-    wanted = modes
     if modes is not None:
         runners = {name: run for name, run in runners.items() if name in modes}
         oracles = {name: oracle for name, oracle in oracles.items() if name in runners}
     if settle:
         settle_heap()
-    modes = list(runners)
-    runs = {mode: ModeRun() for mode in modes}
-    references: list[tuple[list[int], list[int]]] = []  # per window: transformers', exact
-    shuffle = random.Random(0)
-    t_start = time.perf_counter()
     with CollectorPauses() as collector:
-        for index, window in enumerate(windows):
-            eager = runtimes.eager_verifier
-            reference = eager.reference_generate(eager.prepare(window), max_new_tokens)
-            exact = runtimes.verifier.generate_greedy(runtimes.verifier.prepare(window),
-                                                      max_new_tokens)
-            references.append((reference, exact))
-            for oracle in oracles.values():
-                oracle.set_reference(int(window.id), exact)
-            # Shuffled, not rotated: in a rotation a mode always follows the same one, and
-            # the mode after a drafter's found the caches cold on every window (2-3 ms).
-            results = {mode: runners[mode](window)
-                       for mode in shuffle.sample(modes, len(modes))}
-            elapsed = time.perf_counter() - t_start
-            if index < warmup:
-                log(f"window {index + 1}/{len(windows)}: warm-up, not counted ({elapsed:.0f} s)")
-                continue
-            for mode, (tokens, latency, stats) in results.items():
-                runs[mode].add(tokens, latency, stats,
-                               reference if mode in EAGER_MODES else exact, reference,
-                               window=index)
-            log(f"window {index + 1}/{len(windows)}: " + ", ".join(
-                f"{m} {results[m][1]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
+        runs, references = run_shuffled(runners, oracles, runtimes, windows,
+                                        max_new_tokens=max_new_tokens, warmup=warmup, log=log)
         live_report = None
-        graphs = live_graphs(runtimes, wanted) if live and getattr(
+        graphs = live_graphs(runtimes, modes) if live and getattr(
             runtimes.verifier, "tokens_per_frame", None) else {}
         if graphs:
             live_runs, live_report = run_live_graphs(
@@ -479,6 +489,42 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     report["runtime"] = runtimes.verifier.runtime.describe() if runtimes.static else \
         "transformers (eager, a DynamicCache per window)"
     return report
+
+
+def run_shuffled(runners: dict[str, Runner], oracles: dict[str, OracleDrafter],
+                 runtimes: BenchRuntimes, windows: list[Any], *, max_new_tokens: int,
+                 warmup: int, log: Any = print
+                 ) -> tuple[dict[str, ModeRun], list[tuple[list[int], list[int]]]]:
+    """Every mode on every window, in a fresh order per window, each caption checked against
+    its runtime's plain decoding; returns the runs and, per window, (transformers' caption,
+    the exact runtime's) for the live graphs to check theirs."""
+    modes = list(runners)
+    runs = {mode: ModeRun() for mode in modes}
+    references: list[tuple[list[int], list[int]]] = []  # per window: transformers', exact
+    shuffle = random.Random(0)
+    t_start = time.perf_counter()
+    for index, window in enumerate(windows):
+        eager = runtimes.eager_verifier
+        reference = eager.reference_generate(eager.prepare(window), max_new_tokens)
+        exact = runtimes.verifier.generate_greedy(runtimes.verifier.prepare(window),
+                                                  max_new_tokens)
+        references.append((reference, exact))
+        for oracle in oracles.values():
+            oracle.set_reference(int(window.id), exact)
+        # Shuffled, not rotated: in a rotation a mode always follows the same one, and
+        # the mode after a drafter's found the caches cold on every window (2-3 ms).
+        results = {mode: runners[mode](window) for mode in shuffle.sample(modes, len(modes))}
+        elapsed = time.perf_counter() - t_start
+        if index < warmup:
+            log(f"window {index + 1}/{len(windows)}: warm-up, not counted ({elapsed:.0f} s)")
+            continue
+        for mode, (tokens, latency, stats) in results.items():
+            runs[mode].add(tokens, latency, stats,
+                           reference if mode in EAGER_MODES else exact, reference,
+                           window=index)
+        log(f"window {index + 1}/{len(windows)}: " + ", ".join(
+            f"{m} {results[m][1]:.0f}" for m in modes) + f" ms ({elapsed:.0f} s)")
+    return runs, references
 
 
 def live_graphs(runtimes: BenchRuntimes, wanted: Sequence[str] | None
@@ -530,39 +576,11 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
     report: dict[str, Any] = {"rounds": rounds, "rate": 1.0, "graphs": {}}
     for name in names:
         graph, verifier, _ = graphs[name]
-        eager = verifier.runtime is None
-        run = runs[name] = ModeRun()
-        rows_all, unverified = [], 0
-        for index, key in enumerate(keys):
-            rows = [out.get(key, ReplayedWindow(key)) for out in outcomes[name]]
-            if index < warmup:
-                continue
-            unverified += sum(row.status != "FINAL" for row in rows)
-            if any(row.status != "FINAL" or row.tokens is None for row in rows):
-                continue
-            rows_all += rows
-            bench_frames = tuple(f.stamp_ns for f in windows[index].frames)
-            reference, exact = references[index]
-            expected = reference if eager else exact
-            if rows[0].frame_stamps != bench_frames:  # the loops made another window
-                expected = verifier.reference_generate(verifier.prepare(rows[0].window),
-                                                       max_new_tokens) if eager else \
-                    verifier.generate_greedy(verifier.prepare(rows[0].window), max_new_tokens)
-            tokens = next((row.tokens for row in rows if row.tokens != expected),
-                          rows[0].tokens)
-            run.add(tokens, summaries.median(row.confirmed_done_ms for row in rows),
-                    rows[0].stats, expected, reference, window=index)
-        report["graphs"][name] = {
-            "about": graph.about, "windows": len(run.latency_ms),
-            "not_final": unverified,
-            "confirmed_after_close_ms": {**summaries.spread(run.latency_ms),
-                                         "p95": summaries.percentile(run.latency_ms, 95)},
-            "draft_first_token_ms_median": summaries.median(
-                row.draft_first_token_ms for row in rows_all),
-            "draft_before_final": f"{sum(row.draft_first for row in rows_all)}/{len(rows_all)}",
-            "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}",
-            "drafter": drafting[name],  # over every round, warm-up included
-            "errors": errors[name][:5]}
+        runs[name], report["graphs"][name] = live_graph_report(
+            graph, verifier, outcomes[name], keys, windows, references, warmup=warmup,
+            max_new_tokens=max_new_tokens)
+        report["graphs"][name].update(drafter=drafting[name],  # every round, warm-up too
+                                      errors=errors[name][:5])
     if "live_alone" in runs:
         alone = runs["live_alone"]
         for name, run in runs.items():
@@ -570,6 +588,44 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
             report["graphs"][name]["vs_live_alone_ms"] = summaries.spread(
                 y - x for x, y in zip(a, b, strict=True))
     return runs, report
+
+
+def live_graph_report(graph: LiveGraph, verifier: CaptionModel, outcomes: list[dict],
+                      keys: list[Any], windows: list[Any],
+                      references: list[tuple[list[int], list[int]]], *, warmup: int,
+                      max_new_tokens: int) -> tuple[ModeRun, dict[str, Any]]:
+    """One live graph's rounds (``outcomes``, window key -> ReplayedWindow each) as a run and
+    its report: a window counts where it was FINAL in every round, at its median latency, and
+    its caption must equal the plain decoding of the window the loops made."""
+    eager = verifier.runtime is None
+    run = ModeRun()
+    rows_all, unverified = [], 0
+    for index, key in enumerate(keys):
+        rows = [out.get(key, ReplayedWindow(key)) for out in outcomes]
+        if index < warmup:
+            continue
+        unverified += sum(row.status != "FINAL" for row in rows)
+        if any(row.status != "FINAL" or row.tokens is None for row in rows):
+            continue
+        rows_all += rows
+        bench_frames = tuple(f.stamp_ns for f in windows[index].frames)
+        reference, exact = references[index]
+        expected = reference if eager else exact
+        if rows[0].frame_stamps != bench_frames:  # the loops made another window
+            expected = verifier.reference_generate(verifier.prepare(rows[0].window),
+                                                   max_new_tokens) if eager else \
+                verifier.generate_greedy(verifier.prepare(rows[0].window), max_new_tokens)
+        tokens = next((row.tokens for row in rows if row.tokens != expected), rows[0].tokens)
+        run.add(tokens, summaries.median(row.confirmed_done_ms for row in rows),
+                rows[0].stats, expected, reference, window=index)
+    return run, {
+        "about": graph.about, "windows": len(run.latency_ms), "not_final": unverified,
+        "confirmed_after_close_ms": {**summaries.spread(run.latency_ms),
+                                     "p95": summaries.percentile(run.latency_ms, 95)},
+        "draft_first_token_ms_median": summaries.median(
+            row.draft_first_token_ms for row in rows_all),
+        "draft_before_final": f"{sum(row.draft_first for row in rows_all)}/{len(rows_all)}",
+        "lossless_windows": f"{sum(run.lossless)}/{len(run.lossless)}"}
 
 
 def paired(baseline: list[float], mode: list[float]) -> dict[str, float | None]:

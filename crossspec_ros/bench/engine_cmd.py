@@ -40,7 +40,9 @@ process has the thread settings of the live graph, ``process_tuning``):
                    graph's draft node runs it (CPU, bundled pair; full-size with
                    --drafter-process)
   draft_only_distilled, crossspec_distilled, crossspec_distilled_process
-                   with --distilled DIR: the same with a distilled drafter
+                   with --distilled DIR: the same with that drafter (the bundled pair's
+                   drafter is the distilled one the nodes load; --distilled
+                   crossspec_ros/data/tiny_pair/drafter compares the undistilled one)
   oracle@a=A       the real drafter's compute, its tokens replaced by the verifier's own,
                    each right with probability A (draft stream only, always on): speedup
                    per acceptance, at the pace the real drafter drafts
@@ -68,6 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "engine", help="every decoding mode on the same windows, paired ratios",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # the groups below add their options in the order --help lists them
+    _add_decoding_options(parser)
+    _add_model_options(parser)
+    _add_mode_options(parser)
+    _add_output_options(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
+    """The windows, the decode's lengths and the extra drafters (oracles, a process)."""
     parser.add_argument("--windows", type=int, default=24,
                         help="windows, warm-up included (default 24: the sample bag)")
     parser.add_argument("--warmup", type=int, default=2,
@@ -84,10 +96,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--free-oracles", action="store_true",
                         help="also run the oracles without the drafter's compute "
                         "(oracle_free@a=A)")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The device, the pair, its float type and quantization, and the runtime it steps on."""
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
                         default="bundled",
-                        help="bundled: the trained tiny pair (default); tiny-random: an "
+                        help="bundled: the trained tiny pair the nodes load by default (its "
+                        "drafter distilled on the verifier's captions; default); tiny-random: an "
                         "untrained tiny pair; full-size: the 7B architectures with random "
                         "weights (GPU)")
     parser.add_argument("--dtype", type=bench_float_type, choices=("bfloat16", "float32"),
@@ -113,14 +130,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--step-rows", type=int, default=32,
                         help="static runtime: rows of every verifier pass (node parameter "
                         "step_rows; default 32)")
+
+
+def _add_mode_options(parser: argparse.ArgumentParser) -> None:
+    """The windows' bag and the modes beyond the default ones (live graphs, head, corpus)."""
     parser.add_argument("--bag", type=Path, default=sample_bag(),
                         help="bag whose windows are decoded (default: the sample bag; "
                         "'pattern' for moving test patterns)")
     parser.add_argument("--no-prompt-lookup", action="store_true",
                         help="skip the transformers prompt-lookup baseline")
     parser.add_argument("--distilled", type=Path, metavar="DIR",
-                        help="also run a distilled drafter (crossspec distill's OUT/drafter): "
-                        "modes draft_only_distilled and crossspec_distilled")
+                        help="also run this drafter (crossspec distill's OUT/drafter; the "
+                        "bundled pair's is the distilled one already): modes "
+                        "draft_only_distilled and crossspec_distilled")
     parser.add_argument("--live", action="store_true",
                         help="also run the live graphs (Video-LLaVA verifiers): "
                         "after_close_alone, live_alone and crossspec_live replay the windows' "
@@ -136,99 +158,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the crossspec modes' caption corpus (proposer corpus_ngram; "
                         "crossspec corpus writes one); default: the verifier directory's "
                         "captions.txt if it has one (the bundled one does); none: no corpus")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write engine.json, engine.md and engine.png into DIR")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write the plots as PNG")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from crossspec_ros.bench import engine as bench
-    from crossspec_ros.speculative.drafter_process import DrafterProcess
 
-    if args.windows < args.warmup + 1 or args.warmup < 0 or args.max_new_tokens < 1:
-        print("crossspec bench engine: need --windows > --warmup >= 0 and --max-new-tokens "
-              ">= 1", file=sys.stderr)
-        return 2
-    if args.step_rows < 1:
-        print("crossspec bench engine: --step-rows must be >= 1", file=sys.stderr)
-        return 2
-    if args.drafter_process and args.models != "full-size":
-        print("crossspec bench engine: --drafter-process is for --models full-size (the "
-              "bundled pair on a CPU runs its drafter process anyway)", file=sys.stderr)
+    if not _arguments_valid(args):
         return 2
     emulated = None
     if args.emulate:
-        from crossspec_ros.models.emulated import CostProfile, EmulatedDevice, ProfileError
-
-        try:
-            emulated = EmulatedDevice(CostProfile.load(args.emulate))
-        except ProfileError as err:
-            print(f"crossspec bench engine: --emulate: {err}", file=sys.stderr)
+        emulated = _emulated_device(args.emulate)
+        if emulated is None:
             return 2
     import datetime
     import platform
 
     from crossspec_ros.models.loading import resolve_device
     from crossspec_ros.process_tuning import tune_process_for_models
-    from crossspec_ros.summaries import shown
 
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
-    torch.manual_seed(0)
-    if args.models == "full-size":
-        verifier, drafter, label = bench.full_size_pair(device, getattr(torch, args.dtype))
-    else:
-        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
-        verifier, drafter, label = build[args.models](device)
-    if args.quantization == "4bit":
-        verifier, drafter, label = bench.quantized_4bit(verifier, drafter, label)
-    print(f"models: {label} on {device}", file=sys.stderr)
-    if emulated is not None:
-        from crossspec_ros.models.emulated import emulate
-
-        emulate(verifier, "verifier", emulated)
-        emulate(drafter, "drafter", emulated)
-        print(emulated.describe(), file=sys.stderr)
-    if str(args.bag) == "pattern":
-        windows = bench.pattern_windows(args.windows)
-    else:
-        windows = bench.bag_windows(args.bag, args.windows)
+    verifier, drafter, label = _load_pair(args, device, emulated)
+    windows = _windows(args)
     if len(windows) <= args.warmup:
         print(f"crossspec bench engine: {args.bag} has {len(windows)} windows with RGB; "
               f"need more than --warmup {args.warmup}", file=sys.stderr)
         return 2
-    distilled = None
-    if args.distilled is not None:
-        from crossspec_ros.models.pair import load_drafter
-
-        distilled = load_drafter(str(args.distilled), device=device)
-        if emulated is not None:
-            emulate(distilled, "drafter", emulated)
-    head = None
-    if args.head is not None:
-        from crossspec_ros.models.pair import head_drafter_source, load_head
-
-        head = load_head(args.head, device=device)
-    processes: dict[str, DrafterProcess] = {}
-    # a drafter process steps its drafter on the drafter's runtime of the run
-    child = {"runtime": _runtime_options(args, "drafter"), "max_new_tokens": args.max_new_tokens}
-    if args.drafter_process and args.models == "full-size":
-        from crossspec_ros.models.pair import FULL_SIZE_RANDOM
-
-        processes[""] = DrafterProcess(FULL_SIZE_RANDOM, device=device, dtype=args.dtype,
-                                       quantization=args.quantization, **child)
-    if args.models == "bundled" and device == "cpu" and emulated is None:
-        from crossspec_ros.models.pair import BUNDLED_PAIR
-
-        processes[""] = DrafterProcess(str(BUNDLED_PAIR / "drafter"), **child)
-        if args.distilled is not None:
-            processes["_distilled"] = DrafterProcess(str(args.distilled), **child)
-        if args.head is not None:  # the drafter whose window state the head reads
-            processes["_head"] = DrafterProcess(head_drafter_source(args.head), **child)
+    distilled, head = _load_extra_drafters(args, device, emulated)
+    processes = _drafter_processes(args, device, emulated)
     corpus = _corpus(args.caption_corpus, verifier)
     try:
         report = bench.run_engine_bench(
@@ -254,6 +220,122 @@ def run(args: argparse.Namespace) -> int:
                    + (f", {torch.cuda.get_device_name()}" if device.startswith("cuda")
                       else "")})
     table = bench.markdown_table(report)
+    _print_summary(report, table, emulated)
+    _write_outputs(args, report, table, label, device)
+    return 0 if report["lossless"] else 1
+
+
+def _arguments_valid(args: argparse.Namespace) -> bool:
+    """Whether the options go together; says on stderr why not (the command exits 2)."""
+    if args.windows < args.warmup + 1 or args.warmup < 0 or args.max_new_tokens < 1:
+        print("crossspec bench engine: need --windows > --warmup >= 0 and --max-new-tokens "
+              ">= 1", file=sys.stderr)
+        return False
+    if args.step_rows < 1:
+        print("crossspec bench engine: --step-rows must be >= 1", file=sys.stderr)
+        return False
+    if args.drafter_process and args.models != "full-size":
+        print("crossspec bench engine: --drafter-process is for --models full-size (the "
+              "bundled pair on a CPU runs its drafter process anyway)", file=sys.stderr)
+        return False
+    return True
+
+
+def _emulated_device(profile: str) -> Any:
+    """The emulated device of --emulate PROFILE (None, said on stderr, when it won't load)."""
+    from crossspec_ros.models.emulated import CostProfile, EmulatedDevice, ProfileError
+
+    try:
+        return EmulatedDevice(CostProfile.load(profile))
+    except ProfileError as err:
+        print(f"crossspec bench engine: --emulate: {err}", file=sys.stderr)
+        return None
+
+
+def _load_pair(args: argparse.Namespace, device: str, emulated: Any) -> tuple[Any, Any, str]:
+    """(verifier, drafter, label) of --models, quantized and emulated as the options say."""
+    import torch
+
+    from crossspec_ros.bench import engine as bench
+
+    torch.manual_seed(0)
+    if args.models == "full-size":
+        verifier, drafter, label = bench.full_size_pair(device, getattr(torch, args.dtype))
+    else:
+        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
+        verifier, drafter, label = build[args.models](device)
+    if args.quantization == "4bit":
+        verifier, drafter, label = bench.quantized_4bit(verifier, drafter, label)
+    print(f"models: {label} on {device}", file=sys.stderr)
+    if emulated is not None:
+        from crossspec_ros.models.emulated import emulate
+
+        emulate(verifier, "verifier", emulated)
+        emulate(drafter, "drafter", emulated)
+        print(emulated.describe(), file=sys.stderr)
+    return verifier, drafter, label
+
+
+def _windows(args: argparse.Namespace) -> list[Any]:
+    """The windows decoded: --bag's, or moving test patterns for --bag pattern."""
+    from crossspec_ros.bench import engine as bench
+
+    if str(args.bag) == "pattern":
+        return bench.pattern_windows(args.windows)
+    return bench.bag_windows(args.bag, args.windows)
+
+
+def _load_extra_drafters(args: argparse.Namespace, device: str, emulated: Any
+                         ) -> tuple[Any, Any]:
+    """(the --distilled drafter, the --head draft head), each None when not asked for."""
+    distilled = None
+    if args.distilled is not None:
+        from crossspec_ros.models.pair import load_drafter
+
+        distilled = load_drafter(str(args.distilled), device=device)
+        if emulated is not None:
+            from crossspec_ros.models.emulated import emulate
+
+            emulate(distilled, "drafter", emulated)
+    head = None
+    if args.head is not None:
+        from crossspec_ros.models.pair import load_head
+
+        head = load_head(args.head, device=device)
+    return distilled, head
+
+
+def _drafter_processes(args: argparse.Namespace, device: str, emulated: Any
+                       ) -> dict[str, Any]:
+    """The drafter processes of the *_process modes, by mode suffix ("" for the default
+    drafter's); the caller closes them."""
+    from crossspec_ros.speculative.drafter_process import DrafterProcess
+
+    processes: dict[str, DrafterProcess] = {}
+    # a drafter process steps its drafter on the drafter's runtime of the run
+    child = {"runtime": _runtime_options(args, "drafter"), "max_new_tokens": args.max_new_tokens}
+    if args.drafter_process and args.models == "full-size":
+        from crossspec_ros.models.pair import FULL_SIZE_RANDOM
+
+        processes[""] = DrafterProcess(FULL_SIZE_RANDOM, device=device, dtype=args.dtype,
+                                       quantization=args.quantization, **child)
+    if args.models == "bundled" and device == "cpu" and emulated is None:
+        from crossspec_ros.models.pair import drafter_source, head_drafter_source
+        from crossspec_ros.params import MODEL_PARAMS, validate
+
+        # the drafter the draft node loads by default, as bench.bundled_pair's
+        processes[""] = DrafterProcess(drafter_source(validate({}, MODEL_PARAMS)), **child)
+        if args.distilled is not None:
+            processes["_distilled"] = DrafterProcess(str(args.distilled), **child)
+        if args.head is not None:  # the drafter whose window state the head reads
+            processes["_head"] = DrafterProcess(head_drafter_source(args.head), **child)
+    return processes
+
+
+def _print_summary(report: dict[str, Any], table: str, emulated: Any) -> None:
+    """The table and the headline lines on stdout: lossless, the paired speedup, live graphs."""
+    from crossspec_ros.summaries import shown
+
     print(table)
     if emulated is not None:
         print(f"EMULATED ({emulated.profile.label}): {emulated.verdict()}")
@@ -265,6 +347,13 @@ def run(args: argparse.Namespace) -> int:
               f" ms against live_alone, paired), draft first token "
               f"{shown(graph['draft_first_token_ms_median'])} ms, draft complete before the "
               f"FINAL caption in {graph['draft_before_final']} windows")
+
+
+def _write_outputs(args: argparse.Namespace, report: dict[str, Any], table: str, label: str,
+                   device: str) -> None:
+    """engine.json/.md/.png under --out, or the --json and --plot files, each said on stdout."""
+    from crossspec_ros.bench import engine as bench
+
     outputs = {"json": args.json, "plot": args.plot, "md": None}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -281,7 +370,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             bench.plot(report, path, f"{label}, {device}, {report['windows']} windows")
         print(f"wrote {path}")
-    return 0 if report["lossless"] else 1
 
 
 def _runtime_options(args: argparse.Namespace, role: str = "verifier") -> Any:

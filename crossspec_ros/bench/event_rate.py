@@ -111,10 +111,7 @@ def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: 
     """One rate: a camera process publishes the packets in real time to a fresh draft node
     in this process; (the rate's row, the drafter, loaded once and handed to the next
     rate)."""
-    import multiprocessing
-
     import rclpy
-    from crossspec import msg as cs_msg
 
     from crossspec_ros.nodes.graph import create_nodes, make_executor, spin_in_thread
 
@@ -130,23 +127,11 @@ def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: 
         nodes = create_nodes(("draft",), extra={"draft": extra}, models=(None, drafter))
         draft = nodes[0]
         drafter = draft.drafter
-        listener = rclpy.create_node("crossspec_bench_event_rate")
-
-        def on_draft(msg: Any) -> None:
-            if msg.window_id not in first_token and msg.token_ids:
-                first_token[msg.window_id] = float(msg.first_token_latency_ms)
-
-        listener.create_subscription(cs_msg.DraftTokens, draft.params["draft_topic"],
-                                     on_draft, 100)
-        nodes.append(listener)
+        nodes.append(_first_token_listener(draft.params["draft_topic"], first_token))
         for node in nodes:
             executor.add_node(node)
         stop_spinning = spin_in_thread(executor)
-        spawn = multiprocessing.get_context("spawn")
-        results = spawn.Queue()
-        camera = spawn.Process(target=publish_packets, daemon=True, args=(
-            rate_ev_s, seconds, "/" + draft.params["event_topic"].lstrip("/"),
-            draft.params["event_qos_depth"], results))
+        camera, results = _camera_process(rate_ev_s, seconds, draft.params)
         camera.start()
         if results.get(timeout=seconds * 20 + 120) != "start":  # its packets are built
             raise RuntimeError("the camera process did not start publishing")
@@ -157,35 +142,8 @@ def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: 
         camera.join(timeout=30)
         # the last window closes max_lateness_s after its end; wait for its draft too
         time.sleep(draft.params["max_lateness_s"] + draft.params["window_length_s"] + 1.5)
-        sync, decoder = draft.sync.stats, draft.decoder.stats
-        latencies = list(first_token.values())
-        row = {
-            "rate_mev_s": rate_ev_s / 1e6, "events": events, "packets": packets,
-            # what reached the node (sensor-data QoS is best effort: a slow reader loses
-            # packets, which the node cannot count)
-            "events_received": decoder.events, "packets_received": decoder.packets,
-            "sent_rate_mev_s": round(events / sent_s / 1e6, 2),
-            "packets_late": len(late_ms),
-            "packets_late_ms_p95": summaries.rounded(summaries.percentile(late_ms, 95), 1)
-            if late_ms else 0.0,
-            "draft_node_cpu_cores": round(cpu_s / wall_s, 2),
-            "windows_with_a_draft": len(latencies),
-            "dropped_windows": draft.queue.dropped + sync.dropped_windows,
-            "late_events": sync.late_events, "bad_packets": decoder.bad_packets,
-            "missing_packets": decoder.missing_packets,
-            "first_token_ms_p50": summaries.rounded(statistics.median(latencies), 1)
-            if latencies else None,
-            "first_token_ms_p95": summaries.rounded(summaries.percentile(latencies, 95), 1)
-            if latencies else None}
-        row["keeps_up"] = bool(
-            latencies and row["dropped_windows"] == 0 and decoder.packets == packets
-            and row["sent_rate_mev_s"] >= 0.95 * row["rate_mev_s"]
-            and row["first_token_ms_p95"] <= TARGET_FIRST_TOKEN_MS)
-        log(f"  {row['rate_mev_s']:5.1f} M ev/s: sent {row['sent_rate_mev_s']} M ev/s, "
-            f"received {decoder.packets}/{packets} packets, "
-            f"{row['windows_with_a_draft']} windows drafted, {row['dropped_windows']} dropped, "
-            f"first token p50 {row['first_token_ms_p50']} / p95 {row['first_token_ms_p95']} "
-            f"ms, draft node {row['draft_node_cpu_cores']} cores")
+        row = _rate_row(rate_ev_s, events, packets, sent_s, late_ms, cpu_s / wall_s, draft,
+                        list(first_token.values()), log)
         return row, drafter
     finally:
         if camera is not None and camera.is_alive():
@@ -197,6 +155,72 @@ def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: 
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
+
+
+def _first_token_listener(draft_topic: str, first_token: dict[int, float]) -> Any:
+    """A node noting each window's first draft token latency (its first DraftTokens with
+    tokens) into ``first_token``, by window."""
+    import rclpy
+    from crossspec import msg as cs_msg
+
+    listener = rclpy.create_node("crossspec_bench_event_rate")
+
+    def on_draft(msg: Any) -> None:
+        if msg.window_id not in first_token and msg.token_ids:
+            first_token[msg.window_id] = float(msg.first_token_latency_ms)
+
+    listener.create_subscription(cs_msg.DraftTokens, draft_topic, on_draft, 100)
+    return listener
+
+
+def _camera_process(rate_ev_s: float, seconds: float, params: dict[str, Any]
+                    ) -> tuple[Any, Any]:
+    """(the camera process, not started yet, publishing to the draft node's event topic;
+    the queue it reports on)."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    results = spawn.Queue()
+    camera = spawn.Process(target=publish_packets, daemon=True, args=(
+        rate_ev_s, seconds, "/" + params["event_topic"].lstrip("/"),
+        params["event_qos_depth"], results))
+    return camera, results
+
+
+def _rate_row(rate_ev_s: float, events: int, packets: int, sent_s: float,
+              late_ms: list[float], cpu_cores: float, draft: Any, latencies: list[float],
+              log: Any) -> dict[str, Any]:
+    """One rate's row from what the camera sent and the draft node counted (its stats read
+    now), ``keeps_up`` included, logged in one line."""
+    sync, decoder = draft.sync.stats, draft.decoder.stats
+    row = {
+        "rate_mev_s": rate_ev_s / 1e6, "events": events, "packets": packets,
+        # what reached the node (sensor-data QoS is best effort: a slow reader loses
+        # packets, which the node cannot count)
+        "events_received": decoder.events, "packets_received": decoder.packets,
+        "sent_rate_mev_s": round(events / sent_s / 1e6, 2),
+        "packets_late": len(late_ms),
+        "packets_late_ms_p95": summaries.rounded(summaries.percentile(late_ms, 95), 1)
+        if late_ms else 0.0,
+        "draft_node_cpu_cores": round(cpu_cores, 2),
+        "windows_with_a_draft": len(latencies),
+        "dropped_windows": draft.queue.dropped + sync.dropped_windows,
+        "late_events": sync.late_events, "bad_packets": decoder.bad_packets,
+        "missing_packets": decoder.missing_packets,
+        "first_token_ms_p50": summaries.rounded(statistics.median(latencies), 1)
+        if latencies else None,
+        "first_token_ms_p95": summaries.rounded(summaries.percentile(latencies, 95), 1)
+        if latencies else None}
+    row["keeps_up"] = bool(
+        latencies and row["dropped_windows"] == 0 and decoder.packets == packets
+        and row["sent_rate_mev_s"] >= 0.95 * row["rate_mev_s"]
+        and row["first_token_ms_p95"] <= TARGET_FIRST_TOKEN_MS)
+    log(f"  {row['rate_mev_s']:5.1f} M ev/s: sent {row['sent_rate_mev_s']} M ev/s, "
+        f"received {decoder.packets}/{packets} packets, "
+        f"{row['windows_with_a_draft']} windows drafted, {row['dropped_windows']} dropped, "
+        f"first token p50 {row['first_token_ms_p50']} / p95 {row['first_token_ms_p95']} "
+        f"ms, draft node {row['draft_node_cpu_cores']} cores")
+    return row
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -118,10 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from crossspec_ros.bench import engine as bench
-    from crossspec_ros.models.full_size import full_size_verifier
     from crossspec_ros.models.loading import resolve_device
     from crossspec_ros.models.static_runtime import compile_allowed
     from crossspec_ros.process_tuning import tune_process_for_models
@@ -144,21 +141,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     device = str(resolve_device(args.device))
     tune_process_for_models(device)
-    dtype = getattr(torch, args.dtype)
-    if args.models == "full-size":
-        if not device.startswith("cuda"):
-            print("crossspec bench exactness: --models full-size needs --device cuda",
-                  file=sys.stderr)
-            return 2
-        verifier = full_size_verifier(device, dtype)
-    else:
-        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
-        verifier = build[args.models](device)[0]
-        verifier.model.to(dtype)
-    if args.quantization == "4bit":
-        from crossspec_ros.models.quantize import quantize_caption_model_4bit
-
-        quantize_caption_model_4bit(verifier)
+    verifier = _load_verifier(args, device)
+    if verifier is None:
+        return 2
     compile_steps = not args.no_compile and compile_allowed()
     runtimes = exactness_runtimes(verifier, args.step_rows, compile_steps, args.max_new_tokens)
     report: dict[str, Any] = {"models": args.models, "dtype": args.dtype, "device": device,
@@ -183,3 +168,29 @@ def run(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
     return 0 if report["exact"] else 1
+
+
+def _load_verifier(args: argparse.Namespace, device: str) -> Any:
+    """The verifier of --models in --dtype, quantized as asked; None (said on stderr) when
+    full-size has no CUDA device."""
+    import torch
+
+    from crossspec_ros.bench import engine as bench
+    from crossspec_ros.models.full_size import full_size_verifier
+
+    dtype = getattr(torch, args.dtype)
+    if args.models == "full-size":
+        if not device.startswith("cuda"):
+            print("crossspec bench exactness: --models full-size needs --device cuda",
+                  file=sys.stderr)
+            return None
+        verifier = full_size_verifier(device, dtype)
+    else:
+        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
+        verifier = build[args.models](device)[0]
+        verifier.model.to(dtype)
+    if args.quantization == "4bit":
+        from crossspec_ros.models.quantize import quantize_caption_model_4bit
+
+        quantize_caption_model_4bit(verifier)
+    return verifier

@@ -530,32 +530,7 @@ def _sharing(kit: Kit, result: dict[str, Any]) -> None:
 
     window = kit.windows[0]
     alone = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
-    stop = threading.Event()
-    steps = [0]
-
-    def keep_drafting() -> None:
-        from crossspec_ros.models.streams import inference
-
-        session = kit.drafter.prefill(kit.drafter.prepare(window))
-        token = int(session.last_logits.argmax())
-        while not stop.is_set():
-            with inference(kit.drafter.device, kit.drafter.stream):
-                session.feed([token])
-                session.rollback(0)
-            _sync(kit.drafter)
-            steps[0] += 1
-        _close(session)
-
-    thread = threading.Thread(target=keep_drafting, name="kit-drafter", daemon=True)
-    thread.start()
-    beside_thread = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
-    stop.set()
-    thread.join(timeout=60)
-    result.update({
-        "verifier_pass_ms_alone": alone,
-        "verifier_pass_ms_beside_drafter_stream": beside_thread,
-        "slowdown_beside_drafter_stream": round(beside_thread / alone, 3) if alone else None,
-        "drafter_steps_meanwhile": steps[0]})
+    _sharing_beside_stream(kit, window, alone, result)
     # in a process of its own: as the graph's draft node runs it (on a CPU the bundled
     # drafter stands in for the tiny random one, which has no directory to load from)
     source = FULL_SIZE_RANDOM if kit.full_size else ""
@@ -596,6 +571,38 @@ def _sharing(kit: Kit, result: dict[str, Any]) -> None:
         "slowdown_beside_drafter_process": round(beside_process / alone, 3) if alone else None,
         "drafter_process_windows_meanwhile": windows_drafted[0],
         "drafter_process_model": source or "the bundled drafter (stands in on a CPU)"})
+
+
+def _sharing_beside_stream(kit: Kit, window: Any, alone: float, result: dict[str, Any]
+                           ) -> None:
+    """The verifier's pass while the drafter steps without a pause on its own CUDA stream in
+    this process (a thread), beside ``alone``, the pass on its own."""
+    stop = threading.Event()
+    steps = [0]
+
+    def keep_drafting() -> None:
+        from crossspec_ros.models.streams import inference
+
+        session = kit.drafter.prefill(kit.drafter.prepare(window))
+        token = int(session.last_logits.argmax())
+        while not stop.is_set():
+            with inference(kit.drafter.device, kit.drafter.stream):
+                session.feed([token])
+                session.rollback(0)
+            _sync(kit.drafter)
+            steps[0] += 1
+        _close(session)
+
+    thread = threading.Thread(target=keep_drafting, name="kit-drafter", daemon=True)
+    thread.start()
+    beside_thread = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+    stop.set()
+    thread.join(timeout=60)
+    result.update({
+        "verifier_pass_ms_alone": alone,
+        "verifier_pass_ms_beside_drafter_stream": beside_thread,
+        "slowdown_beside_drafter_stream": round(beside_thread / alone, 3) if alone else None,
+        "drafter_steps_meanwhile": steps[0]})
 
 
 def stage_prefill_compiled(kit: Kit) -> dict[str, Any]:

@@ -89,8 +89,6 @@ def gpu_bytes() -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from crossspec_ros.bench import engine as bench
     from crossspec_ros.models.loading import resolve_device
     from crossspec_ros.models.static_runtime import compile_allowed
@@ -107,31 +105,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossspec bench passes: {args.bag} has no window with RGB frames",
               file=sys.stderr)
         return 2
-    def quantized(model: Any) -> Any:
-        if args.quantization == "4bit":
-            from crossspec_ros.models.quantize import quantize_caption_model_4bit
-
-            quantize_caption_model_4bit(model)
-        return model
-
     before = gpu_bytes()
-    if args.models == "full-size":
-        from crossspec_ros.models.full_size import full_size_eventgpt_drafter, full_size_verifier
-
-        if not device.startswith("cuda"):
-            print("crossspec bench passes: --models full-size needs --device cuda",
-                  file=sys.stderr)
-            return 2
-        dtype = getattr(torch, args.dtype)
-        verifier = quantized(full_size_verifier(device, dtype))
-        after_verifier = gpu_bytes()
-        drafter = quantized(full_size_eventgpt_drafter(device, dtype))
-        label = f"full-size random-weight pair ({args.dtype})"
-    else:
-        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
-        verifier, drafter, label = build[args.models](device)
-        verifier, drafter = quantized(verifier), quantized(drafter)
-        after_verifier = None
+    loaded = _load_pair(args, device)
+    if loaded is None:
+        return 2
+    # the drafter is only held: the pair's memory is measured with it loaded
+    verifier, _drafter, label, after_verifier = loaded
     if args.quantization == "4bit":
         label += ", 4-bit NF4"
     after_pair = gpu_bytes()
@@ -148,13 +127,56 @@ def run(args: argparse.Namespace) -> int:
     if "memory_gib" in report:  # the static caches and compiled graphs come on top
         report["memory_gib"]["pair_with_runtimes"] = round((gpu_bytes() - before) / 2**30, 2)
     for name, model in runtimes.items():
-        costs = {k: pass_cost_ms(model, windows[0], k, args.repeats) for k in PASS_TOKENS}
-        report["runtimes"][name] = {
-            "ms_per_pass": {str(k): round(v, 3) for k, v in costs.items()},
-            "x_one_token": {str(k): round(v / costs[1], 3) for k, v in costs.items()}}
-        print(f"{name:28s} " + "  ".join(f"{k} tokens {v:.2f} ms ({v / costs[1]:.2f}x)"
-                                         for k, v in costs.items()), flush=True)
+        report["runtimes"][name] = _runtime_pass_costs(name, model, windows[0], args.repeats)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def _load_pair(args: argparse.Namespace, device: str) -> tuple[Any, Any, str, int | None] | None:
+    """(verifier, drafter, label, GPU bytes allocated after the verifier: full-size only) of
+    --models, quantized as asked; None (said on stderr) when full-size has no CUDA device."""
+    import torch
+
+    from crossspec_ros.bench import engine as bench
+
+    if args.models == "full-size":
+        from crossspec_ros.models.full_size import full_size_eventgpt_drafter, full_size_verifier
+
+        if not device.startswith("cuda"):
+            print("crossspec bench passes: --models full-size needs --device cuda",
+                  file=sys.stderr)
+            return None
+        dtype = getattr(torch, args.dtype)
+        verifier = _quantized(full_size_verifier(device, dtype), args.quantization)
+        after_verifier = gpu_bytes()
+        drafter = _quantized(full_size_eventgpt_drafter(device, dtype), args.quantization)
+        label = f"full-size random-weight pair ({args.dtype})"
+    else:
+        build = {"bundled": bench.bundled_pair, "tiny-random": bench.tiny_random_pair}
+        verifier, drafter, label = build[args.models](device)
+        verifier = _quantized(verifier, args.quantization)
+        drafter = _quantized(drafter, args.quantization)
+        after_verifier = None
+    return verifier, drafter, label, after_verifier
+
+
+def _quantized(model: Any, quantization: str) -> Any:
+    """``model``, its layers in NF4 with --quantization 4bit (in place)."""
+    if quantization == "4bit":
+        from crossspec_ros.models.quantize import quantize_caption_model_4bit
+
+        quantize_caption_model_4bit(model)
+    return model
+
+
+def _runtime_pass_costs(name: str, model: Any, window: Any, repeats: int) -> dict[str, Any]:
+    """One runtime's ms per pass of each token count and their ratio to the one-token pass,
+    printed on one line as well."""
+    costs = {k: pass_cost_ms(model, window, k, repeats) for k in PASS_TOKENS}
+    result = {"ms_per_pass": {str(k): round(v, 3) for k, v in costs.items()},
+              "x_one_token": {str(k): round(v / costs[1], 3) for k, v in costs.items()}}
+    print(f"{name:28s} " + "  ".join(f"{k} tokens {v:.2f} ms ({v / costs[1]:.2f}x)"
+                                     for k, v in costs.items()), flush=True)
+    return result

@@ -45,7 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,9 +203,7 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     env = split_env(args.no_compile)
     py = [sys.executable, "-m"]
     node = [*py, "crossspec_ros.cli.main", "node"]
-    sim = ["--ros-args", "-p", "use_sim_time:=true"]
-    if args.emulate:  # each host its own emulated device: a robot's and a server's
-        sim += ["-p", f"emulate:={args.emulate}"]
+    sim = _node_ros_args(args.emulate)
     seen, player_log = work / "robot.jsonl", work / "player.log"
     replay_s = args.duration or bag_seconds(bag)
     fault_info: dict[str, Any] = {}
@@ -219,18 +217,8 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
         print(f"crossspec bench split: hosts {hosts.ns[netns.ROBOT]} and "
               f"{hosts.ns[netns.SERVER]} up, link {mbit:g} Mbit/s: starting the monitor and "
               "the draft node on the robot, the verifier node on the server", file=sys.stderr)
-        hosts.start(netns.ROBOT, [*py, "crossspec_ros.bench.split_monitor", "--out",
-                                  str(seen)], env, log("monitor"))
-        verifier = hosts.start(netns.SERVER, [*node, "verifier", *sim], env, log("verifier"))
-        draft = hosts.start(netns.ROBOT, [*node, "draft", *sim], env, log("draft"))
-        if not netns.wait_for(seen, 60):
-            raise RuntimeError("the robot's monitor never started; see its log")
-        player_args = [*py, "crossspec_ros.cli.main", "play", str(bag), "--wait-active",
-                       "crossspec_draft", "crossspec_verifier", "--wait-timeout",
-                       str(args.node_timeout)]
-        if args.duration:
-            player_args += ["--duration", str(args.duration)]
-        player = hosts.start(netns.ROBOT, player_args, env, log("player"))
+        verifier, draft = _start_nodes(hosts, py, node, sim, seen, env, log)
+        player = hosts.start(netns.ROBOT, _player_argv(py, bag, args), env, log("player"))
         # the link's bytes are the replay's: from the player's announcement (the nodes are
         # active, its first message comes) to its end
         announced = wait_player_announced(player_log, player, args.node_timeout + 60)
@@ -244,10 +232,7 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
                 time.sleep(args.fault_at * replay_s)
                 fault_info = inject(fault, hosts, verifier, [*node, "verifier", *sim], env,
                                     log("verifier-restarted"))
-            deadline = time.monotonic() + replay_s * 3 + 60
-            while player.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            player_finished = player.poll() is not None
+            player_finished = _wait_player_done(player, replay_s * 3 + 60)
             bytes_crossed = hosts.bytes_crossed() - bytes_before
             time.sleep(settle_seconds())  # the last windows close, their captions cross
         for process in [player, draft, *[p for p in hosts.processes if p is not player
@@ -262,11 +247,59 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault,
                replayed=bool(started), why_not_replayed=why_not,
                namespaces_left=netns.namespaces_left(k),
-               link_mb_per_s=round(bytes_crossed / 1e6 / replay_s, 3),
-               link_mb_per_s_wall=round(bytes_crossed / 1e6 / pace[1], 3) if pace else None,
-               replay_wall_s=round(pace[1], 2) if pace else None,
-               realtime=round(pace[0] / pace[1], 2) if pace else None)
+               **_link_numbers(bytes_crossed, replay_s, pace))
     return row
+
+
+def _node_ros_args(emulate: str) -> list[str]:
+    """The nodes' ROS arguments: the bag's clock, and the emulated target if any."""
+    sim = ["--ros-args", "-p", "use_sim_time:=true"]
+    if emulate:  # each host its own emulated device: a robot's and a server's
+        sim += ["-p", f"emulate:={emulate}"]
+    return sim
+
+
+def _start_nodes(hosts: Any, py: list[str], node: list[str], sim: list[str], seen: Path,
+                 env: dict[str, str], log: Callable[[str], Any]) -> tuple[Any, Any]:
+    """The robot's monitor (writing ``seen``), the server's verifier node and the robot's
+    draft node, in that order; (verifier, draft) once the monitor has started."""
+    from crossspec_ros.bench import netns
+
+    hosts.start(netns.ROBOT, [*py, "crossspec_ros.bench.split_monitor", "--out",
+                              str(seen)], env, log("monitor"))
+    verifier = hosts.start(netns.SERVER, [*node, "verifier", *sim], env, log("verifier"))
+    draft = hosts.start(netns.ROBOT, [*node, "draft", *sim], env, log("draft"))
+    if not netns.wait_for(seen, 60):
+        raise RuntimeError("the robot's monitor never started; see its log")
+    return verifier, draft
+
+
+def _player_argv(py: list[str], bag: Path, args: argparse.Namespace) -> list[str]:
+    """`crossspec play` of ``bag``, once both nodes are active (--duration if given)."""
+    player_args = [*py, "crossspec_ros.cli.main", "play", str(bag), "--wait-active",
+                   "crossspec_draft", "crossspec_verifier", "--wait-timeout",
+                   str(args.node_timeout)]
+    if args.duration:
+        player_args += ["--duration", str(args.duration)]
+    return player_args
+
+
+def _wait_player_done(player: Any, timeout: float) -> bool:
+    """Until the player ends or ``timeout`` passes; whether it ended."""
+    deadline = time.monotonic() + timeout
+    while player.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return player.poll() is not None
+
+
+def _link_numbers(bytes_crossed: int, replay_s: float, pace: tuple[float, float] | None
+                  ) -> dict[str, Any]:
+    """The link's MB/s over the bag time replayed and over the player's wall time, the
+    replay's wall seconds and its speed against the recording (None without a pace)."""
+    return {"link_mb_per_s": round(bytes_crossed / 1e6 / replay_s, 3),
+            "link_mb_per_s_wall": round(bytes_crossed / 1e6 / pace[1], 3) if pace else None,
+            "replay_wall_s": round(pace[1], 2) if pace else None,
+            "realtime": round(pace[0] / pace[1], 2) if pace else None}
 
 
 # `crossspec play`'s lines (cli/play_cmd.py): once it starts, and its summary at the end

@@ -18,19 +18,14 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from crossspec_ros.summaries import rounded
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="split_monitor")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--caption-topic", default="crossspec/caption")
-    parser.add_argument("--draft-topic", default="crossspec/draft")
-    parser.add_argument("--confirmed-topic", default="crossspec/confirmed")
-    parser.add_argument("--diagnostics-topic", default="/diagnostics")
-    args = parser.parse_args(argv)
+    args = _parse_args(argv)
 
     import rclpy
     from crossspec import msg as cs_msg
@@ -51,6 +46,41 @@ def main(argv: list[str] | None = None) -> int:
         with lock:
             out.write(json.dumps({**record, "t": time.monotonic()}) + "\n")
 
+    on_caption, on_draft, on_confirmed, on_diagnostics = _callbacks(write)
+    node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos())
+    node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos())
+    node.create_subscription(cs_msg.ConfirmedTokens, args.confirmed_topic, on_confirmed,
+                             reliable_qos())
+    node.create_subscription(DiagnosticArray, args.diagnostics_topic, on_diagnostics, 10)
+    write({"kind": "ready"})
+    try:
+        while not stop.is_set():
+            rclpy.spin_once(node, timeout_sec=0.1)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        out.close()
+    return 0
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="split_monitor")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--caption-topic", default="crossspec/caption")
+    parser.add_argument("--draft-topic", default="crossspec/draft")
+    parser.add_argument("--confirmed-topic", default="crossspec/confirmed")
+    parser.add_argument("--diagnostics-topic", default="/diagnostics")
+    return parser.parse_args(argv)
+
+
+_Callback = Callable[[Any], None]
+
+
+def _callbacks(write: Callable[[dict[str, Any]], None]
+               ) -> tuple[_Callback, _Callback, _Callback, _Callback]:
+    """The subscriptions' callbacks (caption, draft, confirmed, diagnostics), each writing its
+    records with ``write``: every caption; a window's first draft with tokens and its first
+    frames only; a node's emulation verdict only when it changes."""
     drafted: set[tuple[int, int]] = set()
     framed: set[tuple[int, int]] = set()
 
@@ -92,20 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 emulation[status.name] = state
                 write(record)
 
-    node.create_subscription(cs_msg.Caption, args.caption_topic, on_caption, reliable_qos())
-    node.create_subscription(cs_msg.DraftTokens, args.draft_topic, on_draft, reliable_qos())
-    node.create_subscription(cs_msg.ConfirmedTokens, args.confirmed_topic, on_confirmed,
-                             reliable_qos())
-    node.create_subscription(DiagnosticArray, args.diagnostics_topic, on_diagnostics, 10)
-    write({"kind": "ready"})
-    try:
-        while not stop.is_set():
-            rclpy.spin_once(node, timeout_sec=0.1)
-    finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        out.close()
-    return 0
+    return on_caption, on_draft, on_confirmed, on_diagnostics
 
 
 def emulation_record(node: str, values: dict[str, str]) -> dict[str, Any] | None:

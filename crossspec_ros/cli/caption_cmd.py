@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.paths import sample_bag
@@ -47,14 +48,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crossspec_ros.bags.inputs import check_bag, iter_bag_windows, read_ground_truth
+    checked = _check_options(args)
+    if checked is None:
+        return 2
+    truth, params = checked
+    from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
+
+    tune_process_for_models(params["device"])  # the graph's settings, before torch loads more
+    built = _build_engine(args, params)
+    if built is None:
+        return 2
+    engine, verifier = built
+    settle_heap()  # no full collection walking the models in the middle of a window
+    rows = _caption_bag(engine, truth, args)
+    if rows is None:
+        return 1
+    print_summary(rows)
+    device = getattr(verifier, "emulated_on", None)
+    if device is not None:  # the latencies above are the profile's, not this machine's
+        print(f"EMULATED {device.profile.label}: {device.verdict()}")
+    return 0 if all(r.get("lossless", True) for r in rows) else 1
+
+
+def _check_options(args: argparse.Namespace) -> tuple[dict[int, str], dict[str, Any]] | None:
+    """The bag's ground truth and the validated parameters, before any model loads; None,
+    said in one line, for a bad bag or option."""
+    from crossspec_ros.bags.inputs import check_bag, read_ground_truth
     from crossspec_ros.events.errors import EventSourceError
     from crossspec_ros.params import (
         ENGINE_PARAMS,
         MODEL_PARAMS,
         RUNTIME_PARAMS,
         ParameterError,
-        engine_config,
         validate,
     )
 
@@ -70,23 +95,26 @@ def run(args: argparse.Namespace) -> int:
                           where="command line")
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
-        return 2
-    from crossspec_ros.process_tuning import settle_heap, tune_process_for_models
+        return None
+    return truth, params
 
-    tune_process_for_models(params["device"])  # the graph's settings, before torch loads more
+
+def _build_engine(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The speculative engine over the loaded pair (and draft head, corpus), with its
+    verifier; None, said in one line, where a model, the corpus or the config is bad."""
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_from_params
     from crossspec_ros.models.static_runtime import prepare_runtime
+    from crossspec_ros.params import ParameterError, engine_config
     from crossspec_ros.speculative.corpus import CorpusError, load_corpus
     from crossspec_ros.speculative.engine import SpeculativeEngine
-    from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
     try:
         verifier, drafter = load_from_params(params)
         corpus = load_corpus(args.caption_corpus, verifier)
     except (ModelLoadError, CorpusError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
-        return 2
+        return None
     for model, role in ((verifier, "verifier"), (drafter, "drafter")):
         print(f"crossspec caption: {prepare_runtime(model, params, role, args.max_new_tokens)}",
               file=sys.stderr)
@@ -99,10 +127,19 @@ def run(args: argparse.Namespace) -> int:
             head = load_draft_head(params["draft_head"])
     except (ModelLoadError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
-        return 2
+        return None
     engine = SpeculativeEngine(verifier, drafter, config, head=head,
                                corpus=corpus.captions if corpus else ())
-    settle_heap()  # no full collection walking the models in the middle of a window
+    return engine, verifier
+
+
+def _caption_bag(engine: Any, truth: dict[int, str], args: argparse.Namespace) -> list[dict] | None:
+    """Caption the bag's windows live (each row also to --json as it is done); None, said in
+    one line, where the bag's events cannot be read."""
+    from crossspec_ros.bags.inputs import iter_bag_windows
+    from crossspec_ros.events.errors import EventSourceError
+    from crossspec_ros.sync.synchronizer import WindowSynchronizer
+
     out = args.json.open("w") if args.json else None
     rows: list[dict] = []
     try:
@@ -115,15 +152,11 @@ def run(args: argparse.Namespace) -> int:
                 out.flush()
     except EventSourceError as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
-        return 1
+        return None
     finally:
         if out:
             out.close()
-    print_summary(rows)
-    device = getattr(verifier, "emulated_on", None)
-    if device is not None:  # the latencies above are the profile's, not this machine's
-        print(f"EMULATED {device.profile.label}: {device.verdict()}")
-    return 0 if all(r.get("lossless", True) for r in rows) else 1
+    return rows
 
 
 def caption_window(engine, window, truth: str | None, args: argparse.Namespace) -> dict:

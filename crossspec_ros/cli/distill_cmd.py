@@ -19,6 +19,11 @@ METHOD_DEFAULTS = {"finetune": {"steps": 600, "batch_size": 16, "lr": 1e-3},
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_distill(subparsers)
+    _register_eval_draft(subparsers)
+
+
+def _register_distill(subparsers: argparse._SubParsersAction) -> None:
     distill = subparsers.add_parser(
         "distill", help="train the drafter on the verifier's own captions of your recordings",
         description="Runs the verifier over the windows of the given bags (or of simulated "
@@ -36,6 +41,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="also N windows of simulated training drives (never the "
                          "held-out ones)")
     distill.add_argument("--out", type=Path, required=True, help="output directory")
+    _add_method_options(distill)
+    _add_training_options(distill)
+    distill.add_argument("--verifier-model", default="", help="Video-LLaVA directory "
+                         "(default: the bundled tiny verifier)")
+    distill.add_argument("--drafter-model", default="", help="EventGPT directory to start "
+                         "from (default: the bundled tiny drafter, undistilled)")
+    distill.add_argument("--eval-windows", type=int, default=100,
+                         help="held-out simulated windows evaluated before and after (0: skip)")
+    distill.add_argument("--workers", type=int, default=2, help="simulation processes")
+    distill.set_defaults(func=run_distill)
+
+
+def _add_method_options(distill: argparse.ArgumentParser) -> None:
+    """--method and the LoRA adapters' shape."""
     distill.add_argument("--method", choices=tuple(METHOD_DEFAULTS), default="finetune",
                          help="finetune: the drafter's weights learn the verifier's captions; "
                          "lora: the same through LoRA adapters on its language model (and "
@@ -46,28 +65,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "adapters' rank (default 16)")
     distill.add_argument("--lora-alpha", type=float, help="--method lora: updates are scaled "
                          "by alpha / rank (default 2 x rank)")
-    distill.add_argument("--seed", type=int, default=0)
-    def per_method(key: str) -> str:
-        return ", ".join(f"{m} {d[key]:g}" for m, d in METHOD_DEFAULTS.items())
 
+
+def _per_method(key: str) -> str:
+    """``key``'s default for each method, for the help text (run_distill fills them in)."""
+    return ", ".join(f"{m} {d[key]:g}" for m, d in METHOD_DEFAULTS.items())
+
+
+def _add_training_options(distill: argparse.ArgumentParser) -> None:
+    """The seed, optimizer, caption length and device."""
+    distill.add_argument("--seed", type=int, default=0)
     distill.add_argument("--steps", type=int,
-                         help=f"optimizer steps (default: {per_method('steps')})")
+                         help=f"optimizer steps (default: {_per_method('steps')})")
     distill.add_argument("--batch-size", type=int,
-                         help=f"windows per step (default: {per_method('batch_size')})")
+                         help=f"windows per step (default: {_per_method('batch_size')})")
     distill.add_argument("--lr", type=float,
-                         help=f"peak learning rate (default: {per_method('lr')})")
+                         help=f"peak learning rate (default: {_per_method('lr')})")
     distill.add_argument("--max-new-tokens", type=int, default=48)
     distill.add_argument("--device", default="cpu", help="where the models run and train "
                          "(cpu or cuda; --method head trains on cpu)")
-    distill.add_argument("--verifier-model", default="", help="Video-LLaVA directory "
-                         "(default: the bundled tiny verifier)")
-    distill.add_argument("--drafter-model", default="", help="EventGPT directory to start "
-                         "from (default: the bundled tiny drafter, undistilled)")
-    distill.add_argument("--eval-windows", type=int, default=100,
-                         help="held-out simulated windows evaluated before and after (0: skip)")
-    distill.add_argument("--workers", type=int, default=2, help="simulation processes")
-    distill.set_defaults(func=run_distill)
 
+
+def _register_eval_draft(subparsers: argparse._SubParsersAction) -> None:
     evaluate = subparsers.add_parser(
         "eval-draft", help="how often drafters' tokens are accepted, side by side",
         description="On held-out simulated windows (or a bag's windows), the draft proposed in "

@@ -381,64 +381,14 @@ class DriveMonitor:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # loopback unless set
-    from crossspec_ros.bags.inputs import check_bag
-    from crossspec_ros.events.errors import EventSourceError
-    from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
-    from crossspec_ros.nodes.graph import default_config, input_topic_parameters, node_parameters
-    from crossspec_ros.params import ParameterError, check_param_file
     from crossspec_ros.process_tuning import tune_process_for_models
 
-    if args.no_viz and (args.record or args.foxglove):
-        print("crossspec drive: --record and --foxglove come from the viz node: drop --no-viz",
-              file=sys.stderr)
+    if not _options_agree(args):
         return 2
-    if args.rounds < 1:
-        print("crossspec drive: --rounds must be >= 1", file=sys.stderr)
+    inputs = _check_inputs(args)
+    if inputs is None or not _loop_outlasts_reset(args):
         return 2
-    if args.loop and args.compare:
-        print("crossspec drive: --loop replays until stopped, and --compare needs passes that "
-              "end: drop one of them", file=sys.stderr)
-        return 2
-    if args.record and (args.record.exists() or args.record.is_symlink()):
-        if args.record.resolve() == args.bag.resolve() or \
-                args.record.resolve() in args.bag.resolve().parents:
-            print(f"crossspec drive: {args.record} holds the bag being replayed; refusing to "
-                  "record over it: choose another OUT", file=sys.stderr)
-            return 2
-        if not args.overwrite:  # as convert-dsec: a recording is never replaced unasked
-            print(f"crossspec drive: {args.record} exists; pass --overwrite to replace it, "
-                  "or choose another OUT", file=sys.stderr)
-            return 2
-    try:  # before any model loads: a bad bag or parameter file fails at once, in one line
-        inputs = check_bag(args.bag)
-        if args.config:
-            check_param_file(args.config, node_parameters())
-        args.model_params = model_overrides(args)
-        # the nodes listen where the bag's inputs are (found by type, as `windows` finds them)
-        args.topic_params = input_topic_parameters(args.config or default_config(),
-                                                   inputs.events, inputs.images,
-                                                   inputs.images_type)
-    except (EventSourceError, ParameterError) as err:
-        print(f"crossspec drive: {err}", file=sys.stderr)
-        return 2
-    if args.loop and args.duration is not None:
-        from crossspec_ros.params import load_yaml_params
-
-        # a loop must jump back further than this for the nodes to see a new pass
-        threshold = load_yaml_params(args.config or default_config(),
-                                     "crossspec_verifier").get("reset_threshold_s", 2.0)
-        if args.duration <= threshold:
-            print(f"crossspec drive: with --loop, --duration must be longer than the nodes' "
-                  f"reset_threshold_s ({threshold} s): a shorter jump back in bag time reads "
-                  f"as late data, not as a new pass", file=sys.stderr)
-            return 2
-    if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
-        print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
-    if args.model_params.get("emulate"):
-        from crossspec_ros.models.emulated import shared_device
-
-        print(f"crossspec drive: EMULATED target, not this machine's costs: "
-              f"{shared_device(args.model_params['emulate']).describe()}", file=sys.stderr)
+    _describe_run(args, inputs)
     tune_process_for_models()
     try:
         args.foxglove_output = _start_foxglove(args) if args.foxglove else None
@@ -450,6 +400,94 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if args.foxglove_output is not None:
             args.foxglove_output.close()
+
+
+def _options_agree(args: argparse.Namespace) -> bool:
+    """Whether the options go together (and --record may write where it is told); where not,
+    says why in one line."""
+    if args.no_viz and (args.record or args.foxglove):
+        print("crossspec drive: --record and --foxglove come from the viz node: drop --no-viz",
+              file=sys.stderr)
+        return False
+    if args.rounds < 1:
+        print("crossspec drive: --rounds must be >= 1", file=sys.stderr)
+        return False
+    if args.loop and args.compare:
+        print("crossspec drive: --loop replays until stopped, and --compare needs passes that "
+              "end: drop one of them", file=sys.stderr)
+        return False
+    return _may_record(args)
+
+
+def _may_record(args: argparse.Namespace) -> bool:
+    """Whether --record's OUT may be written: never the bag replayed, nor a recording not
+    asked to be replaced; where not, says why in one line."""
+    if args.record and (args.record.exists() or args.record.is_symlink()):
+        if args.record.resolve() == args.bag.resolve() or \
+                args.record.resolve() in args.bag.resolve().parents:
+            print(f"crossspec drive: {args.record} holds the bag being replayed; refusing to "
+                  "record over it: choose another OUT", file=sys.stderr)
+            return False
+        if not args.overwrite:  # as convert-dsec: a recording is never replaced unasked
+            print(f"crossspec drive: {args.record} exists; pass --overwrite to replace it, "
+                  "or choose another OUT", file=sys.stderr)
+            return False
+    return True
+
+
+def _check_inputs(args: argparse.Namespace) -> Any | None:
+    """The bag's inputs, once the bag and the parameter file are checked (``args`` gets the
+    nodes' model and input topic parameters); None, said in one line, where one is bad."""
+    from crossspec_ros.bags.inputs import check_bag
+    from crossspec_ros.events.errors import EventSourceError
+    from crossspec_ros.nodes.graph import default_config, input_topic_parameters, node_parameters
+    from crossspec_ros.params import ParameterError, check_param_file
+
+    try:  # before any model loads: a bad bag or parameter file fails at once, in one line
+        inputs = check_bag(args.bag)
+        if args.config:
+            check_param_file(args.config, node_parameters())
+        args.model_params = model_overrides(args)
+        # the nodes listen where the bag's inputs are (found by type, as `windows` finds them)
+        args.topic_params = input_topic_parameters(args.config or default_config(),
+                                                   inputs.events, inputs.images,
+                                                   inputs.images_type)
+    except (EventSourceError, ParameterError) as err:
+        print(f"crossspec drive: {err}", file=sys.stderr)
+        return None
+    return inputs
+
+
+def _loop_outlasts_reset(args: argparse.Namespace) -> bool:
+    """Whether each --loop pass (--duration) is long enough for the nodes to see the jump
+    back as a new pass; where not, says why in one line."""
+    if args.loop and args.duration is not None:
+        from crossspec_ros.nodes.graph import default_config
+        from crossspec_ros.params import load_yaml_params
+
+        # a loop must jump back further than this for the nodes to see a new pass
+        threshold = load_yaml_params(args.config or default_config(),
+                                     "crossspec_verifier").get("reset_threshold_s", 2.0)
+        if args.duration <= threshold:
+            print(f"crossspec drive: with --loop, --duration must be longer than the nodes' "
+                  f"reset_threshold_s ({threshold} s): a shorter jump back in bag time reads "
+                  f"as late data, not as a new pass", file=sys.stderr)
+            return False
+    return True
+
+
+def _describe_run(args: argparse.Namespace, inputs: Any) -> None:
+    """Say (on stderr) what the nodes get that is not plain: the bag's input topics (where
+    they are found by type, or converted) and an emulated target."""
+    from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
+
+    if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
+        print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
+    if args.model_params.get("emulate"):
+        from crossspec_ros.models.emulated import shared_device
+
+        print(f"crossspec drive: EMULATED target, not this machine's costs: "
+              f"{shared_device(args.model_params['emulate']).describe()}", file=sys.stderr)
 
 
 def _start_foxglove(args: argparse.Namespace) -> Any:
@@ -587,6 +625,17 @@ class PassResult:
 SAMPLING_NOT_CHECKED = f"crossspec drive: --check-lossless: {SAMPLED_NOT_CHECKED}"
 
 
+@dataclass
+class _RunningGraph:
+    """A pass's graph as far as it came up: what its shutdown (in ``finally``) takes down, so
+    that a graph which failed halfway is taken down too."""
+
+    executor: Any
+    nodes: list = field(default_factory=list)
+    verifier_node: Any = None
+    stop_spinning: Callable[[], None] | None = None
+
+
 def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
                 on_row: Callable[[dict], None] | None = None, label: str = "",
                 caught: dict[str, int] | None = None) -> int | PassResult:
@@ -599,22 +648,11 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.nodes.draft_node import DraftNode
-    from crossspec_ros.nodes.graph import (
-        create_nodes,
-        default_config,
-        make_executor,
-        spin_in_thread,
-    )
-    from crossspec_ros.nodes.player import BagPlayer
-    from crossspec_ros.nodes.verifier_node import VerifierNode
+    from crossspec_ros.nodes.graph import default_config, make_executor
     from crossspec_ros.params import ParameterError
-    from crossspec_ros.sync.agreement import text_to_ids
 
     config = args.config or default_config()
     loop = getattr(args, "loop", False)
-    # the run's Foxglove server, if any, is given to the viz node: it outlives the pass
-    viz = {"foxglove": False, "record_bag": str(args.record or "")}
     # the viz node is crossspec's: it runs beside crossspec's graph only, never slowing a
     # baseline (and --record / --foxglove show the crossspec pass)
     kinds = graph.kinds + (() if args.no_viz or graph is not CROSSSPEC else ("viz",))
@@ -625,50 +663,12 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
                            graph is CROSSSPEC)
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    nodes: list = []
-    executor = make_executor()
+    running = _RunningGraph(executor=make_executor())
     interrupted = False
-    died: list[str] = []
-    stop_spinning = None
-    verifier_node = None
     deaths = NodeDeaths()
     with deaths:
         try:
-            models_given = getattr(args, "model_params", {})
-            topics = getattr(args, "topic_params", {})
-            sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
-            nodes = create_nodes(kinds, config=config,
-                                 extra={"viz": {**viz, **topics.get("viz", {}), **sim_time},
-                                        "draft": {**models_given, **topics.get("draft", {}),
-                                                  **sim_time},
-                                        "verifier": {**models_given, **graph.verifier_params,
-                                                     **topics.get("verifier", {}),
-                                                     **sim_time}},
-                                 models=(models.get("verifier"), models.get("drafter")),
-                                 on_result=monitor.on_result,
-                                 foxglove=getattr(args, "foxglove_output", None))
-            verifier_node = next(n for n in nodes if isinstance(n, VerifierNode))
-            models["verifier"] = verifier_node.engine.verifier
-            monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
-            if loop and args.check_lossless and graph is CROSSSPEC:
-                monitor.check = _check_as_they_finish(verifier_node.engine)
-            for node in nodes:
-                if isinstance(node, DraftNode):
-                    models["drafter"] = node.drafter
-                    if node.process is not None:
-                        deaths.watch_process("the draft node's drafter process",
-                                             lambda process=node.process: process.alive)
-            watcher = rclpy.create_node("crossspec_drive_monitor")
-            watch_captions(watcher, verifier_node.params["caption_topic"], monitor.on_caption)
-            player = BagPlayer(args.bag, rate=args.rate, loop=loop,
-                               max_duration_s=getattr(args, "duration", None))
-            nodes += [watcher, player]
-            for node in nodes:
-                executor.add_node(node)
-            stop_spinning = spin_in_thread(executor)
-            print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}, graph "
-                  f"{' + '.join(n.get_name() for n in nodes[:len(kinds)])}", file=sys.stderr)
-            _wait(player, verifier_node, monitor, args.max_windows, deaths)
+            _run_graph(args, graph, models, running, kinds, config, monitor, deaths)
         except (ParameterError, ModelLoadError) as err:
             print(f"crossspec drive: {err}", file=sys.stderr)
             return 2
@@ -680,23 +680,97 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
             # finished (one that came 0.2 s after "recorded N messages" lost the JSON)
             with signals_deferred(caught) if caught is not None else nullcontext():
                 died = deaths.found()  # before the shutdown ends threads and processes
-                if stop_spinning is not None:
-                    stop_spinning()
-                executor.shutdown(timeout_sec=2.0)
-                # kept past the nodes: the lossless check and the next pass use the models
-                engine = verifier_node.engine if verifier_node is not None else None
-                for node in nodes:
-                    node.destroy_node()  # the viz node closes its recording here
-                if rclpy.ok():
-                    rclpy.shutdown()
+                engine = _shut_down(running)
     interrupted = interrupted or bool(caught is not None and caught["signal"])
     rows = [monitor.rows[w] for w in sorted(monitor.rows)] if monitor.keep_rows else []
-    dropped = DroppedWindows(
+    return PassResult(rows, monitor, engine, _dropped_windows(running.nodes), interrupted,
+                      died)
+
+
+def _node_extra(args: argparse.Namespace, graph: GraphPass) -> dict[str, dict[str, Any]]:
+    """Each node's parameters over the config's: the models and input topics asked for, the
+    graph's own verifier parameters, and sim time."""
+    # the run's Foxglove server, if any, is given to the viz node: it outlives the pass
+    viz = {"foxglove": False, "record_bag": str(args.record or "")}
+    models_given = getattr(args, "model_params", {})
+    topics = getattr(args, "topic_params", {})
+    sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
+    return {"viz": {**viz, **topics.get("viz", {}), **sim_time},
+            "draft": {**models_given, **topics.get("draft", {}), **sim_time},
+            "verifier": {**models_given, **graph.verifier_params,
+                         **topics.get("verifier", {}), **sim_time}}
+
+
+def _run_graph(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
+               running: _RunningGraph, kinds: tuple[str, ...], config: Any,
+               monitor: DriveMonitor, deaths: NodeDeaths) -> None:
+    """Bring ``graph`` up into ``running`` (which holds each part as it comes up), replay the
+    bag through it and wait until its windows are finished."""
+    import rclpy
+
+    from crossspec_ros.nodes.draft_node import DraftNode
+    from crossspec_ros.nodes.graph import create_nodes, spin_in_thread
+    from crossspec_ros.nodes.player import BagPlayer
+    from crossspec_ros.nodes.verifier_node import VerifierNode
+    from crossspec_ros.sync.agreement import text_to_ids
+
+    loop = getattr(args, "loop", False)
+    running.nodes = create_nodes(kinds, config=config, extra=_node_extra(args, graph),
+                                 models=(models.get("verifier"), models.get("drafter")),
+                                 on_result=monitor.on_result,
+                                 foxglove=getattr(args, "foxglove_output", None))
+    verifier_node = next(n for n in running.nodes if isinstance(n, VerifierNode))
+    running.verifier_node = verifier_node
+    models["verifier"] = verifier_node.engine.verifier
+    monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
+    if loop and args.check_lossless and graph is CROSSSPEC:
+        monitor.check = _check_as_they_finish(verifier_node.engine)
+    for node in running.nodes:
+        if isinstance(node, DraftNode):
+            models["drafter"] = node.drafter
+            if node.process is not None:
+                deaths.watch_process("the draft node's drafter process",
+                                     lambda process=node.process: process.alive)
+    watcher = rclpy.create_node("crossspec_drive_monitor")
+    watch_captions(watcher, verifier_node.params["caption_topic"], monitor.on_caption)
+    player = BagPlayer(args.bag, rate=args.rate, loop=loop,
+                       max_duration_s=getattr(args, "duration", None))
+    running.nodes += [watcher, player]
+    for node in running.nodes:
+        running.executor.add_node(node)
+    running.stop_spinning = spin_in_thread(running.executor)
+    print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}, graph "
+          f"{' + '.join(n.get_name() for n in running.nodes[:len(kinds)])}", file=sys.stderr)
+    _wait(player, verifier_node, monitor, args.max_windows, deaths)
+
+
+def _shut_down(running: _RunningGraph) -> Any:
+    """Take down what of the graph came up, in order; return the verifier node's engine (or
+    None where there was none)."""
+    import rclpy
+
+    if running.stop_spinning is not None:
+        running.stop_spinning()
+    running.executor.shutdown(timeout_sec=2.0)
+    # kept past the nodes: the lossless check and the next pass use the models
+    engine = running.verifier_node.engine if running.verifier_node is not None else None
+    for node in running.nodes:
+        node.destroy_node()  # the viz node closes its recording here
+    if rclpy.ok():
+        rclpy.shutdown()
+    return engine
+
+
+def _dropped_windows(nodes: list) -> DroppedWindows:
+    """The windows the pass's busy nodes let go."""
+    from crossspec_ros.nodes.draft_node import DraftNode
+    from crossspec_ros.nodes.verifier_node import VerifierNode
+
+    return DroppedWindows(
         verifier=sum(_dropped(n) for n in nodes if isinstance(n, VerifierNode)),
         drafter=sum(_dropped(n) for n in nodes if isinstance(n, DraftNode)),
         late_drafts=sum(n.loop.book.counters["late_drafts"] for n in nodes
                         if isinstance(n, VerifierNode)))
-    return PassResult(rows, monitor, engine, dropped, interrupted, died)
 
 
 def _dropped(node: Any) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 
 from crossspec_ros.nodes.graph import COMPOSED, GRAPH, KINDS
 
@@ -35,55 +36,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     ours = args.ros_args[:args.ros_args.index("--ros-args")] if "--ros-args" in args.ros_args \
         else args.ros_args
-    if "-h" in ours or "--help" in ours:  # REMAINDER keeps them from argparse: answer here
-        args.print_node_help()
-        return 0
-    unknown = [a for a in ours if a != "--no-autostart"]
-    if unknown:
-        print(f"crossspec node {args.kind}: unknown argument(s) {' '.join(unknown)}; ROS "
-              "arguments go after --ros-args", file=sys.stderr)
-        return 2
-    from crossspec_ros.nodes.graph import node_parameters
-    from crossspec_ros.params import ParameterError, check_param_file
-
-    files = [args.ros_args[i + 1] for i, a in enumerate(args.ros_args[:-1])
-             if a == "--params-file"]
-    try:  # rclpy would drop a misspelt name silently; say so before anything starts
-        for path in files:
-            check_param_file(path, node_parameters())
-    except ParameterError as err:
-        print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
-        return 2
-    import threading
-
+    refused = _check_arguments(args, ours)
+    if refused is not None:
+        return refused
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
     from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.nodes.graph import create_nodes, make_executor, tune_process_for_models
+    from crossspec_ros.nodes.graph import create_nodes, tune_process_for_models
     from crossspec_ros.nodes.lifecycle import where_raised
+    from crossspec_ros.params import ParameterError
     from crossspec_ros.speculative.corpus import CorpusError
 
-    # Ctrl-C and SIGTERM (what launch sends) only set a flag: the spin loop ends within 0.1 s,
-    # then the nodes stop their model workers while the ROS context is still valid. (Raising
-    # from the handler landed inside the executor's dispatch; rclpy's own handler would
-    # invalidate the context under workers still publishing.) While models load or compile
-    # (before spinning, or in a configure a lifecycle manager asked for, which runs in this
-    # thread's spin) nothing is running yet: the loading is cut at once, or launch would kill
-    # the process after its grace period. Only the first signal counts: under launch a
-    # terminal's Ctrl-C comes twice (the terminal's and launch's).
     stopping, spinning = threading.Event(), threading.Event()
     nodes: list = []
-
-    def on_signal(*_: object) -> None:
-        first = not stopping.is_set()
-        stopping.set()
-        loading = not spinning.is_set() or any(node.configuring for node in nodes)
-        if first and loading:
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    _stop_on_signals(stopping, spinning, nodes)
     kinds = KINDS if args.kind == COMPOSED.kind else (args.kind,)
     try:
         try:
@@ -105,27 +72,95 @@ def run(args: argparse.Namespace) -> int:
             print(f"crossspec node {args.kind}: could not start: {type(err).__name__}: {err} "
                   f"({where_raised(err)})", file=sys.stderr)
             return 2
-        executor = make_executor()
-        for node in nodes:
-            executor.add_node(node)
-        spinning.set()
-        while not stopping.is_set():
-            executor.spin_once(timeout_sec=0.1)
-            failed = _failed_configure(nodes)
-            if failed:  # asked by a lifecycle manager (launch): the process ends, saying why
-                print(f"crossspec node {args.kind}: {failed}", file=sys.stderr)
-                return 2
+        failed = _spin(args, nodes, stopping, spinning)
+        if failed is not None:
+            return failed
     except KeyboardInterrupt:  # while starting
         pass
     finally:
-        # a later signal must not abort the cleanup, nor the exit after it
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for node in nodes:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+        _shut_down(nodes)
     return 0
+
+
+def _check_arguments(args: argparse.Namespace, ours: list[str]) -> int | None:
+    """The exit code where the command ends before ROS starts: 0 after --help, 2 (said in one
+    line) for an unknown argument or a bad parameter file; else None."""
+    if "-h" in ours or "--help" in ours:  # REMAINDER keeps them from argparse: answer here
+        args.print_node_help()
+        return 0
+    unknown = [a for a in ours if a != "--no-autostart"]
+    if unknown:
+        print(f"crossspec node {args.kind}: unknown argument(s) {' '.join(unknown)}; ROS "
+              "arguments go after --ros-args", file=sys.stderr)
+        return 2
+    from crossspec_ros.nodes.graph import node_parameters
+    from crossspec_ros.params import ParameterError, check_param_file
+
+    files = [args.ros_args[i + 1] for i, a in enumerate(args.ros_args[:-1])
+             if a == "--params-file"]
+    try:  # rclpy would drop a misspelt name silently; say so before anything starts
+        for path in files:
+            check_param_file(path, node_parameters())
+    except ParameterError as err:
+        print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
+        return 2
+    return None
+
+
+def _stop_on_signals(stopping: threading.Event, spinning: threading.Event,
+                     nodes: list) -> None:
+    """Install the SIGINT and SIGTERM handler: it sets ``stopping``, and raises
+    KeyboardInterrupt the first time while ``nodes`` load (before ``spinning``, or in a
+    configure)."""
+    # Ctrl-C and SIGTERM (what launch sends) only set a flag: the spin loop ends within 0.1 s,
+    # then the nodes stop their model workers while the ROS context is still valid. (Raising
+    # from the handler landed inside the executor's dispatch; rclpy's own handler would
+    # invalidate the context under workers still publishing.) While models load or compile
+    # (before spinning, or in a configure a lifecycle manager asked for, which runs in this
+    # thread's spin) nothing is running yet: the loading is cut at once, or launch would kill
+    # the process after its grace period. Only the first signal counts: under launch a
+    # terminal's Ctrl-C comes twice (the terminal's and launch's).
+    def on_signal(*_: object) -> None:
+        first = not stopping.is_set()
+        stopping.set()
+        loading = not spinning.is_set() or any(node.configuring for node in nodes)
+        if first and loading:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+
+def _spin(args: argparse.Namespace, nodes: list, stopping: threading.Event,
+          spinning: threading.Event) -> int | None:
+    """Spin ``nodes`` in this thread until ``stopping``; 2 (said in one line) when a
+    configure a lifecycle manager asked for failed, else None."""
+    from crossspec_ros.nodes.graph import make_executor
+
+    executor = make_executor()
+    for node in nodes:
+        executor.add_node(node)
+    spinning.set()
+    while not stopping.is_set():
+        executor.spin_once(timeout_sec=0.1)
+        failed = _failed_configure(nodes)
+        if failed:  # asked by a lifecycle manager (launch): the process ends, saying why
+            print(f"crossspec node {args.kind}: {failed}", file=sys.stderr)
+            return 2
+    return None
+
+
+def _shut_down(nodes: list) -> None:
+    """Destroy ``nodes`` and end the ROS context, deaf to further signals."""
+    # a later signal must not abort the cleanup, nor the exit after it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    import rclpy
+
+    for node in nodes:
+        node.destroy_node()
+    if rclpy.ok():
+        rclpy.shutdown()
 
 
 def _failed_configure(nodes: list) -> str | None:

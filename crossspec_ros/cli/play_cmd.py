@@ -135,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
                 player.destroy_node()
             if context.ok():
                 rclpy.shutdown(context=context)
+    return _report_end(player, interrupted)
+
+
+def _report_end(player: Any, interrupted: bool) -> int:
+    """Say how the replay ended (its summary line, an error); the exit code: 1 after an
+    error, else 0 (a stopped player is no failure)."""
     if interrupted:
         print("interrupted", file=sys.stderr)
     if player is None:  # interrupted while starting

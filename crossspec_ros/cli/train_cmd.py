@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from crossspec_ros.paths import BUNDLED_PAIR as BUNDLED_DIR
 from crossspec_ros.progress import progress_bar
@@ -53,16 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from crossspec_ros.sim.captions import parse_caption
-    from crossspec_ros.train.data import (
-        SIM_IMAGE_SIZE,
-        encode_windows,
-        generate_windows,
-        tokenizer_words,
-        training_keys,
-    )
+    from crossspec_ros.train.data import SIM_IMAGE_SIZE, tokenizer_words
     from crossspec_ros.train.evaluate import evaluate_pair
     from crossspec_ros.train.plots import plot_losses
-    from crossspec_ros.train.tiny_pair import build_pair, save_pair, train_pair
+    from crossspec_ros.train.tiny_pair import build_pair, save_pair
 
     bad_steps = args.steps is not None and args.steps < 1
     if not 16 <= args.drafter_windows <= args.windows or bad_steps:
@@ -78,33 +73,10 @@ def run_train(args: argparse.Namespace) -> int:
     config = PairConfig(seed=args.seed, train_windows=args.windows,
                         drafter_windows=args.drafter_windows, **steps)
     verifier, drafter = build_pair(config, tokenizer_words())
-    keys = training_keys(args.windows, seed=args.seed)
-    split = config.drafter_windows
-    t0 = time.perf_counter()
-    with progress_bar(len(keys), "simulating training windows") as bar:
-        data = encode_windows(
-            generate_windows(keys[:split], SIM_IMAGE_SIZE, args.workers, progress=bar.update,
-                             event_render_hz=config.event_render_hz),
-            verifier, drafter,
-            rgb_only=generate_windows(keys[split:], SIM_IMAGE_SIZE, args.workers,
-                                      progress=bar.update, events=False))
-    sim_s = time.perf_counter() - t0
+    data, sim_s = _simulate_training_data(args, config, verifier, drafter)
     print(f"simulated and encoded {len(data)} windows in {sim_s:.0f} s", file=sys.stderr)
-
-    bars = {}
-
-    def progress(name: str, step: int, loss: float) -> None:
-        if name not in bars:
-            for bar in bars.values():
-                bar.close()
-            bars[name] = progress_bar(getattr(config, f"{name}_steps"), f"training {name}")
-        bars[name].set_postfix(loss=f"{loss:.3f}", refresh=False)
-        bars[name].update(1)
-
     t0 = time.perf_counter()
-    losses = train_pair(verifier, drafter, data, config, progress=progress)
-    for bar in bars.values():
-        bar.close()
+    losses = _train_with_progress(verifier, drafter, data, config)
     train_s = time.perf_counter() - t0
     report: dict = {"simulation_s": round(sim_s, 1), "training_s": round(train_s, 1),
                     "final_loss": {k: round(sum(v[-20:]) / len(v[-20:]), 4)
@@ -123,6 +95,51 @@ def run_train(args: argparse.Namespace) -> int:
     print(json.dumps(report, indent=2))
     print(f"wrote {args.out} (loss curves: {args.out / 'loss_curves.png'})")
     return 0
+
+
+def _simulate_training_data(args: argparse.Namespace, config: PairConfig, verifier: Any,
+                            drafter: Any) -> tuple[Any, float]:
+    """The training windows, simulated and encoded for both models (events for the first
+    ``config.drafter_windows`` only: they cost ~10x the frames), and the seconds it took."""
+    from crossspec_ros.train.data import (
+        SIM_IMAGE_SIZE,
+        encode_windows,
+        generate_windows,
+        training_keys,
+    )
+
+    keys = training_keys(args.windows, seed=args.seed)
+    split = config.drafter_windows
+    t0 = time.perf_counter()
+    with progress_bar(len(keys), "simulating training windows") as bar:
+        data = encode_windows(
+            generate_windows(keys[:split], SIM_IMAGE_SIZE, args.workers, progress=bar.update,
+                             event_render_hz=config.event_render_hz),
+            verifier, drafter,
+            rgb_only=generate_windows(keys[split:], SIM_IMAGE_SIZE, args.workers,
+                                      progress=bar.update, events=False))
+    return data, time.perf_counter() - t0
+
+
+def _train_with_progress(verifier: Any, drafter: Any, data: Any,
+                         config: PairConfig) -> dict[str, list[float]]:
+    """Train both models (one progress bar each, showing the loss); their loss curves."""
+    from crossspec_ros.train.tiny_pair import train_pair
+
+    bars = {}
+
+    def progress(name: str, step: int, loss: float) -> None:
+        if name not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars[name] = progress_bar(getattr(config, f"{name}_steps"), f"training {name}")
+        bars[name].set_postfix(loss=f"{loss:.3f}", refresh=False)
+        bars[name].update(1)
+
+    losses = train_pair(verifier, drafter, data, config, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    return losses
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -64,6 +64,17 @@ def count_change(before: int, now: int) -> float:
 # minus false-positive rate against ground-truth caption changes on the sample bag (crossspec
 # bench change-signal, 2026-11-26; the drives it never saw are scored with it as it is)
 CHANGE_RATE_THRESHOLD = 0.655
+
+# What the change level may decide in the engine, each lossless (EngineConfig.event_aware,
+# node parameter event_aware):
+EVENT_CHOICES = (
+    "acceptance",  # each level keeps its own measured acceptance per proposer (and so its
+    #                own proposal sizes and chain choice)
+    "cascade",     # the drafter is only asked in windows that changed: where the scene
+    #                stays, the last caption and the corpus (free) are left to propose; where
+    #                it changed, the drafter gate decides from what it measured there
+)
+
 STEADY, CHANGED = "steady", "changed"
 
 

@@ -39,8 +39,6 @@ def declare_params(node: Node, spec: list[Param],
     the changed names and values (executor thread; what it raises refuses the change, which is
     undone). ``live_check(values)``: what the node itself refuses at runtime (its reason),
     beyond the spec (e.g. more tokens than the caches allocated at configure hold)."""
-    from rcl_interfaces.msg import SetParametersResult
-
     where = f"node '{node.get_name()}' parameters"
     by_name = {param.name: param for param in spec}
     values = {}
@@ -52,6 +50,17 @@ def declare_params(node: Node, spec: list[Param],
     for param in spec:  # then typed, ranged, read-only: the int given for a float is a float
         value = Parameter(param.name, value=params[param.name]).get_parameter_value()
         node.set_descriptor(param.name, descriptor(param), alternative_value=value)
+
+    before_set = _pre_set_callback(node, by_name, where)
+    on_set = _on_set_callback(node, spec, params, where, on_change, live_check)
+    node.add_pre_set_parameters_callback(before_set)
+    node.add_on_set_parameters_callback(on_set)
+    return params
+
+
+def _pre_set_callback(node: Node, by_name: dict[str, Param], where: str
+                      ) -> Callable[[list], list]:
+    """The node's pre-set callback: each change as crossspec takes it, before rclpy checks."""
 
     def before_set(changes: list) -> list:
         # rclpy checks the descriptors (type, range) before any on-set callback and says only
@@ -73,11 +82,24 @@ def declare_params(node: Node, spec: list[Param],
             out.append(Parameter(change.name, value=value))
         return out
 
+    return before_set
+
+
+def _on_set_callback(node: Node, spec: list[Param], params: dict[str, Any], where: str,
+                     on_change: Callable[[dict[str, Any]], None] | None,
+                     live_check: Callable[[dict[str, Any]], str | None] | None
+                     ) -> Callable[[list], Any]:
+    """The node's on-set callback: validates a live change, applies it to ``params`` in place
+    and tells ``on_change``; refuses (and undoes) what fails."""
+    from rcl_interfaces.msg import SetParametersResult
+
+    names = {param.name for param in spec}
+
     def on_set(changes: list) -> Any:
         refused = [c.reason for c in changes if isinstance(c, _RefusedChange)]
         if refused:
             return SetParametersResult(successful=False, reason=refused[0])
-        changed = {p.name: p.value for p in changes if p.name in by_name}
+        changed = {p.name: p.value for p in changes if p.name in names}
         try:
             checked = validate({**params, **changed}, spec, where=where)
         except ParameterError as err:
@@ -99,9 +121,7 @@ def declare_params(node: Node, spec: list[Param],
                     "previous values")
         return SetParametersResult(successful=True)
 
-    node.add_pre_set_parameters_callback(before_set)
-    node.add_on_set_parameters_callback(on_set)
-    return params
+    return on_set
 
 
 class _RefusedChange(Parameter):

@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossspec_ros.process_tuning import tune_process_for_models  # noqa: F401 (the graph's)
+
+if TYPE_CHECKING:
+    from crossspec_ros.speculative.verifier_first import VerifierFirst
 
 EXECUTABLE = "crossspec"  # installed in lib/crossspec (ros2 run) and on PATH
 
@@ -150,6 +153,17 @@ def spin_in_thread(executor: Any) -> Callable[[], None]:
     return stop
 
 
+def _verifier_first_for(kinds: tuple[str, ...]) -> VerifierFirst | None:
+    """The VerifierFirst the nodes of ``kinds`` share in this process, or None without a
+    verifier or with it alone."""
+    from crossspec_ros.speculative.verifier_first import VerifierFirst
+
+    # the verifier and other nodes in this process: their work that can wait waits while the
+    # verifier works on a closed window (speculative/verifier_first.py; the verifier node
+    # sets the bound, yield_to_verifier_ms)
+    return VerifierFirst(0.0) if "verifier" in kinds and len(kinds) > 1 else None
+
+
 def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = None,
                  extra: dict[str, dict[str, Any]] | None = None,
                  models: tuple[Any, Any] | None = None,
@@ -171,7 +185,6 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
     from crossspec_ros.nodes.draft_node import DraftNode
     from crossspec_ros.nodes.lifecycle import bring_up
     from crossspec_ros.nodes.verifier_node import VerifierNode
-    from crossspec_ros.speculative.verifier_first import VerifierFirst
 
     extra = extra or {}
 
@@ -188,10 +201,7 @@ def create_nodes(kinds: tuple[str, ...] = KINDS, *, config: str | Path | None = 
 
     verifier, drafter = models if models is not None else (None, None)
     nodes: list = []
-    # the verifier and other nodes in this process: their work that can wait waits while the
-    # verifier works on a closed window (speculative/verifier_first.py; the verifier node
-    # sets the bound, yield_to_verifier_ms)
-    verifier_first = VerifierFirst(0.0) if "verifier" in kinds and len(kinds) > 1 else None
+    verifier_first = _verifier_first_for(kinds)
     try:
         if "draft" in kinds:
             drafter = started(DraftNode(drafter, parameter_overrides=overrides("draft"),

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from crossspec_ros.events.change import STEADY, ChangeDetector
+from crossspec_ros.events.change import EVENT_CHOICES, STEADY, ChangeDetector
 from crossspec_ros.models.base import CaptionModel, ModelSession
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
@@ -70,16 +70,6 @@ from crossspec_ros.speculative.vocab import VocabularyBridge, make_bridge
 
 if TYPE_CHECKING:  # the Video-LLaVA backend imports transformers: only when used
     from crossspec_ros.models.live_prefill import LivePrefill
-
-
-# What the change level (events/change.py) may decide, each lossless (EngineConfig.event_aware):
-EVENT_CHOICES = (
-    "acceptance",  # each level keeps its own measured acceptance per proposer (and so its
-    #                own proposal sizes and chain choice)
-    "cascade",     # the drafter is only asked in windows that changed: where the scene
-    #                stays, the last caption and the corpus (free) are left to propose; where
-    #                it changed, the drafter gate decides from what it measured there
-)
 
 
 @dataclass

@@ -159,6 +159,36 @@ class FrameSelection:
     frame: StampedFrame
 
 
+def _check_settings(window_len_ns: int, frames_per_window: int, max_lateness_ns: int,
+                    reorder_slack_ns: int, reset_threshold_ns: int, max_pending_windows: int,
+                    max_pending_events: int | None, idle_timeout_ns: int,
+                    streams: tuple[str, ...]) -> None:
+    """Refuse WindowSynchronizer settings it cannot work with (ValueError saying which)."""
+    if window_len_ns <= 0:
+        raise ValueError(f"window_len_ns must be > 0, got {window_len_ns}")
+    if frames_per_window < 1:
+        raise ValueError(f"frames_per_window must be >= 1, got {frames_per_window}")
+    if max_lateness_ns < 0 or reorder_slack_ns < 0:
+        raise ValueError(
+            f"max_lateness_ns ({max_lateness_ns}) and reorder_slack_ns "
+            f"({reorder_slack_ns}) must be >= 0"
+        )
+    if reset_threshold_ns <= reorder_slack_ns:
+        raise ValueError(
+            f"reset_threshold_ns ({reset_threshold_ns}) must exceed reorder_slack_ns "
+            f"({reorder_slack_ns}): legitimate reordering must never look like a reset"
+        )
+    if max_pending_windows < 1:
+        raise ValueError(f"max_pending_windows must be >= 1, got {max_pending_windows}")
+    if max_pending_events is not None and max_pending_events < 1:
+        raise ValueError(f"max_pending_events must be >= 1 or None, got {max_pending_events}")
+    if idle_timeout_ns <= 0:
+        raise ValueError(f"idle_timeout_ns must be > 0, got {idle_timeout_ns}")
+    if not streams or set(streams) - {"events", "rgb"}:
+        raise ValueError(f"streams must be a non-empty subset of ('events', 'rgb'), "
+                         f"got {streams!r}")
+
+
 class WindowSynchronizer:
     """Stateful synchronizer; feed it with add_events/add_frame, drive it with poll/flush.
 
@@ -178,29 +208,9 @@ class WindowSynchronizer:
         streams: tuple[str, ...] = ("events", "rgb"),
         announce_frames: bool = False,
     ) -> None:
-        if window_len_ns <= 0:
-            raise ValueError(f"window_len_ns must be > 0, got {window_len_ns}")
-        if frames_per_window < 1:
-            raise ValueError(f"frames_per_window must be >= 1, got {frames_per_window}")
-        if max_lateness_ns < 0 or reorder_slack_ns < 0:
-            raise ValueError(
-                f"max_lateness_ns ({max_lateness_ns}) and reorder_slack_ns "
-                f"({reorder_slack_ns}) must be >= 0"
-            )
-        if reset_threshold_ns <= reorder_slack_ns:
-            raise ValueError(
-                f"reset_threshold_ns ({reset_threshold_ns}) must exceed reorder_slack_ns "
-                f"({reorder_slack_ns}): legitimate reordering must never look like a reset"
-            )
-        if max_pending_windows < 1:
-            raise ValueError(f"max_pending_windows must be >= 1, got {max_pending_windows}")
-        if max_pending_events is not None and max_pending_events < 1:
-            raise ValueError(f"max_pending_events must be >= 1 or None, got {max_pending_events}")
-        if idle_timeout_ns <= 0:
-            raise ValueError(f"idle_timeout_ns must be > 0, got {idle_timeout_ns}")
-        if not streams or set(streams) - {"events", "rgb"}:
-            raise ValueError(f"streams must be a non-empty subset of ('events', 'rgb'), "
-                             f"got {streams!r}")
+        _check_settings(window_len_ns, frames_per_window, max_lateness_ns, reorder_slack_ns,
+                        reset_threshold_ns, max_pending_windows, max_pending_events,
+                        idle_timeout_ns, streams)
         self.window_len_ns = int(window_len_ns)
         self.frames_per_window = int(frames_per_window)
         self.max_lateness_ns = int(max_lateness_ns)
@@ -215,6 +225,11 @@ class WindowSynchronizer:
         self.announce_frames = announce_frames
         self._selections: list[FrameSelection] = []
 
+        self._init_window_state()
+        self._init_timeline_state()
+
+    def _init_window_state(self) -> None:
+        """Counters, the windows buffered and how far each stream got (this epoch)."""
         self._stats = SyncStats()
         self._pending: dict[int, _Pending] = {}
         self._pending_events = 0
@@ -222,6 +237,9 @@ class WindowSynchronizer:
         self._ev_max: int | None = None   # latest event time seen (this epoch)
         self._rgb_max: int | None = None  # latest frame stamp seen (this epoch)
         self._closed_before: int | None = None  # every id below this is closed
+
+    def _init_timeline_state(self) -> None:
+        """Outlier gates, stale-data bounds, one-time warnings and idle tracking."""
         # per stream, its latest time on the old timeline until it shows new-timeline data
         self._stale: dict[str, int | None] = {"events": None, "rgb": None}
         self._sensor = (0, 0)  # (width, height) for windows without events

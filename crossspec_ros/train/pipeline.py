@@ -120,31 +120,42 @@ def distill_drafter(settings: DistillSettings, windows: list[Any],
     OUT/distill.json). Labels are cached and training checkpoints beside OUT (OUT.cache/)."""
     import torch
 
-    from crossspec_ros.models.draft_head import DraftHead, HeadConfig
-    from crossspec_ros.models.errors import ModelLoadError
-    from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
-    from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
-    from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ
-    from crossspec_ros.train.data import training_keys
-    from crossspec_ros.train.distill import (
-        MIN_WINDOWS,
-        DistillConfig,
-        finetune,
-        finetune_lora,
-        label_windows,
-        labels_key,
-        load_labels,
-        publish_directory,
-        save_labels,
-        train_head,
-        window_states,
-    )
+    from crossspec_ros.models.pair import BUNDLED_PAIR
+    from crossspec_ros.train.distill import publish_directory
 
     s = settings
     windows = list(windows)
     started = time.perf_counter()
     torch.manual_seed(s.seed)
     drafter_source = s.drafter_model or str(BUNDLED_PAIR / "drafter")
+    verifier, drafter = _load_pair(s, drafter_source)
+    sources, cache, labels = _verifier_labels(s, verifier, drafter, drafter_source, windows,
+                                              progress, note)
+    label_s = time.perf_counter() - started
+
+    training = _train(s, verifier, drafter, labels, cache, progress)
+    train_s = time.perf_counter() - started - label_s
+
+    card = _card(s, sources, labels, drafter, training, label_s, train_s)
+    if s.eval_windows > 0:
+        card["heldout"] = _heldout_report(s, verifier, drafter, training.head, drafter_source,
+                                          progress)
+    card["total_s"] = round(time.perf_counter() - started, 1)
+    head, peft_model, losses = training.head, training.peft_model, training.losses
+    trained = peft_model if peft_model is not None else head if head is not None else drafter
+    publish_directory(lambda tmp: write_result(tmp, s.method, trained, card, losses,
+                                               s.drafter_model), s.out)
+    training.checkpoint.unlink(missing_ok=True)
+    return card
+
+
+def _load_pair(s: DistillSettings, drafter_source: str) -> tuple[Any, Any]:
+    """(verifier, drafter) for ``s``; DistillError when one cannot be loaded or the drafter
+    is not of the EventGPT family the methods train."""
+    from crossspec_ros.models.errors import ModelLoadError
+    from crossspec_ros.models.eventgpt_drafter import EventGPTDrafter
+    from crossspec_ros.models.pair import load_drafter, load_verifier
+
     try:
         verifier = load_verifier(s.verifier_model, device=s.device)
         drafter = load_drafter(drafter_source, device=s.device)
@@ -153,6 +164,26 @@ def distill_drafter(settings: DistillSettings, windows: list[Any],
     if not isinstance(drafter, EventGPTDrafter):
         raise DistillError(f"--method {s.method} trains EventGPT-family drafters; "
                            f"{drafter_source} is another kind")
+    return verifier, drafter
+
+
+def _verifier_labels(s: DistillSettings, verifier: Any, drafter: Any, drafter_source: str,
+                     windows: list[Any], progress: Progress, note: Callable[[str], None]
+                     ) -> tuple[list[str], Path, Any]:
+    """(sources, cache directory, labels): the verifier's labels for ``windows`` and the
+    simulated training windows (added to ``windows``), from the cache beside OUT when it
+    has them; DistillError when too few windows are usable."""
+    from crossspec_ros.models.pair import BUNDLED_PAIR
+    from crossspec_ros.train.config import TRAIN_EVENT_RENDER_HZ
+    from crossspec_ros.train.data import training_keys
+    from crossspec_ros.train.distill import (
+        MIN_WINDOWS,
+        label_windows,
+        labels_key,
+        load_labels,
+        save_labels,
+    )
+
     if s.sim_windows > 0:
         keys = training_keys(s.sim_windows, seed=s.seed)
         windows.extend(simulated_windows(keys, s.workers, "simulating training windows",
@@ -178,7 +209,34 @@ def distill_drafter(settings: DistillSettings, windows: list[Any],
         raise DistillError(f"only {len(labels)} usable windows (left out: {skipped or 'none'})"
                            f"; distillation needs at least {MIN_WINDOWS} with RGB frames and "
                            "events. Record longer, or add --bag / --sim-windows.")
-    label_s = time.perf_counter() - started
+    return sources, cache, labels
+
+
+@dataclass
+class _Training:
+    """What training left: its config and checkpoint file, the losses, and the head (method
+    head) or peft model (method lora) it trained; both None when it trained the drafter."""
+
+    config: Any
+    checkpoint: Path
+    losses: list[float]
+    head: Any = None
+    peft_model: Any = None
+
+
+def _train(s: DistillSettings, verifier: Any, drafter: Any, labels: Any, cache: Path,
+           progress: Progress) -> _Training:
+    """Train by ``s.method`` on ``labels``, checkpointing in ``cache``."""
+    import torch
+
+    from crossspec_ros.models.draft_head import DraftHead, HeadConfig
+    from crossspec_ros.train.distill import (
+        DistillConfig,
+        finetune,
+        finetune_lora,
+        train_head,
+        window_states,
+    )
 
     lora = s.method == "lora"
     config = DistillConfig(seed=s.seed, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
@@ -206,8 +264,13 @@ def distill_drafter(settings: DistillSettings, windows: list[Any],
             losses = finetune(drafter, labels, config, checkpoint, on_step)
         else:
             losses = train_head(head, contexts, labels, config, checkpoint, on_step)
-    train_s = time.perf_counter() - started - label_s
+    return _Training(config, checkpoint, losses, head, peft_model)
 
+
+def _card(s: DistillSettings, sources: list[str], labels: Any, drafter: Any,
+          training: _Training, label_s: float, train_s: float) -> dict[str, Any]:
+    """The distillation's card (OUT/distill.json), before its held-out report and total."""
+    config, losses = training.config, training.losses
     card: dict[str, Any] = {
         "method": s.method, "seed": s.seed, "bags": sources,
         "windows": len(labels), "left_out": labels.skipped,
@@ -218,28 +281,28 @@ def distill_drafter(settings: DistillSettings, windows: list[Any],
         "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
         "labelling_s": round(label_s, 1), "training_s": round(train_s, 1),
     }
-    if peft_model is not None:
-        trainable, total = peft_model.get_nb_trainable_parameters()
+    if training.peft_model is not None:
+        trainable, total = training.peft_model.get_nb_trainable_parameters()
         card["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha,
                         "trainable_parameters": trainable, "all_parameters": total}
-    if s.eval_windows > 0:
-        held = heldout(s.eval_windows, s.workers, progress)
-        refs = references(verifier, drafter, held, s.max_new_tokens, progress)
-        if head is None:
-            card["heldout"] = compare({"distilled": drafter,
-                                       "undistilled": load_drafter(drafter_source,
-                                                                   device=s.device)},
-                                      held, refs, 8, progress)
-        else:
-            card["heldout"] = compare({"drafter": drafter}, held, refs, 8, progress)
-            card["heldout"]["head"] = head_report(head, drafter, held, refs,
-                                                  progress=progress)
-    card["total_s"] = round(time.perf_counter() - started, 1)
-    trained = peft_model if peft_model is not None else head if head is not None else drafter
-    publish_directory(lambda tmp: write_result(tmp, s.method, trained, card, losses,
-                                               s.drafter_model), s.out)
-    checkpoint.unlink(missing_ok=True)
     return card
+
+
+def _heldout_report(s: DistillSettings, verifier: Any, drafter: Any, head: Any,
+                    drafter_source: str, progress: Progress) -> dict[str, Any]:
+    """Draft quality on ``s.eval_windows`` held-out windows: the distilled drafter against
+    the undistilled one, or (method head) the drafter and its head."""
+    from crossspec_ros.models.pair import load_drafter
+
+    held = heldout(s.eval_windows, s.workers, progress)
+    refs = references(verifier, drafter, held, s.max_new_tokens, progress)
+    if head is None:
+        return compare({"distilled": drafter,
+                        "undistilled": load_drafter(drafter_source, device=s.device)},
+                       held, refs, 8, progress)
+    report = compare({"drafter": drafter}, held, refs, 8, progress)
+    report["head"] = head_report(head, drafter, held, refs, progress=progress)
+    return report
 
 
 def write_result(directory: Path, method: str, trained: Any, card: dict,

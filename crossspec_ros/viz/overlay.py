@@ -18,6 +18,7 @@ import math
 import re
 import textwrap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -249,79 +250,138 @@ def annotate_frame(
     Rows above the band are byte-identical to the input; the band is at most
     MAX_BAND_FRACTION of the height. Text that does not fit is cut at a word with "...".
     """
-    if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 \
-            or rgb.shape[2] != 3:
-        shape = getattr(rgb, "shape", None)
-        dtype = getattr(rgb, "dtype", type(rgb).__name__)
-        raise ValueError(f"annotate_frame needs an H x W x 3 uint8 RGB array, got {shape} {dtype}")
+    _check_rgb(rgb)
     height, width = rgb.shape[:2]
     out = rgb.copy()
     max_band = int(height * MAX_BAND_FRACTION)
     if width == 0 or max_band == 0:
         return out
 
-    size = font_size_for(width, height)
-    font = _font(size)
-    small = _font(max(8, round(size * 0.75)))
-    pad = max(2, size // 4)
-    avail = max(1.0, width - 2.0 * pad)
-    line_h = _line_height(font) + max(1, size // 8)
-    small_h = _line_height(small) + max(1, size // 8)
-    tag_pad = max(2, size // 6)
-
+    style = _band_style(width, height)
     name = status_name(status)
-    tag = f" {name} "
-    gap = small.getlength("  ")
-    # the tag is measured with its pill padding so the header wraps where it is drawn
-    # a caption made under a relaxed acceptance rule (Caption.acceptance_rule) says so first
-    header_items = [tag, *([f"LOSSY {lossy}"] if lossy else []), f"#{int(window_id)}",
-                    *_format_latencies(latency_ms)]
-    header_lines = _greedy_lines(header_items, small.getlength, gap, avail - 2 * tag_pad)
-
-    words = _styled_words(confirmed or "", unconfirmed or "")
-    space = _word_gap(font, size)
-    caption_lines = _wrap(font, words, avail, space) if words else []
+    header_lines = _header_lines(style, name, window_id, latency_ms, lossy)
+    caption_lines = _caption_lines(style, confirmed, unconfirmed)
     placeholder = not caption_lines
     if placeholder:
         caption_lines = [[[("(no caption yet)", False)]]]
-
-    # Fit: header lines first (status is the most important), then as many caption lines as fit.
-    room = max_band - 2 * pad
-    n_header = max(1, min(len(header_lines), room // max(1, small_h)))
-    room -= n_header * small_h
-    n_caption = max(0, min(len(caption_lines), room // max(1, line_h)))
-    if 0 < n_caption < len(caption_lines):
-        caption_lines = [*caption_lines[:n_caption - 1],
-                         _ellipsize(font, caption_lines[n_caption - 1], avail, space)]
-    caption_lines = caption_lines[:n_caption]
-    band_h = min(max_band, 2 * pad + n_header * small_h + n_caption * line_h)
+    n_header, caption_lines, band_h = _fit_band(style, max_band, header_lines, caption_lines)
     top = height - band_h
 
     # Darken the band in numpy (cheap at 1440x1080), then draw text on just that strip.
     strip = (out[top:].astype(np.uint16) * int(_BAND_DARKEN * 256) >> 8).astype(np.uint8)
     image = Image.fromarray(strip, mode="RGB")
     draw = ImageDraw.Draw(image)
+    y = _draw_header(draw, style, name, header_lines[:n_header], style.pad)
+    _draw_caption(draw, style, caption_lines, placeholder, y)
 
-    y = pad
-    for i, items in enumerate(header_lines[:n_header]):
-        x = float(pad)
+    out[top:] = np.asarray(image)
+    return out
+
+
+def _check_rgb(rgb: object) -> None:
+    """Refuse anything but an H x W x 3 uint8 array, naming what was given."""
+    if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 \
+            or rgb.shape[2] != 3:
+        shape = getattr(rgb, "shape", None)
+        dtype = getattr(rgb, "dtype", type(rgb).__name__)
+        raise ValueError(f"annotate_frame needs an H x W x 3 uint8 RGB array, got {shape} {dtype}")
+
+
+@dataclass(frozen=True)
+class _BandStyle:
+    """Fonts and spacings of a caption band, all scaled from the frame's font size."""
+
+    size: int
+    font: ImageFont.FreeTypeFont | ImageFont.ImageFont    # caption text
+    small: ImageFont.FreeTypeFont | ImageFont.ImageFont   # header: status tag, id, latencies
+    pad: int
+    avail: float  # line width for text, inside the padding
+    line_h: int
+    small_h: int
+    tag_pad: int
+    gap: float    # between header items
+    space: float  # between caption words
+
+
+def _band_style(width: int, height: int) -> _BandStyle:
+    size = font_size_for(width, height)
+    font = _font(size)
+    small = _font(max(8, round(size * 0.75)))
+    pad = max(2, size // 4)
+    return _BandStyle(
+        size=size, font=font, small=small, pad=pad, avail=max(1.0, width - 2.0 * pad),
+        line_h=_line_height(font) + max(1, size // 8),
+        small_h=_line_height(small) + max(1, size // 8),
+        tag_pad=max(2, size // 6), gap=small.getlength("  "), space=_word_gap(font, size))
+
+
+def _header_lines(style: _BandStyle, name: str, window_id: int,
+                  latency_ms: Mapping[str, object] | None, lossy: str) -> list[list[str]]:
+    """The header items (status tag first), wrapped to the band's width."""
+    tag = f" {name} "
+    # the tag is measured with its pill padding so the header wraps where it is drawn
+    # a caption made under a relaxed acceptance rule (Caption.acceptance_rule) says so first
+    header_items = [tag, *([f"LOSSY {lossy}"] if lossy else []), f"#{int(window_id)}",
+                    *_format_latencies(latency_ms)]
+    return _greedy_lines(header_items, style.small.getlength, style.gap,
+                         style.avail - 2 * style.tag_pad)
+
+
+def _caption_lines(style: _BandStyle, confirmed: str, unconfirmed: str
+                   ) -> list[list[list[_Segment]]]:
+    """The caption's styled words wrapped to the band's width ([] for no text)."""
+    words = _styled_words(confirmed or "", unconfirmed or "")
+    return _wrap(style.font, words, style.avail, style.space) if words else []
+
+
+def _fit_band(style: _BandStyle, max_band: int, header_lines: list[list[str]],
+              caption_lines: list[list[list[_Segment]]]
+              ) -> tuple[int, list[list[list[_Segment]]], int]:
+    """(header lines shown, caption lines shown, band height) within ``max_band`` rows."""
+    # Fit: header lines first (status is the most important), then as many caption lines as fit.
+    room = max_band - 2 * style.pad
+    n_header = max(1, min(len(header_lines), room // max(1, style.small_h)))
+    room -= n_header * style.small_h
+    n_caption = max(0, min(len(caption_lines), room // max(1, style.line_h)))
+    if 0 < n_caption < len(caption_lines):
+        caption_lines = [*caption_lines[:n_caption - 1],
+                         _ellipsize(style.font, caption_lines[n_caption - 1], style.avail,
+                                    style.space)]
+    caption_lines = caption_lines[:n_caption]
+    band_h = min(max_band, 2 * style.pad + n_header * style.small_h + n_caption * style.line_h)
+    return n_header, caption_lines, band_h
+
+
+def _draw_header(draw: ImageDraw.ImageDraw, style: _BandStyle, name: str,
+                 lines: list[list[str]], y: int) -> int:
+    """Draw the header lines from row ``y``; returns the row below them."""
+    small, gap, tag_pad = style.small, style.gap, style.tag_pad
+    for i, items in enumerate(lines):
+        x = float(style.pad)
         for j, item in enumerate(items):
             if i == 0 and j == 0:  # the status tag, drawn as a coloured pill
                 colour = STATUS_RGB.get(name, _UNKNOWN_STATUS_RGB)
                 w = small.getlength(item)
-                draw.rectangle([x, y, x + w + 2 * tag_pad, y + small_h - 1], fill=colour)
+                draw.rectangle([x, y, x + w + 2 * tag_pad, y + style.small_h - 1], fill=colour)
                 draw.text((x + tag_pad, y), item, font=small, fill=(255, 255, 255))
                 x += w + 2 * tag_pad + gap
             else:
                 draw.text((x, y), item, font=small, fill=HEADER_RGB)
                 x += small.getlength(item) + gap
-        y += small_h
+        y += style.small_h
+    return y
 
-    underline = max(1, size // 14)
-    baseline_gap = max(1, size // 10)
+
+def _draw_caption(draw: ImageDraw.ImageDraw, style: _BandStyle,
+                  lines: list[list[list[_Segment]]], placeholder: bool, y: int) -> None:
+    """Draw the caption lines from row ``y``: confirmed text solid, the tail amber and
+    underlined, the placeholder grey."""
+    font = style.font
+    underline = max(1, style.size // 14)
+    baseline_gap = max(1, style.size // 10)
     ascent = _ascent(font)
-    for line in caption_lines:
-        x = float(pad)
+    for line in lines:
+        x = float(style.pad)
         for word in line:
             for text, is_tail in word:
                 w = font.getlength(text)
@@ -337,11 +397,8 @@ def annotate_frame(
                         draw.line([(x + dx, uy), (min(x + dx + dash, x + w), uy)],
                                   fill=colour, width=underline)
                 x += w
-            x += space
-        y += line_h
-
-    out[top:] = np.asarray(image)
-    return out
+            x += style.space
+        y += style.line_h
 
 
 def marker_text(confirmed: str, unconfirmed: str, status: int | str, width: int = 48,
