@@ -8,8 +8,8 @@ callback its owner gives, the moment each token exists:
     on_confirmed(...)  --> the window being drafted re-syncs to the confirmed prefix; a window
                            the verifier finished is not drafted (its caption is FINAL); while
                            the verifier finishes its captions at their close (it is ahead),
-                           the drafter steps aside: a closed window waits ``step_aside_ms``
-                           for its caption before it is drafted
+                           the drafter steps aside: a closed window waits a little for its
+                           caption before it is drafted (``verifier_ahead``)
     tick()             --> windows closed by time; a finished draft nobody confirms is let go
 
 A newer window always wins: the drafter leaves the old one as soon as the next window closes,
@@ -39,9 +39,14 @@ from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 FINISHED_KEPT = 256  # windows the verifier finished, remembered to skip them (bounded)
-# the verifier is ahead when this many captions in a row were done within step_aside_ms of
-# their close (as the verifier measured it, so a busy drafter hearing them late is no matter)
-AHEAD_AFTER = 4
+# the verifier is ahead while at most one of its last AHEAD_OF captions took longer than
+# step_aside_ms after their close (as the verifier measured it, so a busy drafter hearing
+# them late is no matter); a closed window then waits up to STEP_ASIDE_WAIT times that long
+# for its caption. Nothing heard yet counts as ahead: a window the verifier does not finish
+# within the wait counts as slow, so a verifier that is slow or absent stops the waiting
+# after two windows.
+AHEAD_OF = 4
+STEP_ASIDE_WAIT = 3
 
 # on_draft(window, event, stats, window_state, cut_short): publish one draft of ``window``
 DraftOut = Callable[[Any, EngineEvent, WindowStats, Any, bool], None]
@@ -77,7 +82,7 @@ class DraftLoop:
         self.verifier_finished: OrderedDict[WindowKey, None] = OrderedDict()
         self.finished_changed = threading.Condition()  # guards verifier_finished's waiters
         # the verifier's latest captions: ms from their close to done (its own clock)
-        self.verifier_done_ms: deque[float] = deque(maxlen=AHEAD_AFTER)
+        self.verifier_done_ms: deque[float] = deque(maxlen=AHEAD_OF)
         self.windows_skipped_final = 0  # closed here after the verifier had finished them
         # the verifier was ahead, and finished the window while the drafter waited for it
         self.windows_stepped_aside = 0
@@ -229,23 +234,27 @@ class DraftLoop:
         self.last_first_token_ms = stats.draft_first_token_ms
 
     def verifier_ahead(self) -> bool:
-        """The verifier's last ``AHEAD_AFTER`` captions were each done within step_aside_ms
-        of their close: a draft of the next window would most likely come after its caption
-        (on a CPU with live prefill and early start the verifier has it ready at the close;
-        on a GPU with 7B models it takes hundreds of ms, and the drafter never waits)."""
+        """At most one of the verifier's last ``AHEAD_OF`` captions took longer than
+        step_aside_ms after its close: a draft of the next window would most likely come
+        after its caption (on a CPU with live prefill and early start the verifier has it
+        ready at the close; on a GPU with 7B models it takes hundreds of ms, and the drafter
+        stops waiting after two windows)."""
         limit = self.params.get("step_aside_ms", 0.0)
-        done = list(self.verifier_done_ms)
-        return limit > 0 and len(done) == AHEAD_AFTER and max(done) <= limit
+        return limit > 0 and sum(ms > limit for ms in self.verifier_done_ms) <= 1
 
     def _finished_within(self, key: WindowKey, t_close: float) -> bool:
-        """Wait until the verifier finishes ``key`` or step_aside_ms after its close here
-        (or the loop stops taking windows); True when it finished."""
-        deadline = t_close + self.params["step_aside_ms"] / 1e3
+        """Wait until the verifier finishes ``key``, ``STEP_ASIDE_WAIT`` x step_aside_ms after
+        its close here at most (or until the loop stops taking windows); True when it
+        finished. Not finished in time: the verifier counts as slow for this window."""
+        deadline = t_close + STEP_ASIDE_WAIT * self.params["step_aside_ms"] / 1e3
         with self.finished_changed:
-            return self.finished_changed.wait_for(
+            self.finished_changed.wait_for(
                 lambda: key in self.verifier_finished or self.queue.closed,
-                timeout=max(0.0, deadline - time.monotonic())) and \
-                key in self.verifier_finished
+                timeout=max(0.0, deadline - time.monotonic()))
+            finished = key in self.verifier_finished
+            if not finished and not self.queue.closed:
+                self.verifier_done_ms.append(math.inf)
+            return finished
 
     def _publish(self, window: Any, event: EngineEvent, stats: WindowStats,
                  window_state: Any = None, cut_short: bool = False) -> bool:
