@@ -319,11 +319,12 @@ ENGINE_PARAMS = [
           "verifier's step after the close is the latency that counts", non_negative, ">= 0",
           bounds=(0.0, 60_000.0)),
     Param("step_aside_ms", 30.0, "draft node: while at most one of the verifier's last 4 "
-          "captions took longer than this after its window closed (it is ahead of the "
-          "drafter; nothing heard yet counts as ahead), wait up to 3 times this long after a "
-          "window closes for its caption before drafting it, and draft nothing for a window "
-          "the verifier finished meanwhile: a draft would only come after its caption [ms] "
-          "(0: always draft at once)", non_negative, ">= 0", bounds=(0.0, 10_000.0)),
+          "captions took longer after its window closed than this or the drafter's own first "
+          "token, whichever is longer (the verifier is ahead of the drafter; nothing heard yet "
+          "counts as ahead), wait up to 3 times that after a window closes for its caption "
+          "before drafting it, and draft nothing for a window the verifier finished "
+          "meanwhile: a draft would only come after its caption [ms] (0: always draft at "
+          "once)", non_negative, ">= 0", bounds=(0.0, 10_000.0)),
     Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "
           "selected, while the window is still open (Video-LLaVA verifiers; false: the whole "
           "prefill after the window closes)"),

@@ -155,6 +155,19 @@ def test_two_slow_captions_of_the_last_four_end_the_stepping_aside(drafter):
     assert not off.verifier_ahead()
 
 
+def test_a_verifier_done_before_the_drafters_own_first_token_is_ahead(drafter):
+    # 7B models on a GPU: the drafter's first token ~125 ms after the close, the verifier
+    # done ~120 ms after it: a draft of the next window would come after its caption
+    loop, _ = make_loop(drafter, step_aside_ms=30.0)
+    [window] = windows(1)
+    loop.draft_first_ms.extend([130.0, 124.0, 127.0, 140.0])
+    verifier_done_at_the_close(loop, window.id, ms=120.0)
+    assert loop.ahead_ms() == 128.5 and loop.verifier_ahead()
+    loop.on_confirmed((0, window.id - 20), 0, [], "", done=True, done_ms=400.0)
+    loop.on_confirmed((0, window.id - 19), 0, [], "", done=True, done_ms=300.0)
+    assert not loop.verifier_ahead()  # decoding past the draft's first token: draft at once
+
+
 def test_a_verifier_that_finishes_nothing_in_the_wait_stops_it_after_two_windows(drafter):
     # a draft node whose verifier is slow, or gone (a split deployment's link down), waits
     # for the first two windows only, then drafts each at once

@@ -29,6 +29,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.proposers import DraftStream
@@ -39,12 +41,12 @@ from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
 FINISHED_KEPT = 256  # windows the verifier finished, remembered to skip them (bounded)
-# the verifier is ahead while at most one of its last AHEAD_OF captions took longer than
-# step_aside_ms after their close (as the verifier measured it, so a busy drafter hearing
-# them late is no matter); a closed window then waits up to STEP_ASIDE_WAIT times that long
-# for its caption. Nothing heard yet counts as ahead: a window the verifier does not finish
-# within the wait counts as slow, so a verifier that is slow or absent stops the waiting
-# after two windows.
+# the verifier is ahead while at most one of its last AHEAD_OF captions took longer after
+# their close than step_aside_ms or the drafter's own first token, whichever is longer (as
+# the verifier measured it, so a busy drafter hearing them late is no matter); a closed
+# window then waits up to STEP_ASIDE_WAIT times that long for its caption. Nothing heard yet
+# counts as ahead; a window the verifier does not finish within the wait counts as slow, so
+# a verifier that is slow or absent stops the waiting after two windows.
 AHEAD_OF = 4
 STEP_ASIDE_WAIT = 3
 
@@ -83,6 +85,8 @@ class DraftLoop:
         self.finished_changed = threading.Condition()  # guards verifier_finished's waiters
         # the verifier's latest captions: ms from their close to done (its own clock)
         self.verifier_done_ms: deque[float] = deque(maxlen=AHEAD_OF)
+        # the drafter's first token after the close, its last windows (the waits left out)
+        self.draft_first_ms: deque[float] = deque(maxlen=AHEAD_OF)
         self.windows_skipped_final = 0  # closed here after the verifier had finished them
         # the verifier was ahead, and finished the window while the drafter waited for it
         self.windows_stepped_aside = 0
@@ -185,9 +189,11 @@ class DraftLoop:
         if window.key in self.verifier_finished:
             self.windows_skipped_final += 1  # nothing to publish: its caption is FINAL
             return
+        waited_from = time.monotonic()
         if self.verifier_ahead() and self._finished_within(window.key, t_close):
             self.windows_stepped_aside += 1  # its caption came first: no compute spent
             return
+        waited_ms = (time.monotonic() - waited_from) * 1e3
         max_new = self.params["max_new_tokens"]
         stats = WindowStats(proposer_names=[DraftStream.name])
         state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
@@ -232,21 +238,32 @@ class DraftLoop:
         self.windows_confirmed_before_draft += verifier_done and not last
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
+        if not math.isnan(stats.draft_first_token_ms):  # the drafter's own pace, not the wait
+            self.draft_first_ms.append(stats.draft_first_token_ms - waited_ms)
 
     def verifier_ahead(self) -> bool:
-        """At most one of the verifier's last ``AHEAD_OF`` captions took longer than
-        step_aside_ms after its close: a draft of the next window would most likely come
-        after its caption (on a CPU with live prefill and early start the verifier has it
-        ready at the close; on a GPU with 7B models it takes hundreds of ms, and the drafter
-        stops waiting after two windows)."""
-        limit = self.params.get("step_aside_ms", 0.0)
+        """At most one of the verifier's last ``AHEAD_OF`` captions took longer after its
+        close than ``ahead_ms``: a draft of the next window would most likely come after its
+        caption (on a CPU with live prefill and early start the verifier has it ready at the
+        close; where the verifier decodes past the drafter's first token, as 7B models on a
+        GPU do, the drafter drafts at once)."""
+        limit = self.ahead_ms()
         return limit > 0 and sum(ms > limit for ms in self.verifier_done_ms) <= 1
+
+    def ahead_ms(self) -> float:
+        """step_aside_ms, or the drafter's own first token after the close (the median of
+        its last ``AHEAD_OF``, the waits left out) when that is longer: a caption done
+        before it would have come is done before any draft (0: never step aside)."""
+        limit = self.params.get("step_aside_ms", 0.0)
+        if limit <= 0 or not self.draft_first_ms:
+            return limit
+        return max(limit, float(np.median(self.draft_first_ms)))
 
     def _finished_within(self, key: WindowKey, t_close: float) -> bool:
         """Wait until the verifier finishes ``key``, ``STEP_ASIDE_WAIT`` x step_aside_ms after
         its close here at most (or until the loop stops taking windows); True when it
         finished. Not finished in time: the verifier counts as slow for this window."""
-        deadline = t_close + STEP_ASIDE_WAIT * self.params["step_aside_ms"] / 1e3
+        deadline = t_close + STEP_ASIDE_WAIT * self.ahead_ms() / 1e3
         with self.finished_changed:
             self.finished_changed.wait_for(
                 lambda: key in self.verifier_finished or self.queue.closed,
