@@ -202,3 +202,29 @@ def test_a_newer_window_stops_the_draft_in_progress_not_the_one_the_worker_just_
     loop.queue.put = put_then_the_worker_begins_it
     loop.enqueue([new])
     assert in_progress.stopped and not just_begun.stopped
+
+
+def test_a_verifier_in_this_process_stops_the_windows_draft_the_moment_it_finishes(drafter):
+    # composed: the verifier loop says so through VerifierFirst before its FINAL leaves, so
+    # the draft node need not wait for the ConfirmedTokens to come round through the executor
+    from crossspec_ros.speculative.verifier_first import VerifierFirst
+
+    loop, drafts = make_loop(drafter, step_aside_ms=0.0, max_new_tokens=48)
+    shared = VerifierFirst(0.0)
+    shared.add_drafter(lambda: None, lambda: None, loop.on_finished)
+    [window] = windows(1)
+    loop.enqueue([window])
+    step = threading.Thread(target=loop.step)
+    step.start()
+    deadline = time.monotonic() + 60
+    while not drafts and time.monotonic() < deadline:
+        time.sleep(0.001)
+    shared.finished(window.key, 12.0)
+    step.join(timeout=60)
+    assert not step.is_alive()  # stopped, not lingering for confirmations
+    assert drafts and not any(cut for *_, cut in drafts)  # finished, not "cut short"
+    loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=12.0)  # the topic's, later
+    assert list(loop.verifier_done_ms) == [12.0]  # heard twice, counted once
+    shared.remove_drafters()
+    shared.finished(windows(2)[1].key, 5.0)
+    assert list(loop.verifier_done_ms) == [12.0]  # a drafter removed hears nothing

@@ -114,7 +114,8 @@ class DraftNode(ManagedNode):
         if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
             self.add_timer(0.5, follow_clock(self))
         if self.verifier_first is not None:
-            self.verifier_first.add_drafter(self._hold, self._release_hold)
+            self.verifier_first.add_drafter(self._hold, self._release_hold,
+                                            self.loop.on_finished)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
             f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')}, "

@@ -148,20 +148,28 @@ class DraftLoop:
         """One round of the verifier's confirmed tokens of window ``key`` (``done_ms``, with
         the last: how long after the window's close the verifier finished it)."""
         if done:
-            with self.finished_changed:
-                self.verifier_finished[key] = None
-                while len(self.verifier_finished) > FINISHED_KEPT:
-                    self.verifier_finished.popitem(last=False)
-                if not math.isnan(done_ms):
-                    self.verifier_done_ms.append(done_ms)
-                self.finished_changed.notify_all()
-        channel, confirmed = self.cursor.confirmed(key, base_index, tokens, done)
-        if channel is None:
-            return  # not the window being drafted
-        if confirmed is None:
-            channel.stop()  # the verifier is done with it
-        else:
+            self.on_finished(key, done_ms)
+            return
+        channel, confirmed = self.cursor.confirmed(key, base_index, tokens, False)
+        if channel is not None and confirmed is not None:  # the window being drafted
             channel.push_confirmed(confirmed_in_drafter_ids(self.drafter, confirmed, text))
+
+    def on_finished(self, key: WindowKey, done_ms: float = math.nan) -> None:
+        """The verifier finished window ``key``, ``done_ms`` after its close (its last
+        confirmation; or, in one process with it, straight from its loop: ``VerifierFirst``).
+        Heard twice, it counts once."""
+        with self.finished_changed:
+            if key in self.verifier_finished:
+                return
+            self.verifier_finished[key] = None
+            while len(self.verifier_finished) > FINISHED_KEPT:
+                self.verifier_finished.popitem(last=False)
+            if not math.isnan(done_ms):
+                self.verifier_done_ms.append(done_ms)
+            self.finished_changed.notify_all()
+        channel, _ = self.cursor.confirmed(key, 0, [], True)
+        if channel is not None:
+            channel.stop()  # the verifier is done with the window being drafted
 
     # ------------------------------------------------------------ the verifier's turn
     def hold(self) -> None:

@@ -17,7 +17,10 @@ bounded); one it confirms at once was not needed before its caption.
 
 Pure Python: the verifier node calls ``turn()`` around a window; the draft node registers how
 to pause and resume its drafter (``DraftChannel.set_lookahead``) and leaves the event packets
-that come meanwhile for after; the viz node reads ``paused`` and skips drawing meanwhile.
+that come meanwhile for after; the viz node reads ``paused`` and skips drawing meanwhile. The
+verifier also says here when it finished a window (``finished``), before its FINAL caption
+leaves: the draft node in this process hears it at once, not through the executor a few ms
+later, so no draft token of that window follows the FINAL.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class VerifierFirst:
@@ -34,20 +38,35 @@ class VerifierFirst:
         self.max_pause_s = max_pause_s
         self._lock = threading.Lock()
         self._drafters: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        self._finished_listeners: list[Callable[[Any, float], None]] = []
         self._paused = False
         self._timer: threading.Timer | None = None
         self.pauses = 0          # the verifier's turns that held the others
         self.pauses_cut = 0      # of those, ended by max_pause_s rather than the verifier
 
-    def add_drafter(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
-        """A drafter in this process: ``pause()`` holds it, ``resume()`` lets it go on."""
+    def add_drafter(self, pause: Callable[[], None], resume: Callable[[], None],
+                    finished: Callable[[Any, float], None] | None = None) -> None:
+        """A drafter in this process: ``pause()`` holds it, ``resume()`` lets it go on,
+        ``finished(window key, ms after its close)`` tells it the verifier finished a
+        window."""
         with self._lock:
             self._drafters.append((pause, resume))
+            if finished is not None:
+                self._finished_listeners.append(finished)
 
     def remove_drafters(self) -> None:
         with self._lock:
             self._end(cut=False)
             self._drafters.clear()
+            self._finished_listeners.clear()
+
+    def finished(self, key: Any, done_ms: float) -> None:
+        """The verifier finished window ``key``, ``done_ms`` after its close (its FINAL
+        caption about to leave)."""
+        with self._lock:
+            listeners = list(self._finished_listeners)
+        for listener in listeners:  # outside the lock: a listener may take its own
+            listener(key, done_ms)
 
     @property
     def paused(self) -> bool:

@@ -277,6 +277,8 @@ class VerifierLoop:
         if event.kind is not EventKind.CONFIRMED:
             return
         stats = stats if stats is not None else self.engine.current_stats
+        if event.done and self.verifier_first is not None:  # before the FINAL leaves
+            self.verifier_first.finished(window.key, event.t_ms)
         with self.lock:
             self.publish(self.book.on_confirmed(
                 window.key, event.text, event.done, event.t_ms,
