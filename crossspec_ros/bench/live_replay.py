@@ -203,7 +203,7 @@ class LiveReplay:
             dloop.configure(self.drafter, sync_from_params(self.draft_params, ("events",)))
             dloop.start()
             self.draft_loop = dloop
-            verifier_first.add_drafter(dloop.hold, dloop.release_hold)
+            verifier_first.add_drafter(dloop.hold, dloop.release_hold, dloop.on_finished)
             workers.append(Worker(f"{self.graph.name}-draft", dloop.step, self._on_error))
         for worker in workers:
             worker.start()
