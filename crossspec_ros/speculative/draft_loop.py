@@ -23,13 +23,12 @@ replay (``bench/live_replay.py``) hands the drafts to a ``VerifierLoop`` directl
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-import numpy as np
 
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
@@ -167,7 +166,7 @@ class DraftLoop:
             if not math.isnan(done_ms):
                 self.verifier_done_ms.append(done_ms)
             self.finished_changed.notify_all()
-        channel, _ = self.cursor.confirmed(key, 0, [], True)
+        channel, _ = self.cursor.confirmed(key, 0, [], True)  # done: the window's handle
         if channel is not None:
             channel.stop()  # the verifier is done with the window being drafted
 
@@ -265,10 +264,10 @@ class DraftLoop:
         limit = self.params.get("step_aside_ms", 0.0)
         if limit <= 0 or not self.draft_first_ms:
             return limit
-        return max(limit, float(np.median(self.draft_first_ms)))
+        return max(limit, statistics.median(self.draft_first_ms))
 
     def _finished_within(self, key: WindowKey, t_close: float) -> bool:
-        """Wait until the verifier finishes ``key``, ``STEP_ASIDE_WAIT`` x step_aside_ms after
+        """Wait until the verifier finishes ``key``, ``STEP_ASIDE_WAIT`` x ``ahead_ms`` after
         its close here at most (or until the loop stops taking windows); True when it
         finished. Not finished in time: the verifier counts as slow for this window."""
         deadline = t_close + STEP_ASIDE_WAIT * self.ahead_ms() / 1e3
