@@ -359,3 +359,19 @@ def test_an_unknown_cost_profile_is_refused_in_one_line_before_any_host_is_made(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--emulate: no cost profile 'a100-nonexistent'" in err[0]
     assert "h200-bf16-static-2026-11-27" in err[0]
+
+
+def test_a_draft_that_reaches_the_robot_after_its_caption_is_counted():
+    from crossspec_ros.bench import split
+
+    def draft(window, t):
+        return {"kind": "draft", "window": window, "epoch": 0, "t": t, "first_token_ms": 5.0}
+
+    def final(window, t):
+        return {"kind": "caption", "window": window, "status": split.FINAL, "t": t,
+                "confirmed_done_ms": 1.0, "confirmed_text": "a", "draft_text": ""}
+
+    # window 1: the draft first; window 2: the caption crossed the link first; 3: no draft
+    robot = [draft(1, 10.0), final(1, 10.2), final(2, 11.1), draft(2, 11.3), final(3, 12.0)]
+    row = split.summarize(robot, {})
+    assert (row["final"], row["drafted"], row["drafts_after_final"]) == (3, 2, 1)

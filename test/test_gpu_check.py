@@ -65,7 +65,8 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
     assert {s["name"]: s["status"] for s in stages["stages"]} == \
         dict.fromkeys(STAGE_NAMES, "done")
     for name in ("env", "verifier", "exactness-bfloat16", "passes-bfloat16",
-                 "engine-bfloat16", "drafter", "prefill-compiled", "exactness-float32",
+                 "engine-bfloat16", "fidelity-bfloat16", "drafter", "prefill-compiled",
+                 "exactness-float32",
                  "exactness-4bit",
                  "passes-4bit", "sharing", "tests", "costs"):
         assert (out / f"{name}.json").is_file(), name
@@ -82,6 +83,20 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
     assert engine["lossless"]
     verifier = json.loads((out / "verifier.json").read_text())
     assert set(verifier["runtimes"]["exact"]["warm_up_s_per_shape"]) >= {"rows 32"}
+    # the fidelity stage: every mode on every window, each window's device calls traced
+    traced = json.loads((out / "fidelity-bfloat16.json").read_text())
+    windows = traced["windows"]
+    assert {w["mode"] for w in windows} == {"verifier_alone_exact", "crossspec",
+                                            "oracle_free@a=0.8"}
+    assert all(w["lossless"] for w in windows)
+    for window in windows:
+        kinds = [call[1] for call in window["calls"]]
+        # a one-shot prefill after the close: its frames, its chunks (the last one may verify
+        # a proposal too), then passes; plain decoding always passes
+        assert kinds[0] == "vision" and kinds[1] == "prefill"
+        assert "prefill" not in kinds[kinds.index("pass"):] if "pass" in kinds else True
+        assert "pass" in kinds or window["mode"] != "verifier_alone_exact"
+        assert sum(call[4] for call in window["calls"]) < window["ms"]
 
 
 @pytest.mark.slow
@@ -100,7 +115,8 @@ def test_the_report_of_the_rehearsal_has_its_tables_and_the_cost_profile(rehears
     text = report.read_text()
     for heading in ("## Stages", "## Loading and compiling", "## Two models on one device",
                     "## The verifier alone", "## One verifier pass",
-                    "## Exactness: k-token verification", "## bench engine"):
+                    "## Exactness: k-token verification", "## bench engine",
+                    "## Fidelity: the cost profile against each window's trace"):
         assert heading in text, heading
     assert "Stages not done: none." in text
     costs = json.loads((out / "costs.json").read_text())

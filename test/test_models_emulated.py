@@ -84,16 +84,18 @@ def test_an_emulated_models_step_lasts_at_least_its_cost_and_an_overrun_is_count
     verifier = emulate(tiny_verifier(seed=0), "verifier", slow)
     lm = verifier.language_model_parts()[0]
     embeds = torch.zeros(1, 1, lm.config.hidden_size)
+    # a decoding step: its position is past the prompt (one at 0 would be a prefill)
+    after_prompt = torch.tensor([[verifier.prompt_layout()[0]]])
     t0 = time.monotonic()
     with torch.inference_mode():
-        lm(inputs_embeds=embeds)
+        lm(inputs_embeds=embeds, position_ids=after_prompt)
     assert time.monotonic() - t0 >= 0.25
     assert slow.calls["verifier_pass"] == 1 and slow.held
 
     free = EmulatedDevice(_profile(tmp_path, step_ms=0.0))  # nothing computes in 0 ms
     lm_free = emulate(tiny_verifier(seed=0), "verifier", free).language_model_parts()[0]
     with torch.inference_mode():
-        lm_free(inputs_embeds=embeds)
+        lm_free(inputs_embeds=embeds, position_ids=after_prompt)
     assert free.over_budget["verifier_pass"] == 1 and not free.held
     assert free.over_budget_ms["verifier_pass"] > 0
     assert free.overruns().startswith("verifier_pass 1 of 1 calls, +")
@@ -155,3 +157,116 @@ def test_the_emulate_parameter_takes_a_profile_and_refuses_a_drafter_process():
         validate({"emulate": "a100-nonexistent"}, DRAFT_NODE_PARAMS)
     problem = combination_problem({"emulate": "h100-bf16-limit", "drafter_process": True})
     assert problem is not None and "set drafter_process false" in problem
+
+
+def test_a_forward_over_the_prompt_costs_the_rows_it_stands_for_in_the_targets_prompt():
+    from crossspec_ros.models.emulated import target_rows
+    from crossspec_ros.models.tiny import tiny_verifier
+
+    verifier = tiny_verifier(seed=0)
+    own_tokens, own_chunks = verifier.prompt_layout()
+    profile = CostProfile.load("h200-bf16-static-2026-11-27")
+    layout = profile.verifier.prompt
+    assert layout is not None and layout.tokens == 2066 and len(layout.chunks) == 8
+    assert len(own_chunks) == len(layout.chunks) and own_tokens < layout.tokens
+    rows_of = target_rows(verifier, profile.verifier)
+    # the head's chunk, a frame's chunk, the question's tail: the target's own chunks
+    assert rows_of(0, own_chunks[0]) == (260, True)
+    assert rows_of(own_chunks[0], own_chunks[1]) == (257, True)
+    tail = own_tokens - sum(own_chunks)
+    assert rows_of(sum(own_chunks), tail) == (layout.tokens - sum(layout.chunks), True)
+    assert rows_of(0, own_tokens) == (2066, True)  # a one-shot prefill
+    # after the prompt a forward is a verification pass of its own rows
+    assert rows_of(own_tokens + 3, 8) == (8, False)
+    # a frame's chunk now costs what the 7B's 257-token chunk measured, not a short pass
+    assert profile.call_ms("verifier", "prefill", 257) == pytest.approx(257 * 0.133)
+    assert profile.call_ms("verifier", "prefill", 257) > 3 * profile.verifier.pass_ms(17)
+
+
+def test_an_emulated_prefill_is_charged_at_the_targets_prompt_length(tmp_path):
+    from crossspec_ros.models.tiny import tiny_verifier
+
+    data = json.loads((PROFILE_DIR / "h200-bf16-static-2026-11-27.json").read_text())
+    data["verifier"]["prefill_ms_per_token"]["ms"] = 0.001  # short waits: 2 ms a prefill
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(data))
+    device = EmulatedDevice(CostProfile.load(path))
+    verifier = emulate(tiny_verifier(seed=0), "verifier", device)
+    own_tokens = verifier.prompt_layout()[0]
+    lm = verifier.language_model_parts()[0]
+    with torch.inference_mode():
+        lm(inputs_embeds=torch.zeros(1, own_tokens, lm.config.hidden_size))
+    assert device.calls == {"verifier_prefill": 1}
+    assert device.emulated_ms["verifier_prefill"] == pytest.approx(
+        max(device.profile.verifier.pass_ms(32), 2066 * 0.001))
+
+
+def test_the_gpu_reports_profile_is_the_bundled_one_with_the_prompts_layout(tmp_path):
+    from crossspec_ros.bench.gpu_report import emulation_profile
+
+    stages = json.loads((ROOT / "docs" / "gpu-h200-2026-11-27.json").read_text())
+    written = emulation_profile(stages, "h200-bf16-static-2026-11-27",
+                                "docs/gpu-h200-2026-11-27.md")
+    path = tmp_path / "written.json"
+    path.write_text(json.dumps(written))
+    again, bundled = CostProfile.load(path), CostProfile.load("h200-bf16-static-2026-11-27")
+    for role in ("verifier", "drafter"):
+        a, b = again.costs(role), bundled.costs(role)
+        assert a.prompt is not None and b.prompt is not None
+        assert (a.prompt.tokens, a.prompt.chunks) == (b.prompt.tokens, b.prompt.chunks)
+        assert a.vision_ms_per_frame.ms == b.vision_ms_per_frame.ms
+        assert {r: c.ms for r, c in a.pass_ms_by_rows.items()} == \
+            {r: c.ms for r, c in b.pass_ms_by_rows.items()}
+
+
+def test_a_call_computed_while_the_device_was_busy_overran_only_if_it_ended_after_its_end(
+        tmp_path):
+    device = EmulatedDevice(_profile(tmp_path, step_ms=1.0))
+    device.occupy("drafter_pass", time.monotonic(), 300.0)  # the device busy 300 ms
+    # a verifier call that computed 350 ms here, from before the device was free: there it
+    # begins when the drafter's call ends, and ends 100 ms later; here it ended before that
+    device.occupy("verifier_pass", time.monotonic() - 0.35, 100.0)
+    assert device.held and device.calls["verifier_pass"] == 1
+    # one that began on a free device and computed 50 ms against its 10 ms overran by ~40 ms
+    time.sleep(0.2)
+    device.occupy("verifier_pass", time.monotonic() - 0.05, 10.0)
+    assert device.over_budget == {"verifier_pass": 1}
+    assert device.over_budget_ms["verifier_pass"] >= 39.9  # at least 50 ms - 10 ms
+
+
+def test_two_models_calls_compute_here_one_at_a_time_and_end_there_one_after_the_other(
+        tmp_path):
+    device = EmulatedDevice(_profile(tmp_path, step_ms=1.0))
+    computing: list[str] = []
+    most_at_once = []
+    ends: dict[str, float] = {}
+    inside = threading.Barrier(2, timeout=30)
+
+    def call(kind: str) -> None:
+        inside.wait()  # both threads ask for the device at once
+        begun = device.acquire()
+        computing.append(kind)
+        most_at_once.append(len(computing))
+        time.sleep(0.05)  # its compute here
+        computing.remove(kind)
+        device.occupy(kind, begun, 150.0)
+        ends[kind] = time.monotonic()
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=call, args=(kind,))
+               for kind in ("verifier_pass", "drafter_pass")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert max(most_at_once) == 1  # never both computing here
+    # there the second call begins when the first ends: 150 ms + 150 ms; its compute here
+    # overlapped the first's emulated time, so nothing overran
+    assert max(ends.values()) - start >= 0.3
+    assert device.held and sum(device.calls.values()) == 2
+    # a call within a call of the same thread does not wait for itself
+    begun = device.acquire()
+    inner = device.acquire()
+    device.occupy("verifier_vision", inner, 0.0)
+    device.occupy("verifier_pass", begun, 1.0)
+    assert device._holder is None

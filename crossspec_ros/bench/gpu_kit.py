@@ -73,6 +73,8 @@ ENGINE_MODES = ("verifier_alone_compiled", "verifier_alone_exact", "history_only
                 "oracle_free@a=0.5", "oracle_free@a=0.8", "after_close_alone", "live_alone",
                 "crossspec_live")
 ORACLE_ACCEPTANCES = (0.5, 0.8)
+# the modes the fidelity stage traces: plain decoding, the history proposers, free drafts
+FIDELITY_MODES = ("verifier_alone_exact", "crossspec", "oracle_free@a=0.8")
 EXACTNESS_WINDOWS = 2
 SHARING_PASSES = 12  # verifier passes timed alone and beside the drafter, each way
 
@@ -474,6 +476,42 @@ def stage_engine(kit: Kit) -> dict[str, Any]:
     return report
 
 
+def stage_fidelity(kit: Kit) -> dict[str, Any]:
+    """Each window's latency and the trace of its device calls (``models/call_trace.py``) on
+    the exact runtime, FIDELITY_MODES alternating their order window by window: what the
+    report checks the cost profile measured in this call against (``bench/fidelity.py``)."""
+    from crossspec_ros.bench import engine as bench
+    from crossspec_ros.models.call_trace import CallTrace
+    from crossspec_ros.speculative.engine import EngineConfig
+
+    runtimes = bench.BenchRuntimes(kit.exact, None, kit.verifier, None, kit.plain)
+    config = EngineConfig(max_new_tokens=kit.max_new_tokens)
+    runners, oracles = bench.make_runners(runtimes, config, (0.8,), 4, False,
+                                          free_oracles=True)
+    runners = {mode: runners[mode] for mode in FIDELITY_MODES if mode in runners}
+    trace, windows = CallTrace(), []
+    remove = trace.install(runtimes.verifier, "verifier")
+    try:
+        for index, window in enumerate(kit.windows):
+            exact = runtimes.verifier.generate_greedy(runtimes.verifier.prepare(window),
+                                                      kit.max_new_tokens)
+            for oracle in oracles.values():
+                oracle.set_reference(int(window.id), exact)
+            for mode in (list(runners) if index % 2 == 0 else list(reversed(runners))):
+                with trace.window(f"{mode}/{index}") as calls:
+                    tokens, latency, _stats = runners[mode](window)
+                windows.append({"mode": mode, "window": index, "warmup": index == 0,
+                                "ms": round(latency, 3), "lossless": tokens == exact,
+                                "calls": [call.as_list() for call in calls]})
+            kit.log(f"[fidelity] window {index + 1}/{len(kit.windows)}: " + ", ".join(
+                f"{w['mode']} {w['ms']:.0f} ms" for w in windows[-len(runners):]))
+    finally:
+        remove()
+    return {"runtime": runtimes.verifier.runtime.describe(), "modes": list(runners),
+            "call": "[role, kind, frames or rows, positions cached before, ms]",
+            "windows": windows}
+
+
 def stage_drafter(kit: Kit) -> dict[str, Any]:
     from crossspec_ros.models.static_runtime import DRAFTER_STEP_ROWS
     from crossspec_ros.models.streams import assign_cuda_streams
@@ -693,6 +731,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("engine", stage_engine,
           lambda kit: len(kit.windows) * len(ENGINE_MODES) * _decode_window_s(kit) * 0.8
           + 3 * _decode_window_s(kit), ("verifier",), file="engine-{dtype}"),
+    Stage("fidelity", stage_fidelity,
+          lambda kit: len(kit.windows) * (len(FIDELITY_MODES) + 1) * _decode_window_s(kit),
+          ("verifier",), file="fidelity-{dtype}"),
     Stage("drafter", stage_drafter,
           lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
     Stage("prefill-compiled", stage_prefill_compiled,

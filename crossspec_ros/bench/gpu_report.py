@@ -27,7 +27,8 @@ from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
-               "engine-4bit", "drafter", "prefill-compiled", "sharing", "costs")
+               "engine-4bit", "fidelity-bfloat16", "fidelity-float32", "drafter",
+               "prefill-compiled", "sharing", "costs")
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -80,22 +81,12 @@ def emulation_profile(stages: dict[str, Any], name: str, report: str) -> dict[st
     names the report and field it comes from), or None when the run lacks the verifier's
     passes on an exact static runtime or the drafter's costs. Sharing stays "serial": in one
     process compiled CUDA steps take turns (``static_runtime.CUDA_GRAPH_REPLAY``)."""
-    env, drafter = stages.get("env", {}), stages.get("drafter", {})
-    dtype = next((k.removeprefix("passes-") for k in stages if k.startswith("passes-")), None)
-    passes = stages.get(f"passes-{dtype}", {})
-    exact = next((r for key, r in passes.get("runtimes", {}).items()
-                  if key.startswith("static_") and "_exact_" in key), None)
-    chunks = passes.get("prefill", {}).get("per_frame_chunk", [])
-    if not (exact and chunks and drafter.get("ms_per_pass") and drafter.get("prompt_tokens")):
-        return None
+    env = stages.get("env", {})
     where = f"{report.removesuffix('.md')}.json"
-    images = drafter.get("vision_frames")
-    images_from = "drafter.vision_frames"
-    if images is None:  # runs before the kit recorded it: EventGPT encodes a fixed number
-        from crossspec_ros.models.eventgpt_drafter import NUM_EVENT_IMAGES
-
-        images, images_from = NUM_EVENT_IMAGES, "EventGPT's NUM_EVENT_IMAGES: every window"
-    per_token = statistics.median(c["prefill_ms"] / c["tokens"] for c in chunks)
+    dtype, verifier = verifier_costs(stages, where)
+    drafter = _drafter_costs(stages.get("drafter", {}), where)
+    if verifier is None or drafter is None:
+        return None
     return {
         "name": name, "kind": "measured", "device": env.get("gpu", "?"), "dtype": dtype,
         "runtime": "crossspec's static runtime (" + (
@@ -106,26 +97,71 @@ def emulation_profile(stages: dict[str, Any], name: str, report: str) -> dict[st
         "sharing": {"rule": "serial", "about": "one call on the device at a time: in one "
                     "process the runtimes' compiled CUDA steps take turns "
                     "(static_runtime.CUDA_GRAPH_REPLAY)"},
-        "verifier": {
-            "vision_ms_per_frame": {"ms": round(statistics.median(
-                c["vision_ms"] for c in chunks), 3), "from": f"{where}: passes-{dtype}.prefill"
-                ".per_frame_chunk[].vision_ms, median (each frame encoded alone)"},
-            "prefill_ms_per_token": {"ms": round(per_token, 4), "from": f"{where}: passes-"
-                                     f"{dtype}.prefill.per_frame_chunk[], median prefill_ms "
-                                     "/ tokens"},
-            "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: passes-{dtype}.runtimes"
-                                       f".*_exact_*.ms_per_pass[{rows}]"}
-                                for rows, ms in exact["ms_per_pass"].items()}},
-        "drafter": {
-            "vision_ms_per_frame": {
-                "ms": round(drafter["vision_ms"] / images, 3),
-                "from": f"{where}: drafter.vision_ms / {images} event images ({images_from})"},
-            "prefill_ms_per_token": {
-                "ms": round(drafter["prefill_ms"] / drafter["prompt_tokens"], 4),
-                "from": f"{where}: drafter.prefill_ms / drafter.prompt_tokens"},
-            "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: drafter.ms_per_pass[{rows}]"}
-                                for rows, ms in drafter["ms_per_pass"].items()}},
-    }
+        "verifier": verifier, "drafter": drafter}
+
+
+def verifier_costs(stages: dict[str, Any], where: str
+                   ) -> tuple[str | None, dict[str, Any] | None]:
+    """(dtype, the verifier's part of a profile) from the passes stage on the exact runtime,
+    or (dtype, None) without it."""
+    dtype = next((k.removeprefix("passes-") for k in stages if k.startswith("passes-")), None)
+    passes = stages.get(f"passes-{dtype}", {})
+    exact = next((r for key, r in passes.get("runtimes", {}).items()
+                  if key.startswith("static_") and "_exact_" in key), None)
+    chunks = passes.get("prefill", {}).get("per_frame_chunk", [])
+    if not (exact and chunks):
+        return dtype, None
+    per_token = statistics.median(c["prefill_ms"] / c["tokens"] for c in chunks)
+    return dtype, {
+        "vision_ms_per_frame": {"ms": round(statistics.median(
+            c["vision_ms"] for c in chunks), 3), "from": f"{where}: passes-{dtype}.prefill"
+            ".per_frame_chunk[].vision_ms, median (each frame encoded alone)"},
+        "prefill_ms_per_token": {"ms": round(per_token, 4), "from": f"{where}: passes-"
+                                 f"{dtype}.prefill.per_frame_chunk[], median prefill_ms "
+                                 "/ tokens"},
+        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: passes-{dtype}.runtimes"
+                                   f".*_exact_*.ms_per_pass[{rows}]"}
+                            for rows, ms in exact["ms_per_pass"].items()},
+        "prompt": {"tokens": passes["prefill"]["prompt_tokens"],
+                   "chunks": [c["tokens"] for c in chunks],
+                   "from": f"{where}: passes-{dtype}.prefill.prompt_tokens and "
+                   "per_frame_chunk[].tokens"}}
+
+
+def _drafter_costs(drafter: dict[str, Any], where: str) -> dict[str, Any] | None:
+    if not (drafter.get("ms_per_pass") and drafter.get("prompt_tokens")):
+        return None
+    images = drafter.get("vision_frames")
+    images_from = "drafter.vision_frames"
+    if images is None:  # runs before the kit recorded it: EventGPT encodes a fixed number
+        from crossspec_ros.models.eventgpt_drafter import NUM_EVENT_IMAGES
+
+        images, images_from = NUM_EVENT_IMAGES, "EventGPT's NUM_EVENT_IMAGES: every window"
+    return {
+        "vision_ms_per_frame": {
+            "ms": round(drafter["vision_ms"] / images, 3),
+            "from": f"{where}: drafter.vision_ms / {images} event images ({images_from})"},
+        "prefill_ms_per_token": {
+            "ms": round(drafter["prefill_ms"] / drafter["prompt_tokens"], 4),
+            "from": f"{where}: drafter.prefill_ms / drafter.prompt_tokens"},
+        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: drafter.ms_per_pass[{rows}]"}
+                            for rows, ms in drafter["ms_per_pass"].items()},
+        "prompt": {"tokens": drafter["prompt_tokens"], "chunks": [drafter["prompt_tokens"]],
+                   "from": f"{where}: drafter.prompt_tokens, one chunk"}}
+
+
+def fidelity_of(stages: dict[str, Any]) -> dict[str, Any] | None:
+    """The fidelity stage's windows against the verifier's costs measured in the same run
+    (``bench/fidelity.py``), or None when the run lacks either."""
+    from crossspec_ros.bench.fidelity import fidelity
+    from crossspec_ros.models.emulated import model_costs
+
+    dtype, verifier = verifier_costs(stages, "this run")
+    traced = stages.get(f"fidelity-{dtype}")
+    if verifier is None or not traced:
+        return None
+    return fidelity(traced["windows"], {"verifier": model_costs(verifier)},
+                    f"the verifier's costs measured in this run (passes-{dtype})")
 
 
 def _f(value: Any, unit: str = "", places: int = 1) -> str:
@@ -148,6 +184,7 @@ def markdown(stages: dict[str, Any], date: str) -> str:
     lines += _passes_table(stages)
     lines += _exactness_table(stages)
     lines += _engine_table(stages)
+    lines += _fidelity_table(stages)
     return "\n".join(lines) + "\n"
 
 
@@ -319,6 +356,16 @@ def _engine_table(stages: dict[str, Any]) -> list[str]:
                          f"{_f(m.get('accepted_per_pass'), '', 2)} | {m['lossless_windows']} |")
         lines.append("")
     return lines
+
+
+def _fidelity_table(stages: dict[str, Any]) -> list[str]:
+    from crossspec_ros.bench.fidelity import markdown as fidelity_markdown
+
+    result = fidelity_of(stages)
+    if result is None:
+        return []
+    return ["## Fidelity: the cost profile against each window's trace", "",
+            *fidelity_markdown(result), ""]
 
 
 def run(args: argparse.Namespace) -> int:

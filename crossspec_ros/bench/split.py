@@ -16,7 +16,8 @@ Per run (every combination of ``--link-mbit``, ``--images`` and ``--fault``):
 Reported (one JSON line per run, the last line the runs and the headline run's numbers):
   windows, final, unverified (with and without a draft), stuck (a draft but no FINAL or
   UNVERIFIED caption at the end), published_twice (more than one FINAL/UNVERIFIED caption for
-  a window), lossless (FINAL captions equal to the verifier alone on the frames the verifier
+  a window), drafts_after_final (a window's first draft reached the robot after its FINAL
+  caption), lossless (FINAL captions equal to the verifier alone on the frames the verifier
   says it captioned: ConfirmedTokens ``frame_stamps_sec``/``_nanosec``), confirmed_ms_median
   (the verifier's close -> last confirmed token),
   confirmed_at_robot_ms_median (the robot's close -> the FINAL caption's arrival there: the link
@@ -437,6 +438,10 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
         else None,
         "draft_ms_p95": _round(_percentile(first_ms, 95)) if first_ms else None,
         "drafted": len(drafts),
+        # a window's first draft that reached the robot after its FINAL caption: the caption
+        # crossed the link while the draft node had not heard it yet (issue 44's target: 0)
+        "drafts_after_final": sum(1 for w, c in finals.items()
+                                  if w in drafts and drafts[w]["t"] > c["t"]),
         "_finals": {w: (c["confirmed_text"], c.get("acceptance_rule", ""))
                     for w, c in finals.items()},
         "_frames": {r["window"]: r["stamps_ns"] for r in robot if r["kind"] == "frames"},
@@ -537,7 +542,9 @@ def row_line(row: dict[str, Any]) -> str:
             f"{run_label(row)}: {row['windows']} windows, {row['final']} FINAL, "
             f"{row['unverified']} UNVERIFIED "
             f"({row['unverified_with_draft']} with their draft), {row['stuck']} stuck, "
-            f"{row['published_twice']} published twice; lossless {row['lossless']}/"
+            f"{row['published_twice']} published twice, "
+            f"{row.get('drafts_after_final', 0)} drafts after their caption; lossless "
+            f"{row['lossless']}/"
             f"{row['lossless_checked']}; confirmed median {row['confirmed_ms_median']} ms after "
             f"the verifier's close, {row['confirmed_at_robot_ms_median']} ms after the robot's; "
             f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s "

@@ -3,16 +3,18 @@ says they cost on the target GPU.
 
 The models here compute every token (captions, acceptance and losslessness stay real); each
 call to a language model's forward or to its vision encoder then waits out the rest of what
-the profile says that call costs on the target (``CostProfile.call_ms``). A call whose real
-compute already took longer is counted (``over_budget``): a run with any says the emulation did
-not hold. Host work (frame and event preparation, tokenizing, the loops) is not emulated: it
-runs on the host there too.
+the profile says that call costs on the target (``CostProfile.call_ms``). A forward over the
+prompt is charged for the rows it stands for in the target's prompt (``PromptLayout``): the
+tiny verifier's 17-token frame chunk costs what the 7B's 257-token chunk costs. A call whose
+compute here ends after its emulated end is counted (``over_budget``): a run with any says the
+emulation did not hold. Host work (frame and event preparation, tokenizing, the loops) is not
+emulated: it runs on the host there too.
 
 A profile (``data/cost_profiles/NAME.json``) is measured (``kind`` "measured": every number
 traced to a GPU report) or a bound (``kind`` "bound": arithmetic from public specs); numbers a
 report lacks are ``filled`` and say how. Two models on one emulated device follow the profile's
 sharing rule; the one rule so far is "serial": one call on the device at a time, in the order
-they come (a call's emulated time starts when it began and the device was free).
+they come; a call's compute here never overlaps the other model's (``EmulatedDevice.acquire``).
 
 Everything emulated says so: ``EmulatedDevice.describe`` and ``report`` name the profile and
 its kind, and the numbers of a run on it are never a measurement of the machine it ran on.
@@ -22,16 +24,19 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "cost_profiles"
 SHARING_RULES = ("serial",)
+FIRST_OVERRUNS = 20  # the overruns a report lists one by one
 
 
 class ProfileError(ValueError):
@@ -48,12 +53,43 @@ class Cost:
 
 
 @dataclass(frozen=True)
+class PromptLayout:
+    """The target model's prompt: its tokens and the chunks a prefill runs (the first with the
+    prompt's head, one per frame), a fact of the model, not of the device."""
+
+    tokens: int
+    chunks: tuple[int, ...]
+    source: str
+
+    def positions(self, own_tokens: int, own_chunks: Sequence[int]) -> Callable[[int], float]:
+        """A map from a model's prompt positions (its ``prompt_layout()``) to this one's,
+        linear within each chunk (within the whole prompt when the chunk counts differ);
+        positions after the prompt (generated tokens) keep their distance from its end."""
+        own = [0, *itertools.accumulate(own_chunks), own_tokens]
+        target = [0, *itertools.accumulate(self.chunks), self.tokens]
+        if len(own_chunks) != len(self.chunks) or any(b < a for a, b in itertools.pairwise(own)) \
+                or any(b < a for a, b in itertools.pairwise(target)):
+            own, target = [0, own_tokens], [0, self.tokens]
+
+        def at(pos: int) -> float:
+            if pos >= own[-1]:
+                return target[-1] + pos - own[-1]
+            i = bisect.bisect_right(own, pos) - 1
+            while own[i + 1] == own[i]:  # an empty chunk
+                i += 1
+            return target[i] + (target[i + 1] - target[i]) * (pos - own[i]) / (own[i + 1]
+                                                                                - own[i])
+        return at
+
+
+@dataclass(frozen=True)
 class ModelCosts:
     """One model's device calls on the target."""
 
     vision_ms_per_frame: Cost
     prefill_ms_per_token: Cost
     pass_ms_by_rows: dict[int, Cost]  # a forward of that many rows (1: a decoding step)
+    prompt: PromptLayout | None = None  # None: a forward's rows are charged as they are
 
     def pass_ms(self, rows: int) -> float:
         """A forward of ``rows`` rows: linear between the profile's row counts (the first one's
@@ -74,6 +110,11 @@ class ModelCosts:
 
     def vision_ms(self, frames: int) -> float:
         return frames * self.vision_ms_per_frame.ms
+
+    def call_ms(self, kind: str, count: int) -> float:
+        """One device call: ``kind`` "vision" encodes ``count`` frames, any other kind
+        ("pass", "prefill") is a forward of ``count`` rows of the target model."""
+        return self.vision_ms(count) if kind == "vision" else self.pass_ms(count)
 
 
 @dataclass(frozen=True)
@@ -100,6 +141,13 @@ class CostProfile:
     def costs(self, role: str) -> ModelCosts:
         return self.verifier if role == "verifier" else self.drafter
 
+    def call_ms(self, role: str, kind: str, count: int) -> float:
+        """What one device call costs on the target: ``kind`` "vision" encodes ``count``
+        frames, any other kind ("pass", "prefill") is a forward of ``count`` rows of the
+        target model. The emulation waits it out; the GPU kit's fidelity check sums it over a
+        real run's trace."""
+        return self.costs(role).call_ms(kind, count)
+
     @classmethod
     def load(cls, name_or_path: str | Path) -> CostProfile:
         """A bundled profile by name (``available()``) or a profile file."""
@@ -115,7 +163,7 @@ class CostProfile:
                 name=data["name"], kind=data["kind"], device=data["device"],
                 dtype=data["dtype"], runtime=data["runtime"], report=data["report"],
                 sharing=data["sharing"]["rule"], sharing_about=data["sharing"]["about"],
-                verifier=_model_costs(data["verifier"]), drafter=_model_costs(data["drafter"]))
+                verifier=model_costs(data["verifier"]), drafter=model_costs(data["drafter"]))
         except (ValueError, KeyError, TypeError) as err:
             raise ProfileError(f"{path}: not a cost profile ({type(err).__name__}: {err}); "
                                f"see {PROFILE_DIR} for the layout") from err
@@ -135,12 +183,20 @@ def _cost(entry: dict[str, Any]) -> Cost:
     return Cost(ms, str(entry["from"]), bool(entry.get("filled", False)))
 
 
-def _model_costs(data: dict[str, Any]) -> ModelCosts:
+def model_costs(data: dict[str, Any]) -> ModelCosts:
+    """One model's part of a profile file (``verifier`` or ``drafter``)."""
     passes = {int(rows): _cost(entry) for rows, entry in data["pass_ms_by_rows"].items()}
     if not passes or min(passes) < 1:
         raise ValueError("pass_ms_by_rows needs row counts >= 1")
+    prompt = None
+    if "prompt" in data:
+        entry = data["prompt"]
+        prompt = PromptLayout(int(entry["tokens"]), tuple(int(c) for c in entry["chunks"]),
+                              str(entry["from"]))
+        if prompt.tokens < 1 or sum(prompt.chunks) > prompt.tokens or min(prompt.chunks) < 0:
+            raise ValueError(f"a prompt of {prompt.tokens} tokens in chunks {prompt.chunks}")
     return ModelCosts(_cost(data["vision_ms_per_frame"]), _cost(data["prefill_ms_per_token"]),
-                      passes)
+                      passes, prompt)
 
 
 def available() -> list[str]:
@@ -150,36 +206,75 @@ def available() -> list[str]:
 
 class EmulatedDevice:
     """One emulated GPU that the models emulated on it share (the profile's sharing rule).
-    Counts every call by kind and those whose real compute overran the profile."""
+    Counts every call by kind and those whose compute here ended after their end there."""
 
     def __init__(self, profile: CostProfile) -> None:
         self.profile = profile
         self._lock = threading.Lock()
         self._free_at = 0.0  # monotonic time the device finishes its last call (serial)
+        self._turn = threading.Condition()
+        self._holder: int | None = None  # the thread whose call computes here
+        self._depth = 0  # its calls within calls
         self.calls: Counter[str] = Counter()
         self.over_budget: Counter[str] = Counter()
         self.emulated_ms: Counter[str] = Counter()
         self.over_budget_ms: Counter[str] = Counter()  # how far the overruns went, in all
+        # the first overruns: (kind, which call of its kind from 1, its cost, how far over)
+        self.first_overruns: list[tuple[str, int, float, float]] = []
+
+    def acquire(self) -> float:
+        """Wait while another model's call computes here, and return when this call begins
+        (monotonic): the two models' compute never shares this machine's cores, so neither
+        slows the other's (on the target each call has the device to itself). It may compute
+        while the call before waits out its emulated time: ``occupy`` then starts it on the
+        emulated device when that one is done. A call within a call of the same thread does
+        not wait."""
+        me = threading.get_ident()
+        with self._turn:
+            if self._holder != me:
+                while self._holder is not None:
+                    self._turn.wait()
+                self._holder = me
+            self._depth += 1
+        return time.monotonic()
 
     def occupy(self, kind: str, started: float, cost_ms: float) -> None:
-        """A call of ``kind`` that began at ``started`` (monotonic) and computed until now:
-        wait until it would be done on the target."""
+        """A call of ``kind`` that began at ``started`` (monotonic; from ``acquire``) and
+        computed until now: let the next call compute, and wait until this one would be done
+        on the target. It overran when its compute here ended after its end there (on a busy
+        device it begins there when the call before ends)."""
+        self.give_back()
+        self._wait_out(kind, started, cost_ms)
+
+    def give_back(self) -> None:
+        """This thread's compute is over (``occupy`` calls it; a call that raised, alone)."""
+        with self._turn:
+            if self._holder == threading.get_ident():
+                self._depth -= 1
+                if self._depth == 0:
+                    self._holder = None
+                    self._turn.notify_all()
+
+    def _wait_out(self, kind: str, started: float, cost_ms: float) -> None:
         now = time.monotonic()
         with self._lock:
             begin = max(started, self._free_at)
             done = begin + cost_ms / 1e3
-            self._free_at = done
+            self._free_at = max(done, now)
             self.calls[kind] += 1
             self.emulated_ms[kind] += cost_ms
-            if now - started > cost_ms / 1e3:
+            if now > done:
                 self.over_budget[kind] += 1
-                self.over_budget_ms[kind] += (now - started) * 1e3 - cost_ms
+                self.over_budget_ms[kind] += (now - done) * 1e3
+                if len(self.first_overruns) < FIRST_OVERRUNS:
+                    self.first_overruns.append((kind, self.calls[kind], round(cost_ms, 2),
+                                                round((now - done) * 1e3, 2)))
         if done > now:
             time.sleep(done - now)
 
     @property
     def held(self) -> bool:
-        """No call's real compute overran its emulated cost."""
+        """No call's compute here ended after its emulated end."""
         return not sum(self.over_budget.values())
 
     def overruns(self) -> str:
@@ -209,16 +304,43 @@ class EmulatedDevice:
                 "emulated_ms": {k: round(v, 1) for k, v in self.emulated_ms.items()},
                 "over_budget": dict(self.over_budget),
                 "over_budget_ms": {k: round(v, 1) for k, v in self.over_budget_ms.items()},
+                "first_overruns": [list(o) for o in self.first_overruns],
                 "held": self.held,
                 "checked_against_a_gpu": False}
 
 
-def _rows(args: tuple, kwargs: dict[str, Any]) -> int:
+def forward_rows(args: tuple, kwargs: dict[str, Any]) -> int:
     for name in ("inputs_embeds", "input_ids"):
         value = kwargs.get(name)
         if value is not None:
             return int(value.shape[1])
     return int(args[0].shape[1]) if args else 1
+
+
+def forward_position(kwargs: dict[str, Any]) -> int:
+    """The cached positions before a forward: its first position id (the static runtime's),
+    else its cache's length (transformers')."""
+    for name in ("position_ids", "cache_position"):
+        value = kwargs.get(name)
+        if value is not None:
+            return int(value.reshape(-1)[0])
+    cache = kwargs.get("past_key_values")
+    return int(cache.get_seq_length()) if cache is not None else 0
+
+
+def target_rows(model: Any, costs: ModelCosts) -> Callable[[int, int], tuple[int, bool]]:
+    """For a forward of ``rows`` rows after ``pos`` cached positions of ``model``: the rows it
+    stands for on the target (through the profile's prompt layout) and whether it reaches
+    into the prompt (a prefill) rather than only generated tokens (a pass)."""
+    own_tokens, own_chunks = model.prompt_layout()
+    at = costs.prompt.positions(own_tokens, own_chunks) if costs.prompt is not None else None
+
+    def rows_of(pos: int, rows: int) -> tuple[int, bool]:
+        prefill = pos < own_tokens
+        if at is None:
+            return rows, prefill
+        return max(1, round(at(pos + rows) - at(pos))), prefill
+    return rows_of
 
 
 def _frames(pixels: Any) -> int:
@@ -256,21 +378,24 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
     for undo in model.__dict__.pop("_emulation_undo", ()):
         undo()
     costs = device.profile.costs(role)
+    rows_of = target_rows(model, costs)
     lm = model.language_model_parts()[0]
     undo_steps: list[Any] = []
-    started: dict[int, float] = {}
+    started: dict[int, tuple[float, int]] = {}
 
-    def before(_module: Any, _args: tuple, _kwargs: dict) -> None:
-        started[threading.get_ident()] = time.monotonic()
+    def before(_module: Any, _args: tuple, kwargs: dict) -> None:
+        # the position before the forward: it moves the cache on
+        started[threading.get_ident()] = (device.acquire(), forward_position(kwargs))
 
     def after(_module: Any, args: tuple, kwargs: dict, _out: Any) -> None:
-        rows = _rows(args, kwargs)
-        begun = started.pop(threading.get_ident(), time.monotonic())
-        device.occupy(f"{role}_pass" if rows <= max(costs.pass_ms_by_rows) else
-                      f"{role}_prefill", begun, costs.pass_ms(rows))
+        begun, pos = started.pop(threading.get_ident(), (time.monotonic(), 0))
+        rows, prefill = rows_of(pos, forward_rows(args, kwargs))
+        kind = "prefill" if prefill else "pass"
+        device.occupy(f"{role}_{kind}", begun, device.profile.call_ms(role, kind, rows))
 
+    # always_call: a forward that raises gives the device back too
     undo_steps += [lm.register_forward_pre_hook(before, with_kwargs=True).remove,
-                   lm.register_forward_hook(after, with_kwargs=True).remove]
+                   lm.register_forward_hook(after, with_kwargs=True, always_call=True).remove]
     for name, frames_of in VISION_METHODS.items():
         method = getattr(model, name, None)
         if method is None:
@@ -282,9 +407,14 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
         @functools.wraps(method)
         def timed(*args: Any, _method: Any = method, _frames_of: Any = frames_of,
                   **kwargs: Any) -> Any:
-            begun = time.monotonic()
-            out = _method(*args, **kwargs)
-            device.occupy(f"{role}_vision", begun, costs.vision_ms(_frames_of(args, kwargs)))
+            begun = device.acquire()
+            try:
+                out = _method(*args, **kwargs)
+            except BaseException:
+                device.give_back()
+                raise
+            device.occupy(f"{role}_vision", begun,
+                          device.profile.call_ms(role, "vision", _frames_of(args, kwargs)))
             return out
 
         setattr(model, name, timed)
