@@ -731,8 +731,10 @@ STAGES: tuple[Stage, ...] = (
     Stage("engine", stage_engine,
           lambda kit: len(kit.windows) * len(ENGINE_MODES) * _decode_window_s(kit) * 0.8
           + 3 * _decode_window_s(kit), ("verifier",), file="engine-{dtype}"),
+    # a reference and three modes a window against the engine stage's nine: about half
     Stage("fidelity", stage_fidelity,
-          lambda kit: len(kit.windows) * (len(FIDELITY_MODES) + 1) * _decode_window_s(kit),
+          lambda kit: 0.5 * kit.seconds("engine", len(kit.windows) * len(ENGINE_MODES)
+                                        * _decode_window_s(kit)),
           ("verifier",), file="fidelity-{dtype}"),
     Stage("drafter", stage_drafter,
           lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
