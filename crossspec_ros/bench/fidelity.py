@@ -11,6 +11,7 @@ absolute error are the fidelity the GPU kit reports (target: median <= 10%).
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,21 +39,20 @@ def fidelity(windows: Sequence[dict[str, Any]], costs: Mapping[str, ModelCosts],
             by_mode.setdefault(entry["mode"], []).append(entry)
     modes: dict[str, Any] = {}
     for mode, entries in by_mode.items():
-        errors, shares, kinds = [], [], {}
+        errors, shares, kinds = [], [], Counter()
         for entry in entries:
             calls = calls_from_json(entry["calls"])
             measured = float(entry["ms"])
             errors.append((predicted_ms(measured, calls, costs) - measured) / measured)
             shares.append(sum(c.ms for c in calls) / measured)
-            for call in calls:
-                kinds[call.kind] = kinds.get(call.kind, 0) + 1
+            kinds.update(call.kind for call in calls)
         modes[mode] = {
             "windows": len(entries),
             "median_error": round(statistics.median(abs(e) for e in errors), 4),
             "worst_error": round(max(errors, key=abs), 4),
             "median_signed_error": round(statistics.median(errors), 4),
             "device_share": round(statistics.median(shares), 3),
-            "calls": kinds}
+            "calls": dict(kinds)}
     met = bool(modes) and all(m["median_error"] <= TARGET_MEDIAN_ERROR for m in modes.values())
     return {"profile": profile, "modes": modes, "target_median_error": TARGET_MEDIAN_ERROR,
             "met": met}

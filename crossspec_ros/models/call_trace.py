@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossspec_ros.models.emulated import VISION_METHODS, forward_position, forward_rows
+from crossspec_ros.models.emulated import forward_position, forward_rows, wrap_vision
 from crossspec_ros.models.streams import synchronize
 
 
@@ -106,16 +106,8 @@ class CallTrace:
             lm.forward = timed(
                 lambda *a, **kw: forward_kind(forward_position(kw), forward_rows(a, kw)), forward)
             undo.append(lambda: lm.__dict__.pop("forward", None))
-        for name, frames_of in VISION_METHODS.items():
-            method = getattr(model, name, None)
-            if method is None:
-                continue
-            own = name in model.__dict__
-            setattr(model, name, timed(
-                lambda *a, _frames_of=frames_of, **kw: ("vision", _frames_of(a, kw), 0), method))
-            undo.append(functools.partial(setattr, model, name, method) if own
-                        else functools.partial(model.__dict__.pop, name, None))
-            break
+        undo += wrap_vision(model, lambda method, frames_of: timed(
+            lambda *a, **kw: ("vision", frames_of(a, kw), 0), method))
 
         def remove() -> None:
             for step in reversed(undo):

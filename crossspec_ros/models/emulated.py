@@ -354,6 +354,20 @@ VISION_METHODS = {"_encode": lambda args, kwargs: _frames(args[0]),
                   "_embeds": lambda args, kwargs: _frames(args[0].pixel_values)}
 
 
+def wrap_vision(model: Any, wrap: Callable[[Any, Any], Any]) -> list[Callable[[], None]]:
+    """Replace ``model``'s vision (or event) encoder method (``VISION_METHODS``) by
+    ``wrap(method, frames_of)``; returns the undo steps (none for a model without one)."""
+    for name, frames_of in VISION_METHODS.items():
+        method = getattr(model, name, None)
+        if method is None:
+            continue
+        undo = functools.partial(setattr, model, name, method) if name in model.__dict__ \
+            else functools.partial(model.__dict__.pop, name, None)
+        setattr(model, name, wrap(method, frames_of))
+        return [undo]
+    return []
+
+
 _SHARED: dict[str, EmulatedDevice] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -396,29 +410,22 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
     # always_call: a forward that raises gives the device back too
     undo_steps += [lm.register_forward_pre_hook(before, with_kwargs=True).remove,
                    lm.register_forward_hook(after, with_kwargs=True, always_call=True).remove]
-    for name, frames_of in VISION_METHODS.items():
-        method = getattr(model, name, None)
-        if method is None:
-            continue
-        own = name in model.__dict__
-        undo_steps.append(functools.partial(setattr, model, name, method) if own
-                          else functools.partial(model.__dict__.pop, name, None))
 
+    def timed(method: Any, frames_of: Any) -> Any:
         @functools.wraps(method)
-        def timed(*args: Any, _method: Any = method, _frames_of: Any = frames_of,
-                  **kwargs: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             begun = device.acquire()
             try:
-                out = _method(*args, **kwargs)
+                out = method(*args, **kwargs)
             except BaseException:
                 device.give_back()
                 raise
             device.occupy(f"{role}_vision", begun,
-                          device.profile.call_ms(role, "vision", _frames_of(args, kwargs)))
+                          device.profile.call_ms(role, "vision", frames_of(args, kwargs)))
             return out
+        return call
 
-        setattr(model, name, timed)
-        break
+    undo_steps += wrap_vision(model, timed)
     model.emulated_on = device
     model._emulation_undo = undo_steps
     return model
