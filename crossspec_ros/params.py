@@ -380,6 +380,9 @@ FOXGLOVE_PARAMS = [
           lambda x: 0 <= x <= 65535, "0..65535", bounds=(0, 65535)),
     Param("record_bag", "", "record captions, annotated images, the marker and diagnostics to "
           "this rosbag2 directory (MCAP, on the graph's clock; empty: no)"),
+    Param("outputs_in_root", False, "the recording and Foxglove name topics as in the root "
+          "namespace, without the node's own (crossspec drive sets it: its namespace only "
+          "keeps the run apart from other graphs, and layouts and replays stay the same)"),
 ]
 
 CLOCK_PARAMS = [

@@ -114,9 +114,11 @@ def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: 
     import rclpy
 
     from crossspec_ros.nodes.graph import create_nodes, make_executor, spin_in_thread
+    from crossspec_ros.nodes.isolation import private_namespace, run_ros_args
 
     events = int(rate_ev_s * seconds)
-    rclpy.init()
+    # a namespace of its own: another graph on this domain neither feeds nor hears it
+    rclpy.init(args=run_ros_args(private_namespace("event_rate")))
     executor = make_executor()
     nodes: list = []
     stop_spinning = None
@@ -131,7 +133,7 @@ def measure_rate(rate_ev_s: float, seconds: float, drafter: Any, drafter_model: 
         for node in nodes:
             executor.add_node(node)
         stop_spinning = spin_in_thread(executor)
-        camera, results = _camera_process(rate_ev_s, seconds, draft.params)
+        camera, results = _camera_process(rate_ev_s, seconds, draft)
         camera.start()
         if results.get(timeout=seconds * 20 + 120) != "start":  # its packets are built
             raise RuntimeError("the camera process did not start publishing")
@@ -173,17 +175,16 @@ def _first_token_listener(draft_topic: str, first_token: dict[int, float]) -> An
     return listener
 
 
-def _camera_process(rate_ev_s: float, seconds: float, params: dict[str, Any]
-                    ) -> tuple[Any, Any]:
-    """(the camera process, not started yet, publishing to the draft node's event topic;
-    the queue it reports on)."""
+def _camera_process(rate_ev_s: float, seconds: float, draft: Any) -> tuple[Any, Any]:
+    """(the camera process, not started yet, publishing to the ``draft`` node's event topic
+    by its full name; the queue it reports on)."""
     import multiprocessing
 
     spawn = multiprocessing.get_context("spawn")
     results = spawn.Queue()
     camera = spawn.Process(target=publish_packets, daemon=True, args=(
-        rate_ev_s, seconds, "/" + params["event_topic"].lstrip("/"),
-        params["event_qos_depth"], results))
+        rate_ev_s, seconds, draft.resolve_topic_name(draft.params["event_topic"]),
+        draft.params["event_qos_depth"], results))
     return camera, results
 
 

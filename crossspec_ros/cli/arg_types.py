@@ -49,6 +49,16 @@ def port_number(text: str) -> int:
     return port
 
 
+def namespace_name(text: str) -> str:
+    """A ROS namespace (``/robot1`` or ``robot1``), without its slashes."""
+    from crossspec_ros.nodes.isolation import check_namespace
+
+    try:
+        return check_namespace(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``parser`` reporting a bad command line in one line on stderr (exit code 2), not
     its usage followed by the error: "crossspec drive: argument --rate: must be >= 0 ...,

@@ -30,6 +30,7 @@ from typing import Any
 
 from crossspec_ros import summaries
 from crossspec_ros.cli.arg_types import (
+    namespace_name,
     one_line_errors,
     port_number,
     positive_seconds,
@@ -145,6 +146,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --compare: replay the three graphs this many times, in "
                         "alternating order, and report the spread of the rounds' ratios "
                         "(default 2)")
+    parser.add_argument("--namespace", type=namespace_name, default=None, metavar="NS",
+                        help="the ROS namespace of the run's whole graph: its nodes, topics, "
+                        "/clock and /diagnostics (default: one of its own, "
+                        "crossspec_drive_<pid>_<hex>, so that two runs on one ROS domain "
+                        "never hear each other; `ros2 topic list` shows it)")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -388,6 +394,10 @@ def run(args: argparse.Namespace) -> int:
     inputs = _check_inputs(args)
     if inputs is None or not _loop_outlasts_reset(args):
         return 2
+    if args.namespace is None:
+        from crossspec_ros.nodes.isolation import private_namespace
+
+        args.namespace = private_namespace("drive")
     _describe_run(args, inputs)
     tune_process_for_models()
     try:
@@ -516,6 +526,7 @@ def _drive(args: argparse.Namespace) -> int:
     models: dict[str, Any] = {}
     stream = JsonLinesFile(args.json) if args.json else None
     last: PassResult | None = None
+    foreign: dict[str, list[str]] = {}  # every pass's (ForeignPublishers.seen)
     with sigterm_as_interrupt(ends_process=True) as caught:  # a repeated Ctrl-C too
         try:
             for number, (round_index, graph) in enumerate(order, 1):
@@ -530,9 +541,10 @@ def _drive(args: argparse.Namespace) -> int:
                 if isinstance(outcome, int):
                     return outcome
                 results[(graph.name, round_index)] = outcome.rows
+                foreign.update(outcome.foreign)
                 if outcome.interrupted or outcome.died:  # what finished is kept
                     with signals_deferred(caught):
-                        return _end_run(args, stream, results, outcome, tag, caught)
+                        return _end_run(args, stream, results, outcome, tag, caught, foreign)
                 if graph is CROSSSPEC:
                     last = outcome
             if args.check_lossless and not getattr(args, "loop", False):
@@ -544,14 +556,16 @@ def _drive(args: argparse.Namespace) -> int:
             last.interrupted = True
         # the crossspec pass of the last round carries the lossless check and the summary
         with signals_deferred(caught):
-            return _end_run(args, stream, results, last, {}, caught)
+            return _end_run(args, stream, results, last, {}, caught, foreign)
 
 
 def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
              results: dict[tuple[str, int], list[dict]], outcome: PassResult,
-             tag: dict[str, Any], caught: dict[str, int]) -> int:
+             tag: dict[str, Any], caught: dict[str, int],
+             foreign: dict[str, list[str]] | None = None) -> int:
     """The run's summary (of ``outcome``, the pass it ended on), printed and written after
-    the rows; the exit code: 128 + the stop signal, 1 when a node died or a window was not
+    the rows; the exit code: 128 + the stop signal, 1 when a node died, another graph
+    published on the run's topics (``foreign``: topic -> its publishers) or a window was not
     lossless, else 0."""
     if outcome.monitor is not None and not outcome.monitor.keep_rows:  # --loop
         outcome.monitor.write_out_open_rows()
@@ -561,6 +575,10 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
     ended = {"interrupted": True} if outcome.interrupted else {}
     if outcome.died:
         ended["node_died"] = outcome.died
+    if foreign:  # the rows may hold another graph's captions: said, and not a pass
+        summary["foreign_publishers"] = foreign
+        summary["line"] += (f"; ANOTHER GRAPH published on {len(foreign)} of this run's "
+                            f"topics ({', '.join(sorted(foreign))}): captions may be mixed")
     extra: dict[str, Any] = {}
     if args.compare and not ended:
         extra["compare"] = compare_graphs(results, range(args.rounds))
@@ -588,7 +606,7 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
                              for (name, k), rows in results.items() for r in rows), last])
     if outcome.interrupted or caught["signal"]:  # a signal while this was written: said too
         return exit_code_for(caught)
-    if outcome.died:
+    if outcome.died or foreign:
         return 1
     return 0 if summary.get("lossless") == summary.get("lossless_checked") else 1
 
@@ -620,6 +638,9 @@ class PassResult:
     dropped: DroppedWindows
     interrupted: bool
     died: list[str] = field(default_factory=list)
+    # topics another graph published on too (topic -> every publishing node): the rows may
+    # hold its captions, so the run does not pass
+    foreign: dict[str, list[str]] = field(default_factory=dict)
 
 
 SAMPLING_NOT_CHECKED = f"crossspec drive: --check-lossless: {SAMPLED_NOT_CHECKED}"
@@ -634,6 +655,7 @@ class _RunningGraph:
     nodes: list = field(default_factory=list)
     verifier_node: Any = None
     stop_spinning: Callable[[], None] | None = None
+    foreign: dict[str, list[str]] = field(default_factory=dict)  # ForeignPublishers.seen
 
 
 def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
@@ -649,6 +671,7 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
 
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.nodes.graph import default_config, make_executor
+    from crossspec_ros.nodes.isolation import run_ros_args
     from crossspec_ros.params import ParameterError
 
     config = args.config or default_config()
@@ -662,7 +685,8 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
                            hold_windows=args.check_lossless and not loop and
                            graph is CROSSSPEC)
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    # the run's graph in its own namespace: another graph on this domain cannot mix in
+    rclpy.init(args=run_ros_args(args.namespace), signal_handler_options=SignalHandlerOptions.NO)
     running = _RunningGraph(executor=make_executor())
     interrupted = False
     deaths = NodeDeaths()
@@ -684,14 +708,16 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
     interrupted = interrupted or bool(caught is not None and caught["signal"])
     rows = [monitor.rows[w] for w in sorted(monitor.rows)] if monitor.keep_rows else []
     return PassResult(rows, monitor, engine, _dropped_windows(running.nodes), interrupted,
-                      died)
+                      died, dict(running.foreign))
 
 
 def _node_extra(args: argparse.Namespace, graph: GraphPass) -> dict[str, dict[str, Any]]:
     """Each node's parameters over the config's: the models and input topics asked for, the
     graph's own verifier parameters, and sim time."""
     # the run's Foxglove server, if any, is given to the viz node: it outlives the pass
-    viz = {"foxglove": False, "record_bag": str(args.record or "")}
+    # the recording and Foxglove name the graph's topics as in the root namespace: the
+    # run's own namespace only keeps it apart from other graphs
+    viz = {"foxglove": False, "record_bag": str(args.record or ""), "outputs_in_root": True}
     models_given = getattr(args, "model_params", {})
     topics = getattr(args, "topic_params", {})
     sim_time = {"use_sim_time": True}  # the bag's /clock, as drive.launch.py sets it
@@ -710,6 +736,7 @@ def _run_graph(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any
 
     from crossspec_ros.nodes.draft_node import DraftNode
     from crossspec_ros.nodes.graph import create_nodes, spin_in_thread
+    from crossspec_ros.nodes.isolation import guard_for
     from crossspec_ros.nodes.player import BagPlayer
     from crossspec_ros.nodes.verifier_node import VerifierNode
     from crossspec_ros.sync.agreement import text_to_ids
@@ -740,8 +767,12 @@ def _run_graph(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any
         running.executor.add_node(node)
     running.stop_spinning = spin_in_thread(running.executor)
     print(f"crossspec drive: {args.bag} at rate {args.rate}, config {config}, graph "
-          f"{' + '.join(n.get_name() for n in running.nodes[:len(kinds)])}", file=sys.stderr)
-    _wait(player, verifier_node, monitor, args.max_windows, deaths)
+          f"{' + '.join(n.get_name() for n in running.nodes[:len(kinds)])} in namespace "
+          f"/{args.namespace} (ROS_DOMAIN_ID {os.environ.get('ROS_DOMAIN_ID', '0')})",
+          file=sys.stderr)
+    guard, poll = guard_for(running.nodes, inputs_too=True)
+    running.foreign = guard.seen
+    _wait(player, verifier_node, monitor, args.max_windows, deaths, _said(poll))
 
 
 def _shut_down(running: _RunningGraph) -> Any:
@@ -965,13 +996,36 @@ def print_comparison(results: dict[tuple[str, int], list[dict]], compare: dict[s
     print("ratio: alone / crossspec, window by window within a round", file=out)
 
 
+GRAPH_CHECK_S = 1.0  # how often the wait looks at the ROS graph for another graph's publishers
+
+
+def _said(poll: Callable[[], list[str]]) -> Callable[[], bool]:
+    """``poll`` with its lines said on stderr; True once it has said any."""
+    said = False
+
+    def check() -> bool:
+        nonlocal said
+        for line in poll():
+            said = True
+            print(f"crossspec drive: {line}", file=sys.stderr)
+        return said
+    return check
+
+
 def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int,
-          deaths: NodeDeaths | None = None) -> None:
+          deaths: NodeDeaths | None = None, check_graph: Callable[[], bool] | None = None
+          ) -> None:
     """Until the bag is replayed and every window is finished (or ``max_windows``, or a part
-    of the graph died: nothing more would come)."""
+    of the graph died: nothing more would come). ``check_graph``, every GRAPH_CHECK_S: whether
+    another graph publishes on the run's topics; its captions then never let the run settle,
+    so only the verifier's own work counts."""
     settle = verifier.params["max_lateness_s"] + verifier.params["window_length_s"] + 2.5
+    checked, mixed, idle_since = -math.inf, False, math.inf
     while True:
         time.sleep(0.1)
+        now = time.monotonic()
+        if check_graph is not None and now - checked >= GRAPH_CHECK_S:
+            checked, mixed = now, check_graph()
         if deaths is not None and deaths.found():
             return
         if max_windows and monitor.finished() >= max_windows:
@@ -980,7 +1034,9 @@ def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int,
         if player.done.is_set():
             busy = len(verifier.queue) or any(
                 w.verifying for w in list(verifier.book.windows.values()))
-            if not busy and time.monotonic() - monitor.last_activity > settle:
+            idle_since = math.inf if busy else min(idle_since, now)
+            last = idle_since if mixed else max(idle_since, monitor.last_activity)
+            if not busy and now - last > settle:
                 return
 
 

@@ -17,6 +17,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from crossspec_ros.nodes.graph import COMPOSED, GRAPH, KINDS
 
@@ -140,14 +141,44 @@ def _spin(args: argparse.Namespace, nodes: list, stopping: threading.Event,
     executor = make_executor()
     for node in nodes:
         executor.add_node(node)
+    check_graph = _graph_check(nodes) if args.kind == COMPOSED.kind else None
     spinning.set()
     while not stopping.is_set():
         executor.spin_once(timeout_sec=0.1)
+        if check_graph is not None:
+            check_graph()
         failed = _failed_configure(nodes)
         if failed:  # asked by a lifecycle manager (launch): the process ends, saying why
             print(f"crossspec node {args.kind}: {failed}", file=sys.stderr)
             return 2
     return None
+
+
+GRAPH_CHECK_S = 2.0  # how often a composed graph looks for another graph on its topics
+
+
+def _graph_check(nodes: list) -> Callable[[], None]:
+    """For a composed graph (the draft, verifier and viz nodes in this process): every
+    GRAPH_CHECK_S, whether another graph publishes on the topics they pass among themselves
+    (another composed graph in the same namespace on this domain), said once per topic as an
+    error in the verifier's log."""
+    import time
+
+    from crossspec_ros.nodes.isolation import guard_for
+
+    _guard, poll = guard_for(nodes, inputs_too=False)
+    logger = next((n for n in nodes if n.get_name() == "crossspec_verifier"), nodes[0])
+    checked = -float("inf")
+
+    def check() -> None:
+        nonlocal checked
+        if time.monotonic() - checked < GRAPH_CHECK_S:
+            return
+        checked = time.monotonic()
+        for line in poll():
+            logger.get_logger().error(line)
+
+    return check
 
 
 def _shut_down(nodes: list) -> None:

@@ -71,7 +71,7 @@ class VizNode(ManagedNode):
             try:
                 self.foxglove = FoxgloveOutput(serve=True, host=p["foxglove_host"],
                                                port=p["foxglove_port"],
-                                               caption_topic=self.resolve_topic_name(
+                                               caption_topic=self.shown_topic(
                                                    p["caption_topic"]))
             except FoxgloveServerError as err:  # a busy port: captioning goes on without it
                 self.foxglove_failed = str(err)
@@ -181,9 +181,9 @@ class VizNode(ManagedNode):
         from crossspec_ros.viz.foxglove_out import ANNOTATIONS_TOPIC, caption_annotations
 
         stamp = msg_to_ns(msg.header.stamp)
-        self.foxglove.log_image(self.resolve_topic_name(self.params["annotated_image_topic"]),
+        self.foxglove.log_image(self.shown_topic(self.params["annotated_image_topic"]),
                                 annotated, stamp, msg.header.frame_id)
-        self.foxglove.log_image(self.resolve_topic_name(self.params["rgb_topic"]), rgb, stamp,
+        self.foxglove.log_image(self.shown_topic(self.params["rgb_topic"]), rgb, stamp,
                                 msg.header.frame_id)
         self.foxglove.log_annotations(ANNOTATIONS_TOPIC, caption_annotations(
             caption.confirmed_text, caption.unconfirmed_text, caption.status, rgb.shape[1],
@@ -232,7 +232,7 @@ class VizNode(ManagedNode):
         self.pub_event_image.publish(image)
         self.event_images += 1
         if self.foxglove is not None:
-            self.foxglove.log_image(self.resolve_topic_name(self.params["event_image_topic"]),
+            self.foxglove.log_image(self.shown_topic(self.params["event_image_topic"]),
                                     surface, msg_to_ns(header.stamp), header.frame_id)
 
     def _start_recording(self, path: str) -> Any:
@@ -249,13 +249,22 @@ class VizNode(ManagedNode):
                 (p["marker_topic"], Marker, "visualization_msgs/msg/Marker", reliable_qos(10)),
                 (p["diagnostics_topic"], DiagnosticArray, "diagnostic_msgs/msg/DiagnosticArray",
                  10)):
-            name = self.resolve_topic_name(topic)  # the bag holds full names
+            name = self.shown_topic(topic)  # the bag holds full names
             self.add_subscription(
                 msg_type, topic, lambda data, t=name, m=msgtype: self._record(t, m, data), qos,
                 raw=True)
         self.get_logger().info(f"recording to {path} (written under {recorder.staging.name} "
                                "until the node stops)")
         return recorder
+
+    def shown_topic(self, topic: str) -> str:
+        """``topic``'s full name as the recording and Foxglove show it: as it resolves here,
+        without this node's namespace under ``outputs_in_root``."""
+        name = self.resolve_topic_name(topic)
+        namespace = self.get_namespace().rstrip("/")
+        if self.params["outputs_in_root"] and namespace and name.startswith(namespace + "/"):
+            return name[len(namespace):]
+        return name
 
     def _record(self, topic: str, msgtype: str, data: bytes) -> None:
         if not self.active:
