@@ -318,13 +318,21 @@ ENGINE_PARAMS = [
           "never); in one process they share the cores and the interpreter lock, and the "
           "verifier's step after the close is the latency that counts", non_negative, ">= 0",
           bounds=(0.0, 60_000.0)),
-    Param("step_aside_ms", 30.0, "draft node: while at most one of the verifier's last 4 "
+    Param("step_aside_ms", 30.0, "draft node, a window drafted at its close (not before it: "
+          "draft_lead_ms): while at most one of the verifier's last 4 "
           "captions took longer after its window closed than this or the drafter's own first "
           "token, whichever is longer (the verifier is ahead of the drafter; nothing heard yet "
           "counts as ahead), wait up to 3 times that after a window closes for its caption "
           "before drafting it, and draft nothing for a window the verifier finished "
           "meanwhile: a draft would only come after its caption [ms] (0: always draft at "
           "once)", non_negative, ">= 0", bounds=(0.0, 10_000.0)),
+    Param("draft_lead_ms", -1.0, "draft node: start each window's draft this long before "
+          "the window closes, from the events seen so far, so that the draft is complete at "
+          "the close (the events after its start are counted, not drafted again) [ms]; -1: "
+          "measured, 1.25 times the drafter's median time per caption on this machine (or "
+          "emulated device) plus 5 ms, adapted as it runs, at most 60% of the window; 0: "
+          "draft at the close, from all the window's events", lambda x: x == -1.0 or x >= 0,
+          "-1 or >= 0", bounds=(-1.0, 60_000.0)),
     Param("live_prefill", True, "verifier node: encode and prefill each frame as soon as it is "
           "selected, while the window is still open (Video-LLaVA verifiers; false: the whole "
           "prefill after the window closes)"),

@@ -61,6 +61,14 @@ def shown(value: float | None, spec: str = ".1f", unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def against_close(ms: float | None) -> str:
+    """A time against a window's close, in words: "12.0 ms before" or "3.1 ms after" (< 0
+    and 0: before)."""
+    if ms is None or math.isnan(ms):
+        return f"{NOT_AVAILABLE} ms from"
+    return f"{abs(ms):.1f} ms {'before' if ms <= 0 else 'after'}"
+
+
 def paired_ratios(baseline: Mapping[Hashable, float | None],
                   mode: Mapping[Hashable, float | None]) -> dict[Hashable, float]:
     """baseline / mode for every key (a window) both measured with a positive value: a

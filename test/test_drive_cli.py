@@ -34,13 +34,25 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
     assert compare["baseline"] == "alone"
     assert compare["passes"]["alone"]["graph"] == ["verifier"]
     assert compare["passes"]["live_alone"]["graph"] == ["verifier"]
+    assert compare["passes"]["text_only"]["graph"] == ["verifier"]
     assert compare["passes"]["crossspec"]["graph"] == ["draft", "verifier"]
-    assert "pass 3/3" in result.stderr and "crossspec_verifier" in result.stderr
-    assert {r["pass"] for r in rows} == {"alone", "live_alone", "crossspec"}
+    assert "pass 4/4" in result.stderr and "crossspec_verifier" in result.stderr
+    assert {r["pass"] for r in rows} == {"alone", "live_alone", "text_only", "crossspec"}
+    # the JSON a script reads: each graph's latency, at the scene changes too, and the draft
+    for name in ("alone", "live_alone", "text_only", "crossspec"):
+        assert {"confirmed_ms_median", "changes"} <= set(compare["passes"][name])
+        assert "confirmed_ms_median" in compare["passes"][name]["changes"]
+    draft = compare["passes"]["crossspec"]["draft"]
+    assert {"windows", "complete_ms_median", "before_confirmed"} <= set(draft)
+    assert draft["windows"] >= 1  # drafted before the close, from the events so far
+    drafted = [r for r in rows if r["pass"] == "crossspec" and r["draft_text"]]
+    assert drafted and all("draft_complete_ms" in r and "draft_started_ms" in r
+                           for r in drafted)
+    assert "crossspec minus text_only, paired" in result.stdout
     assert not any(r["draft_text"] for r in rows if r["pass"] != "crossspec")
     main = compare["crossspec_vs_alone"]
     assert main["pairs"] >= 3 and main["paired_speedup_median"] > 0 and len(main["rounds"]) == 1
-    assert compare["same_captions"] == compare["compared_captions"] >= 6
+    assert compare["same_captions"] == compare["compared_captions"] >= 9
     for name in ("alone", "live_alone", "crossspec"):  # early start: ~0.1 ms can round to 0
         assert compare["passes"][name]["confirmed_ms_median"] >= 0
     assert compare["passes"]["alone"]["ready_before_close_ms_median"] is None  # no live prefill
@@ -366,15 +378,15 @@ def test_a_killed_recording_leaves_nothing_under_the_final_name(tmp_path):
 
 
 def test_passes_alternate_their_order_round_by_round():
-    from crossspec_ros.cli.drive_cmd import pass_order
+    from crossspec_ros.comparison import pass_order
 
     order = [(k, graph.name) for k, graph in pass_order(2)]
-    assert order == [(0, "alone"), (0, "live_alone"), (0, "crossspec"),
-                     (1, "crossspec"), (1, "live_alone"), (1, "alone")]
+    assert order == [(0, "alone"), (0, "live_alone"), (0, "text_only"), (0, "crossspec"),
+                     (1, "crossspec"), (1, "text_only"), (1, "live_alone"), (1, "alone")]
 
 
 def test_compare_pairs_the_graphs_window_by_window_within_each_round():
-    from crossspec_ros.cli.drive_cmd import compare_graphs, compare_line
+    from crossspec_ros.comparison import compare_graphs, compare_line, graphs_named
 
     def rows(ms: dict[int, float], text: str = "a", ahead: float | None = None) -> list[dict]:
         return [{"window": w, "status": "FINAL", "confirmed_done_ms": v,
@@ -388,7 +400,8 @@ def test_compare_pairs_the_graphs_window_by_window_within_each_round():
                ("live_alone", 1): rows({1: 100.0, 2: 100.0}, ahead=20.0),
                ("crossspec", 1): [*rows({1: 100.0}),
                                   {"window": 2, "status": "UNVERIFIED", "confirmed_text": ""}]}
-    compare = compare_graphs(results, range(2))
+    compare = compare_graphs(results, range(2), graphs_named(["alone", "live_alone",
+                                                              "crossspec"]))
     main = compare["crossspec_vs_alone"]
     assert main["rounds"] == [3.0, 6.0]  # round 0: ratios 3, 1, 4; round 1: 6
     assert main["pairs"] == 4 and main["paired_speedup_median"] == 3.5
@@ -402,29 +415,54 @@ def test_compare_pairs_the_graphs_window_by_window_within_each_round():
         compare_line(compare)
 
 
-def test_compare_says_first_what_a_user_sees_latency_in_ms_and_whether_the_draft_came_first():
-    from crossspec_ros.cli.drive_cmd import compare_graphs, compare_line
+def test_compare_splits_out_the_scene_changes_and_says_first_when_the_draft_was_complete():
+    from crossspec_ros.comparison import compare_graphs, compare_line, scene_changes
 
-    def rows(ms: dict[int, float], draft: dict[int, float] | None = None) -> list[dict]:
-        return [{"window": w, "status": "FINAL", "confirmed_done_ms": v, "confirmed_text": "a",
-                 "draft_first_token_ms": (draft or {}).get(w)} for w, v in ms.items()]
+    captions = {1: "a car", 2: "a car", 3: "a bus", 4: "a bus", 5: "a car"}
+    assert scene_changes(captions) == {3, 5}
+    assert scene_changes({1: "a", 3: "b"}) == set()  # no window before 3 to differ from
 
-    results = {("alone", 0): rows({1: 300.0, 2: 300.0, 3: 300.0}),
-               ("live_alone", 0): rows({1: 100.0, 2: 100.0, 3: 100.0}),
-               # the draft's first token: before the caption in windows 1 and 3, after in 2
-               ("crossspec", 0): rows({1: 60.0, 2: 90.0, 3: 120.0},
-                                      draft={1: 20.0, 2: 95.0, 3: 30.0})}
+    def rows(ms: dict[int, float], draft: dict[int, tuple[float, bool]] | None = None
+             ) -> list[dict]:
+        out = []
+        for w, v in ms.items():
+            row = {"window": w, "status": "FINAL", "confirmed_done_ms": v,
+                   "confirmed_text": captions[w], "draft_first_token_ms": None}
+            if draft and w in draft:
+                complete, first = draft[w]
+                row.update(draft_text="d", draft_complete_ms=complete,
+                           draft_before_confirmed=first, draft_first_token_ms=complete - 50)
+            out.append(row)
+        return out
+
+    ms = {1: 300.0, 2: 300.0, 3: 300.0, 4: 300.0, 5: 300.0}
+    results = {("alone", 0): rows(ms),
+               ("live_alone", 0): rows({w: 100.0 for w in ms}),
+               ("text_only", 0): rows({1: 60.0, 2: 10.0, 3: 80.0, 4: 10.0, 5: 90.0}),
+               ("crossspec", 0): rows({1: 40.0, 2: 12.0, 3: 20.0, 4: 12.0, 5: 30.0},
+                                      draft={1: (-30.0, True), 2: (-20.0, True),
+                                             3: (-10.0, True), 4: (5.0, False),
+                                             5: (-40.0, True)})}
     compare = compare_graphs(results, range(1))
-    assert compare["crossspec_minus_live_alone"] == {
-        "ms_median": -10.0, "ms_q25": -25.0, "ms_q75": 5.0, "pairs": 3}
+    assert compare["graphs"] == ["alone", "live_alone", "text_only", "crossspec"]
+    assert compare["scene_changes"] == [3, 5]
     ours = compare["passes"]["crossspec"]
-    assert (ours["draft_came_first"], ours["final"]) == (2, 3)
-    assert ours["draft_first_token_ms_median"] == 30.0
+    assert ours["changes"] == {"windows": 2, "confirmed_ms_median": 25.0,
+                               "draft": ours["changes"]["draft"]}
+    assert ours["draft"]["windows"] == 5 and ours["draft"]["complete_ms_median"] == -20.0
+    assert ours["draft"]["before_confirmed"] == 4
+    assert ours["draft"]["complete_before_close"] == 4
+    assert compare["passes"]["text_only"]["changes"]["confirmed_ms_median"] == 85.0
+    assert "draft" not in compare["passes"]["text_only"]
+    assert compare["crossspec_minus_text_only"]["changes"]["ms_median"] == -60.0
+    assert compare["crossspec_vs_text_only"]["changes"]["paired_speedup_median"] == \
+        pytest.approx((80 / 20 + 90 / 30) / 2)
     line = compare_line(compare)
-    assert line.startswith("confirmed after the close (median): alone 300.0 ms, live_alone "
-                           "100.0 ms, crossspec 90.0 ms (crossspec minus live_alone, paired: "
-                           "-10.0 ms")
-    assert "before the confirmed caption in 2 of 3 windows" in line
+    assert line.startswith("crossspec's draft caption: in 5 windows, complete 20.0 ms before "
+                           "the close (median), before the confirmed caption in 4 of 5")
+    assert "at the 2 scene changes: alone 300.0 ms, live_alone 100.0 ms, text_only 85.0 ms, " \
+        "crossspec 25.0 ms" in line
+    assert "crossspec minus text_only, paired: " in line
     assert line.index("paired speedup") > line.index("draft")  # the ratio comes last
 
 
@@ -649,7 +687,8 @@ def test_the_summary_counts_drafts_that_came_after_their_caption_was_finished():
 
 
 def test_a_summary_without_measurements_says_n_a():
-    from crossspec_ros.cli.drive_cmd import compare_graphs, compare_line, summarize
+    from crossspec_ros.cli.drive_cmd import summarize
+    from crossspec_ros.comparison import compare_graphs, compare_line
 
     rows = [{"window": 1, "status": "UNVERIFIED", "draft_first_token_ms": None},
             {"window": 2, "status": "DRAFT", "draft_first_token_ms": None}]
@@ -657,7 +696,7 @@ def test_a_summary_without_measurements_says_n_a():
     assert summary["unfinished"] == 1
     assert "None" not in summary["line"] and "p50 n/a, p95 n/a" in summary["line"]
     assert "confirmed after the close median n/a" in summary["line"]
-    results = {(name, 0): rows for name in ("alone", "live_alone", "crossspec")}
+    results = {(name, 0): rows for name in ("alone", "live_alone", "text_only", "crossspec")}
     assert "None" not in compare_line(compare_graphs(results, range(1)))
 
 

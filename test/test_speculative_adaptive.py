@@ -189,3 +189,34 @@ def test_each_change_level_keeps_its_own_measured_acceptance():
     assert policy.trackers["history_ngram"].rate == 0.5  # untouched: the prior
     policy.set_level("changed")
     assert policy.trackers["history_ngram"].rate < 0.1
+
+
+def test_where_the_last_caption_and_the_draft_part_the_first_proposal_takes_the_one_that_won():
+    history = SuffixIndex()
+    last = [5, 6, 7, 8, 9, 2]       # the last window's caption
+    draft = [5, 6, 7, 11, 12, 2]    # this window's draft: parts at position 3
+    history.add_source(last)
+    policy = ProposalPolicy(("draft_stream", "history_ngram"), max_depth=8, max_nodes=16)
+    first = policy.propose_first(draft, 0, history, 16, 100)
+    assert first.tokens == last and set(first.sources) == {"history_ngram"}  # a tie: history
+    for _ in range(2):  # the verifier twice confirmed the draft's word where they parted
+        policy.propose_first(draft, 0, history, 16, 100)
+        policy.observe_first([5, 6, 7, 11, 30])
+    first = policy.propose_first(draft, 0, history, 16, 100)
+    assert first.tokens == draft and set(first.sources) == {"draft_stream"}
+    policy.observe_first([5, 6])  # the verifier stopped before the parting: nothing learnt
+    policy.propose_first(draft, 0, history, 16, 100)
+    for _ in range(3):  # then the last caption's word three times
+        policy.propose_first(draft, 0, history, 16, 100)
+        policy.observe_first([5, 6, 7, 8])
+    assert policy.propose_first(draft, 0, history, 16, 100).tokens == last
+
+
+def test_a_draft_that_agrees_with_the_last_caption_as_far_as_it_goes_is_no_parting():
+    history = SuffixIndex()
+    history.add_source([5, 6, 7, 8, 9, 2])
+    policy = ProposalPolicy(("draft_stream", "history_ngram"), max_depth=8, max_nodes=16)
+    first = policy.propose_first([5, 6, 7], 0, history, 16, 100)  # a draft still streaming
+    assert first.tokens == [5, 6, 7, 8, 9, 2]
+    policy.observe_first([5, 6, 7, 8, 9, 2])
+    assert policy._divergence == {}  # nothing to learn where nothing parted

@@ -117,7 +117,7 @@ def test_while_the_verifier_is_ahead_a_window_it_finishes_soon_after_the_close_i
     loop, drafts = make_loop(drafter, step_aside_ms=10_000.0)  # generous: no race with load
     [window] = windows(1)
     verifier_done_at_the_close(loop, window.id)
-    assert loop.verifier_ahead()
+    assert loop.schedule.verifier_ahead()
     loop.enqueue([window])
     step = threading.Thread(target=loop.step)
     step.start()
@@ -144,15 +144,15 @@ def test_a_window_the_verifier_has_not_finished_when_the_wait_ends_is_drafted(dr
 def test_two_slow_captions_of_the_last_four_end_the_stepping_aside(drafter):
     loop, _ = make_loop(drafter, step_aside_ms=20.0)
     [window] = windows(1)
-    assert loop.verifier_ahead()  # nothing heard yet: ahead until shown otherwise
+    assert loop.schedule.verifier_ahead()  # nothing heard yet: ahead until shown otherwise
     verifier_done_at_the_close(loop, window.id, ms=2.0)
     loop.on_confirmed((0, window.id - 20), 0, [], "", done=True, done_ms=180.0)
-    assert loop.verifier_ahead()  # one slow caption of four: still ahead
+    assert loop.schedule.verifier_ahead()  # one slow caption of four: still ahead
     loop.on_confirmed((0, window.id - 19), 0, [], "", done=True, done_ms=25.0)
-    assert not loop.verifier_ahead()  # a 7B on a GPU: the drafter drafts at once
+    assert not loop.schedule.verifier_ahead()  # a 7B on a GPU: the drafter drafts at once
     off, _ = make_loop(drafter, step_aside_ms=0.0)
     verifier_done_at_the_close(off, window.id)
-    assert not off.verifier_ahead()
+    assert not off.schedule.verifier_ahead()
 
 
 def test_a_verifier_done_before_the_drafters_own_first_token_is_ahead(drafter):
@@ -160,12 +160,12 @@ def test_a_verifier_done_before_the_drafters_own_first_token_is_ahead(drafter):
     # done ~120 ms after it: a draft of the next window would come after its caption
     loop, _ = make_loop(drafter, step_aside_ms=30.0)
     [window] = windows(1)
-    loop.draft_first_ms.extend([130.0, 124.0, 127.0, 140.0])
+    loop.schedule.draft_first_ms.extend([130.0, 124.0, 127.0, 140.0])
     verifier_done_at_the_close(loop, window.id, ms=120.0)
-    assert loop.ahead_ms() == 128.5 and loop.verifier_ahead()
+    assert loop.schedule.ahead_ms() == 128.5 and loop.schedule.verifier_ahead()
     loop.on_confirmed((0, window.id - 20), 0, [], "", done=True, done_ms=400.0)
     loop.on_confirmed((0, window.id - 19), 0, [], "", done=True, done_ms=300.0)
-    assert not loop.verifier_ahead()  # decoding past the draft's first token: draft at once
+    assert not loop.schedule.verifier_ahead()  # decoding past the first draft token: draft now
 
 
 def test_a_verifier_that_finishes_nothing_in_the_wait_stops_it_after_two_windows(drafter):
@@ -173,14 +173,14 @@ def test_a_verifier_that_finishes_nothing_in_the_wait_stops_it_after_two_windows
     # for the first two windows only, then drafts each at once
     loop, drafts = make_loop(drafter, step_aside_ms=5.0)
     for window in windows(2):
-        assert loop.verifier_ahead()
+        assert loop.schedule.verifier_ahead()
         step = drafted_until_done(loop, window, drafts)
         loop.on_confirmed(window.key, 0, [], "", done=True)  # long after: let it go
         step.join(timeout=60)
         assert drafts[-1][0] == window.id and drafts[-1][2]  # drafted after the wait
         drafts.clear()
-    assert list(loop.verifier_done_ms) == [math.inf, math.inf]
-    assert not loop.verifier_ahead() and loop.windows_stepped_aside == 0
+    assert list(loop.schedule.verifier_done_ms) == [math.inf, math.inf]
+    assert not loop.schedule.verifier_ahead() and loop.windows_stepped_aside == 0
 
 
 def test_a_newer_window_stops_the_draft_in_progress_not_the_one_the_worker_just_began(drafter):
@@ -224,7 +224,71 @@ def test_a_verifier_in_this_process_stops_the_windows_draft_the_moment_it_finish
     assert not step.is_alive()  # stopped, not lingering for confirmations
     assert drafts and not any(cut for *_, cut in drafts)  # finished, not "cut short"
     loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=12.0)  # the topic's, later
-    assert list(loop.verifier_done_ms) == [12.0]  # heard twice, counted once
+    assert list(loop.schedule.verifier_done_ms) == [12.0]  # heard twice, counted once
     shared.remove_drafters()
     shared.finished(windows(2)[1].key, 5.0)
-    assert list(loop.verifier_done_ms) == [12.0]  # a drafter removed hears nothing
+    assert list(loop.schedule.verifier_done_ms) == [12.0]  # a drafter removed hears nothing
+
+
+def _packets(batch, t_from: int, t_to: int, step_ns: int = 20_000_000):
+    """``batch``'s events in [t_from, t_to) as 20 ms packets, in order."""
+    return [p for start in range(t_from, t_to, step_ns)
+            if len(p := batch.between(start, min(start + step_ns, t_to)))]
+
+
+def test_a_window_is_drafted_before_its_close_from_its_events_so_far_and_not_again_at_it(
+        drafter):
+    loop, drafts = make_loop(drafter, draft_lead_ms=200.0, max_new_tokens=48)
+    read = []  # the last event stamp each published draft read
+    on_draft = loop.on_draft
+    loop.on_draft = lambda w, *a: (read.append(int(w.events.t_last)), on_draft(w, *a))
+    [window] = windows(1)
+    t_lead = window.t1 - 200_000_000
+    for packet in _packets(window.events, window.t0, t_lead - 50_000_000):
+        loop.add_events(packet)
+    assert len(loop.queue) == 0  # the window's end is not within the lead yet
+    for packet in _packets(window.events, t_lead - 50_000_000, t_lead + 20_000_000):
+        loop.add_events(packet)
+    assert len(loop.queue) == 1 and loop.schedule.counts["early"] == 1
+    step = threading.Thread(target=loop.step)
+    step.start()
+    deadline = time.monotonic() + 60
+    while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert drafts and drafts[-1][2]  # complete, and the window is still open
+    assert max(read) < t_lead + 20_000_000  # the draft read the events so far only
+    # the rest of the window and the next one's first events: it closes, and is not queued
+    for packet in _packets(window.events, t_lead + 20_000_000, window.t1):
+        loop.add_events(packet)
+    loop.add_events(replace(window.events.between(window.t0, window.t0 + 10_000_000),
+                            t=window.events.between(window.t0, window.t0 + 10_000_000).t
+                            + 10**9 + 50_000_000))
+    assert len(loop.queue) == 0 and loop.schedule.counts["drafted_early"] == 1
+    loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=1.0)
+    step.join(timeout=60)
+    (timing,) = list(loop.timings)
+    assert timing.early and timing.closed and timing.complete_ms < 0  # before the close
+    assert timing.events_unread > 0 and timing.events_total == len(window.events)
+    summary = loop.draft_summary()
+    assert (summary["drafts"], summary["early"], summary["complete_before_close"]) == (1, 1, 1)
+    assert loop.diagnostics["events_not_drafted"] == timing.events_unread
+
+
+def test_without_a_lead_a_window_is_drafted_at_its_close_from_all_its_events(drafter):
+    loop, drafts = make_loop(drafter, draft_lead_ms=0.0, step_aside_ms=0.0)
+    [window] = windows(1)
+    for packet in _packets(window.events, window.t0, window.t1):
+        loop.add_events(packet)
+    assert len(loop.queue) == 0  # open: nothing drafted yet
+    loop.enqueue([window])  # it closes
+    assert len(loop.queue) == 1
+    step = threading.Thread(target=loop.step)
+    step.start()
+    deadline = time.monotonic() + 60
+    while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loop.on_confirmed(window.key, 0, [], "", done=True)
+    step.join(timeout=60)
+    (timing,) = list(loop.timings)
+    assert not timing.early and timing.events_unread == 0
+    assert loop.schedule.counts["at_close"] == 1 and timing.complete_ms >= 0

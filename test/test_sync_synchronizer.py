@@ -450,3 +450,19 @@ def test_a_windows_events_equal_the_merge_of_its_chunks_however_they_were_buffer
     window = s.flush()[0]
     assert window.events.equals(_merge_chunks(chunks, 8, 6))
     assert len(window.events) == 30 * 40 and window.events.is_sorted()
+
+
+def test_an_open_window_shows_its_events_so_far_and_later_events_do_not_change_them():
+    s = sync(streams=("events",))
+    assert s.open_window(0) is None  # no data yet
+    assert s.add_events(ev(100, 200, 300)) == []
+    so_far = s.open_window(0)
+    assert so_far.closed_by == "open" and so_far.frames == [] and so_far.key == (0, 0)
+    assert so_far.events.t.tolist() == [100, 200, 300]
+    s.add_events(ev(400, 500))
+    assert so_far.events.t.tolist() == [100, 200, 300]  # the snapshot holds what it read
+    assert s.open_window(0).events.t.tolist() == [100, 200, 300, 400, 500]
+    [closed] = s.add_events(ev(1200))
+    assert closed.id == 0 and len(closed.events) == 5
+    assert s.open_window(0) is None  # closed
+    assert s.open_window(1).events.t.tolist() == [1200]

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from crossspec_ros.bags.writer import BagWriter, header, ns_to_time
 from crossspec_ros.events.encode import Evt3PacketEncoder
+from crossspec_ros.sim.scene import SEGMENT_SECONDS, Drive
 from crossspec_ros.sim.stream import DRIVE_START_NS, WINDOW_NS, record
 
 EVENT_TOPIC = "/event_camera/events"
@@ -59,8 +60,13 @@ def write_sample_bag(out: str | Path, seed: int = SAMPLE_DRIVE_SEED, duration_s:
                      storage: str = "mcap", compress: bool = True,
                      event_size: tuple[int, int] = (320, 240),
                      rgb_size: tuple[int, int] = (320, 240), rgb_hz: float = 20.0,
-                     packet_ms: float = 2.0, progress: bool = True) -> dict[str, int]:
-    """Write drive ``seed`` as a bag directory ``out`` (must not exist); returns counts."""
+                     packet_ms: float = 2.0, progress: bool = True,
+                     segment_seconds: tuple[int, int] = SEGMENT_SECONDS) -> dict[str, int]:
+    """Write drive ``seed`` as a bag directory ``out`` (must not exist); returns counts.
+
+    ``segment_seconds``: the length range of the drive's ordinary segments (``Drive``); a
+    short one such as (1, 2) writes a drive with frequent scene changes."""
+    drive = Drive(seed, segment_seconds=segment_seconds)  # checks the range before writing
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} exists; remove it or choose another output")
@@ -68,7 +74,7 @@ def write_sample_bag(out: str | Path, seed: int = SAMPLE_DRIVE_SEED, duration_s:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         # named like the final bag, so the storage file inside is <name>.mcap
-        counts = _write(staging / out.name, seed, duration_s, storage, compress, event_size,
+        counts = _write(staging / out.name, drive, duration_s, storage, compress, event_size,
                         rgb_size, rgb_hz, packet_ms, progress)
         os.rename(staging / out.name, out)
     finally:
@@ -76,16 +82,16 @@ def write_sample_bag(out: str | Path, seed: int = SAMPLE_DRIVE_SEED, duration_s:
     return counts
 
 
-def _write(path: Path, seed: int, duration_s: float, storage: str, compress: bool,
+def _write(path: Path, drive: Drive, duration_s: float, storage: str, compress: bool,
            event_size: tuple[int, int], rgb_size: tuple[int, int], rgb_hz: float,
            packet_ms: float, progress: bool) -> dict[str, int]:
     counts = {"events": 0, "event_packets": 0, "frames": 0, "captions": 0}
     encoder = Evt3PacketEncoder(*event_size, packet_period_ns=round(packet_ms * 1e6),
                                 epoch_ns=DRIVE_START_NS, frame_id="event_camera")
     bag = BagWriter(path, storage=storage, compress=compress and storage == "mcap")
-    chunks = record(seed, duration_s, event_size=event_size, rgb_size=rgb_size,
-                    rgb_hz=rgb_hz)
-    bar = tqdm(total=math.ceil(duration_s), unit="s", desc=f"sample bag seed {seed}",
+    chunks = record(drive.seed, duration_s, event_size=event_size, rgb_size=rgb_size,
+                    rgb_hz=rgb_hz, drive=drive)
+    bar = tqdm(total=math.ceil(duration_s), unit="s", desc=f"sample bag seed {drive.seed}",
                file=sys.stderr, disable=not progress)
     with bag, bar:
         for chunk in chunks:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from crossspec_ros.comparison import COMPARED
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.params import DRAFT_NODE_PARAMS, VERIFIER_NODE_PARAMS, engine_config, validate
 from crossspec_ros.speculative.draft_loop import DraftLoop
@@ -61,16 +62,14 @@ class LiveGraph:
     about: str = ""
 
 
-# as `crossspec drive --compare` runs them (cli/drive_cmd.py's passes); the speculative one
-# takes the bench's max_proposal
-LIVE_GRAPHS = {graph.name: graph for graph in (
-    LiveGraph("after_close_alone", {"max_proposal": 0, "live_prefill": False}, drafter=False,
-              about="the verifier alone, prefill after the close"),
-    LiveGraph("live_alone", {"max_proposal": 0}, drafter=False,
-              about="the verifier alone, live prefill and early start"),
-    LiveGraph("crossspec_live", {},
-              about="draft and verifier loops: live prefill, early start and speculation"),
-)}
+# the compared graphs (crossspec_ros/comparison.py), under the bench's names (its engine's
+# own modes already hold "crossspec"); one difference: the bench's verifier is one runtime for
+# every graph, so its baselines decode in the speculative graphs' step shape, not one-row steps
+BENCH_NAMES = {"alone": "after_close_alone", "crossspec": "crossspec_live"}
+LIVE_GRAPHS = {BENCH_NAMES.get(g.name, g.name): LiveGraph(
+    BENCH_NAMES.get(g.name, g.name),
+    {k: v for k, v in g.verifier_params.items() if k != "step_rows"},
+    drafter=g.drafter, about=g.about) for g in COMPARED}
 
 
 @dataclass

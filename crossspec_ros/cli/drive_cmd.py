@@ -6,10 +6,10 @@ worker thread and CUDA stream) exactly as `ros2 launch crossspec drive.launch.py
 prints per window the draft caption with its latency, then the confirmed caption, its latency
 and acceptance. ``--check-lossless`` runs the verifier alone on every window afterwards and
 compares token for token (under ``--loop``, which keeps no window, each one as it finishes).
-``--compare`` replays the bag through three graphs, in alternating
-order over ``--rounds`` rounds: the verifier node alone (what a user without crossspec runs),
-the verifier node alone with live prefill, and crossspec (draft and verifier nodes), and pairs
-their confirmed latencies window by window.
+``--compare`` replays the bag through the compared graphs (crossspec_ros/comparison.py: the
+verifier node alone, with live prefill and early start, crossspec without its drafter, and
+crossspec), in alternating order over ``--rounds`` rounds, and pairs their confirmed latencies
+window by window, over all windows and at the scene changes.
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ from crossspec_ros.cli.arg_types import (
     replay_rate,
 )
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
+from crossspec_ros.comparison import (
+    COMPARED,
+    CROSSSPEC,
+    ComparedGraph,
+    compare_graphs,
+    compare_line,
+    graphs_named,
+    pass_order,
+    print_comparison,
+)
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.run_record import (
     DRAFT_STATE_WORDS,
@@ -54,7 +64,8 @@ from crossspec_ros.streaming import (
     signals_deferred,
     sigterm_as_interrupt,
 )
-from crossspec_ros.summaries import BoundedSample, paired_ratios, shown
+from crossspec_ros.summaries import BoundedSample, shown
+from crossspec_ros.summaries import against_close as _where
 from crossspec_ros.sync.agreement import draft_agreement
 
 # crossspec/Caption's REASON_* and DRAFT_* codes, as the terminal and the JSON name them
@@ -64,38 +75,6 @@ from crossspec_ros.sync.agreement import draft_agreement
 # opens no row again
 OPEN_ROWS_KEPT = 256
 DONE_KEYS_KEPT = 4096
-
-
-@dataclass(frozen=True)
-class GraphPass:
-    """One replay of the bag through one graph (``--compare`` runs three)."""
-
-    name: str                      # in the terminal, the JSON rows ("pass") and the summary
-    kinds: tuple[str, ...]         # the graph's nodes (crossspec's also runs the viz node)
-    verifier_params: dict[str, Any] = field(default_factory=dict)
-    about: str = ""
-
-
-# the baselines decode in one-row steps: on the static runtime the fastest plain decoder
-# (crossspec's passes hold step_rows rows, for exactness; one row costs less)
-ALONE = GraphPass("alone", ("verifier",), {"max_proposal": 0, "live_prefill": False,
-                                           "step_rows": 1},
-                  "the verifier node alone, prefill after the close, no speculation (what a "
-                  "user without crossspec runs)")
-LIVE_ALONE = GraphPass("live_alone", ("verifier",), {"max_proposal": 0, "step_rows": 1},
-                       "the verifier node alone with live prefill and early start, no "
-                       "speculation")
-CROSSSPEC = GraphPass("crossspec", ("draft", "verifier"), {},
-                      "draft and verifier nodes, live prefill, early start and speculation")
-COMPARED = (ALONE, LIVE_ALONE, CROSSSPEC)
-
-
-def pass_order(rounds: int) -> list[tuple[int, GraphPass]]:
-    """(round, pass) in the order they run: every other round reversed, so a machine whose
-    load drifts during the run favours no graph (alone, live_alone, crossspec, crossspec,
-    live_alone, alone, ...)."""
-    return [(r, p) for r in range(rounds)
-            for p in (COMPARED if r % 2 == 0 else tuple(reversed(COMPARED)))]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -137,11 +116,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(under --loop: each window as it finishes, keeping only the verdict)")
     parser.add_argument("--no-viz", action="store_true", help="do not run the viz node")
     parser.add_argument("--compare", action="store_true",
-                        help="replay the bag through three graphs: the verifier node alone "
-                        "(prefill after the window closes, no speculation: what a user without "
-                        "crossspec runs), the verifier node alone with live prefill, and "
-                        "crossspec (draft and verifier nodes); print the confirmed latency per "
-                        "window and the paired ratios against the verifier node alone")
+                        help="replay the bag through the compared graphs: alone (the verifier "
+                        "node, prefill after the window closes, no speculation: what a user "
+                        "without crossspec runs), live_alone (with live prefill and early "
+                        "start), text_only (crossspec without its drafter) and crossspec; "
+                        "print the confirmed latency per window and the graphs paired window "
+                        "by window, at the scene changes too")
+    parser.add_argument("--graphs", type=_graph_names, default=COMPARED, metavar="G,G,...",
+                        help="with --compare: the graphs to compare, of "
+                        f"{', '.join(g.name for g in COMPARED)} (default: all; "
+                        "crossspec/comparison.py says what each is)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="with --compare: replay the three graphs this many times, in "
                         "alternating order, and report the spread of the rounds' ratios "
@@ -153,6 +137,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "never hear each other; `ros2 topic list` shows it)")
     add_model_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def _graph_names(text: str) -> tuple[ComparedGraph, ...]:
+    try:
+        graphs = graphs_named(name.strip() for name in text.split(",") if name.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if not graphs:
+        raise argparse.ArgumentTypeError("name at least one graph")
+    return graphs
 
 
 @dataclass(frozen=True)
@@ -235,6 +229,11 @@ class DriveMonitor:
             row["draft_first_token_ms"] = _num(msg.draft_first_token_ms)
             if "complete_draft" not in row and not math.isnan(msg.draft_done_ms):
                 row["complete_draft"] = msg.draft_text  # as first complete: read first
+                # the verifier publishes in order: complete before its FINAL, or with it
+                row["draft_before_confirmed"] = status != "FINAL"
+                # as the caption says it (an estimate for a draft before the close: the
+                # pass's end replaces it with draft_complete_ms, against the real close)
+                row["draft_done_ms"] = _num(msg.draft_done_ms)
             finished = status in FINISHED
             # the draft is shown once complete, or when the caption finishes before it did
             if row["draft_text"] and key not in self.drafts_shown and (
@@ -349,7 +348,10 @@ class DriveMonitor:
                        confirmed_first_ms=_num(s.confirmed_first_ms),
                        final_draft_text=result.draft_text,
                        live_prefill_frames=s.live_prefill_frames,
-                       ready_before_close_ms=_num(s.ready_before_close_ms))
+                       ready_before_close_ms=_num(s.ready_before_close_ms),
+                       # whose tokens the verifier took: the drafter's against the text's
+                       accepted_by={name: n for name, n in s.accepted.items() if n},
+                       proposed_by={name: n for name, n in s.proposed.items() if n})
             if verdict is not None:
                 row.update(verdict)
                 if verdict.get("lossless") is False:
@@ -521,7 +523,7 @@ def _drive(args: argparse.Namespace) -> int:
     """The passes (one, or --compare's rounds of three), their summary and JSON. However the
     run ends (its passes done, a stop signal at any moment, a node that died), the JSON holds
     the rows so far and a summary that says how it ended."""
-    order = pass_order(args.rounds) if args.compare else [(0, CROSSSPEC)]
+    order = pass_order(args.rounds, args.graphs) if args.compare else [(0, CROSSSPEC)]
     results: dict[tuple[str, int], list[dict]] = {}
     models: dict[str, Any] = {}
     stream = JsonLinesFile(args.json) if args.json else None
@@ -581,7 +583,7 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
                             f"topics ({', '.join(sorted(foreign))}): captions may be mixed")
     extra: dict[str, Any] = {}
     if args.compare and not ended:
-        extra["compare"] = compare_graphs(results, range(args.rounds))
+        extra["compare"] = compare_graphs(results, range(args.rounds), args.graphs)
         print_comparison(results, extra["compare"])
     profile = getattr(args, "model_params", {}).get("emulate")
     if profile:  # never a measurement of this machine: the summary and the JSON say so
@@ -658,7 +660,7 @@ class _RunningGraph:
     foreign: dict[str, list[str]] = field(default_factory=dict)  # ForeignPublishers.seen
 
 
-def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
+def _drive_once(args: argparse.Namespace, graph: ComparedGraph, models: dict[str, Any],
                 on_row: Callable[[dict], None] | None = None, label: str = "",
                 caught: dict[str, int] | None = None) -> int | PassResult:
     """One replay of the bag through ``graph``, or an exit code when the graph could not
@@ -707,11 +709,12 @@ def _drive_once(args: argparse.Namespace, graph: GraphPass, models: dict[str, An
                 engine = _shut_down(running)
     interrupted = interrupted or bool(caught is not None and caught["signal"])
     rows = [monitor.rows[w] for w in sorted(monitor.rows)] if monitor.keep_rows else []
+    _add_draft_timings(rows, running.nodes)
     return PassResult(rows, monitor, engine, _dropped_windows(running.nodes), interrupted,
                       died, dict(running.foreign))
 
 
-def _node_extra(args: argparse.Namespace, graph: GraphPass) -> dict[str, dict[str, Any]]:
+def _node_extra(args: argparse.Namespace, graph: ComparedGraph) -> dict[str, dict[str, Any]]:
     """Each node's parameters over the config's: the models and input topics asked for, the
     graph's own verifier parameters, and sim time."""
     # the run's Foxglove server, if any, is given to the viz node: it outlives the pass
@@ -727,7 +730,7 @@ def _node_extra(args: argparse.Namespace, graph: GraphPass) -> dict[str, dict[st
                          **topics.get("verifier", {}), **sim_time}}
 
 
-def _run_graph(args: argparse.Namespace, graph: GraphPass, models: dict[str, Any],
+def _run_graph(args: argparse.Namespace, graph: ComparedGraph, models: dict[str, Any],
                running: _RunningGraph, kinds: tuple[str, ...], config: Any,
                monitor: DriveMonitor, deaths: NodeDeaths) -> None:
     """Bring ``graph`` up into ``running`` (which holds each part as it comes up), replay the
@@ -790,6 +793,24 @@ def _shut_down(running: _RunningGraph) -> Any:
     if rclpy.ok():
         rclpy.shutdown()
     return engine
+
+
+def _add_draft_timings(rows: list[dict], nodes: list) -> None:
+    """Each row's draft as the draft node timed it against the window's real close (its
+    messages before the close carry an estimate from the event stream's clock): when it
+    began and was complete (ms after the close; < 0: before it), whether it began before the
+    close, and the window's events it did not read."""
+    from crossspec_ros.nodes.draft_node import DraftNode
+
+    timings = {t.key: t for node in nodes if isinstance(node, DraftNode)
+               for t in node.loop.timings}
+    for row in rows:
+        timing = timings.get((row.get("epoch", 0), row["window"]))
+        if timing is None or not row.get("draft_text"):
+            continue
+        row.update(draft_started_ms=_num(timing.ms(timing.started_at)),
+                   draft_complete_ms=_num(timing.complete_ms), draft_early=timing.early,
+                   events_not_drafted=timing.events_unread)
 
 
 def _dropped_windows(nodes: list) -> DroppedWindows:
@@ -860,140 +881,6 @@ def watch_captions(node: Any, topic: str, on_caption: Callable[[Any], None]) -> 
     from crossspec_ros.nodes.common import reliable_qos
 
     return node.create_subscription(cs_msg.Caption, topic, on_caption, reliable_qos())
-
-
-def final_latencies(rows: list[dict]) -> dict[int, float | None]:
-    """Window -> confirmed latency after the close, for the pass's FINAL windows."""
-    return {r["window"]: r.get("confirmed_done_ms") for r in rows if r["status"] == "FINAL"}
-
-
-def compare_graphs(results: dict[tuple[str, int], list[dict]], rounds: range
-                   ) -> dict[str, Any]:
-    """The passes paired window by window within each round: crossspec and live_alone against
-    the verifier node alone, crossspec against live_alone; pooled over the rounds, with each
-    round's median (the spread load drift leaves)."""
-    def latencies(name: str, k: int) -> dict[int, float | None]:
-        return final_latencies(results[(name, k)])
-
-    def paired(base: str, mode: str) -> dict[str, Any]:
-        per_round = [paired_ratios(latencies(base, k), latencies(mode, k)) for k in rounds]
-        pooled = [x for ratios in per_round for x in ratios.values()]
-        medians = [summaries.spread(ratios.values())["median"] for ratios in per_round]
-        return {**{f"paired_speedup_{k}": v for k, v in summaries.spread(pooled).items()},
-                "pairs": len(pooled), "rounds": medians}
-
-    def minus(base: str, mode: str) -> dict[str, Any]:
-        """``mode``'s confirmed latency minus ``base``'s, window by window (ms; < 0: sooner)."""
-        diffs: list[float] = []
-        for k in rounds:
-            base_ms, mode_ms = latencies(base, k), latencies(mode, k)
-            diffs += [ms - base_ms[w] for w, ms in mode_ms.items()
-                      if ms is not None and base_ms.get(w) is not None]
-        return {**{f"ms_{k}": v for k, v in summaries.spread(diffs).items()},
-                "pairs": len(diffs)}
-
-    passes = {}
-    for graph in COMPARED:
-        values = [latencies(graph.name, k) for k in rounds]
-        finals = [r for k in rounds for r in results[(graph.name, k)] if r["status"] == "FINAL"]
-        drafted = [r for r in finals if r.get("draft_first_token_ms") is not None]
-        passes[graph.name] = {
-            # what a user sees of the draft: its first token after the close, and in how many
-            # windows it came before the confirmed caption
-            "final": len(finals),
-            "draft_first_token_ms_median": _median(r["draft_first_token_ms"]
-                                                   for r in drafted),
-            "draft_came_first": sum(
-                r["draft_first_token_ms"] < r["confirmed_done_ms"] for r in drafted
-                if r.get("confirmed_done_ms") is not None),
-            "graph": list(graph.kinds), "about": graph.about,
-            "confirmed_ms_median": _median(v for d in values for v in d.values()),
-            "confirmed_ms_median_rounds": [_median(d.values()) for d in values],
-            # early start: how long before the close the captions complete before it were
-            # (one that started early and completed after the close is not among them)
-            "ready_before_close_ms_median": _median(
-                r["ready_before_close_ms"] for k in rounds for r in results[(graph.name, k)]
-                if r["status"] == "FINAL" and (r.get("ready_before_close_ms") or 0) > 0)}
-    same = [r["confirmed_text"] == other.get(r["window"]) for k in rounds
-            for name in (ALONE.name, LIVE_ALONE.name)
-            for other in [{o["window"]: o["confirmed_text"] for o in results[(name, k)]
-                           if o["status"] == "FINAL"}]
-            for r in results[(CROSSSPEC.name, k)]
-            if r["status"] == "FINAL" and r["window"] in other]
-    return {"baseline": ALONE.name, "passes": passes, "rounds": len(rounds),
-            "crossspec_vs_alone": paired(ALONE.name, CROSSSPEC.name),
-            "live_alone_vs_alone": paired(ALONE.name, LIVE_ALONE.name),
-            "crossspec_vs_live_alone": paired(LIVE_ALONE.name, CROSSSPEC.name),
-            "crossspec_minus_live_alone": minus(LIVE_ALONE.name, CROSSSPEC.name),
-            "same_captions": sum(same), "compared_captions": len(same)}
-
-
-def compare_line(compare: dict[str, Any]) -> str:
-    """The comparison in one line, what a user sees first: each graph's confirmed latency
-    after the close, crossspec's against the same verifier with live prefill and early start
-    (paired, in ms), and its draft; the ratios of publication times last."""
-    main, live = compare["crossspec_vs_alone"], compare["crossspec_vs_live_alone"]
-    passes, minus = compare["passes"], compare["crossspec_minus_live_alone"]
-    ours = passes["crossspec"]
-    return (f"confirmed after the close (median): alone "
-            f"{_shown_ms(passes['alone']['confirmed_ms_median'])}, live_alone "
-            f"{_shown_ms(passes['live_alone']['confirmed_ms_median'])}, crossspec "
-            f"{_shown_ms(ours['confirmed_ms_median'])} (crossspec minus live_alone, paired: "
-            f"{_shown_ms(minus['ms_median'])}, IQR {_shown_ms(minus['ms_q25'])} to "
-            f"{_shown_ms(minus['ms_q75'])}, {minus['pairs']} windows); crossspec's draft: "
-            f"first token {_shown_ms(ours['draft_first_token_ms_median'])} after the close "
-            f"(median), before the confirmed caption in {ours['draft_came_first']} of "
-            f"{ours['final']} windows{_ahead(passes)}; same captions "
-            f"{compare['same_captions']}/{compare['compared_captions']}; paired speedup (ratio "
-            f"of publication times) vs the verifier node alone "
-            f"{_x(main['paired_speedup_median'])} (IQR {_x(main['paired_speedup_q25'])}-"
-            f"{_x(main['paired_speedup_q75'])}, rounds {', '.join(_x(m) for m in main['rounds'])}"
-            f"; {main['pairs']} window pairs), vs live_alone "
-            f"{_x(live['paired_speedup_median'])}")
-
-
-def _ahead(passes: dict[str, Any]) -> str:
-    """How long before the close the early-started passes had their captions complete."""
-    ahead = {name: p["ready_before_close_ms_median"] for name, p in passes.items()
-             if p.get("ready_before_close_ms_median") is not None}
-    if not ahead:
-        return ""
-    return "; complete before the close (early start, median): " + ", ".join(
-        f"{name} {ms} ms" for name, ms in ahead.items())
-
-
-def _x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
-
-
-def print_comparison(results: dict[tuple[str, int], list[dict]], compare: dict[str, Any],
-                     out: Any = sys.stdout) -> None:
-    """Per window, each graph's confirmed latency after the close (median over the rounds)
-    and the paired ratio alone / crossspec (median of the rounds' ratios)."""
-    names = [graph.name for graph in COMPARED]
-    per_window: dict[int, dict[str, list[float]]] = {}
-    for (name, _), rows in results.items():
-        for r in rows:
-            if r["status"] == "FINAL" and r.get("confirmed_done_ms"):
-                per_window.setdefault(r["window"], {}).setdefault(name, []).append(
-                    r["confirmed_done_ms"])
-    ratios: dict[int, list[float]] = {}
-    for k in range(compare["rounds"]):
-        for wid, ratio in paired_ratios(final_latencies(results[(ALONE.name, k)]),
-                                        final_latencies(results[(CROSSSPEC.name, k)])).items():
-            ratios.setdefault(wid, []).append(ratio)
-    print(f"\nconfirmed caption latency after the window closed (ms; median of "
-          f"{compare['rounds']} round(s)):", file=out)
-    print(f"{'window':>12} " + " ".join(f"{n:>10}" for n in names) + f" {'ratio':>7}", file=out)
-    for wid in sorted(per_window):
-        cells = [_median(per_window[wid].get(n, [])) for n in names]
-        ratio = summaries.rounded(summaries.median(ratios.get(wid, [])), 2)
-        shown = [f"{'--':>10}" if c is None else f"{c:>10.1f}" for c in cells]
-        shown.append(f"{'--':>7}" if ratio is None else f"{ratio:>6.2f}x")
-        print(f"{wid:>12} " + " ".join(shown), file=out)
-    for graph in COMPARED:
-        print(f"{graph.name}: {graph.about}", file=out)
-    print("ratio: alone / crossspec, window by window within a round", file=out)
 
 
 GRAPH_CHECK_S = 1.0  # how often the wait looks at the ROS graph for another graph's publishers
@@ -1088,6 +975,9 @@ class DriveTally:
     def __init__(self) -> None:
         self.windows = self.final = self.unverified = self.unfinished = 0
         self.draft_came_first = 0  # FINAL windows whose draft's first token came before it
+        self.drafted = 0  # windows with a draft caption
+        self.draft_before_confirmed = 0  # FINAL windows whose draft was complete before it
+        self.draft_complete = BoundedSample()  # ms after the drafter's close (< 0: before)
         self.accepted = self.proposed = 0
         self.draft_first = BoundedSample()
         self.confirmed_done = BoundedSample()
@@ -1106,9 +996,13 @@ class DriveTally:
         self.unverified += status == "UNVERIFIED"
         self.unfinished += status not in FINISHED
         self.draft_first.add(row.get("draft_first_token_ms"))
+        if row.get("draft_text"):
+            self.drafted += 1
+            self.draft_complete.add(row.get("draft_complete_ms", row.get("draft_done_ms")))
         if status != "FINAL":
             return
         self.final += 1
+        self.draft_before_confirmed += bool(row.get("draft_before_confirmed"))
         first, done = row.get("draft_first_token_ms"), row.get("confirmed_done_ms")
         self.draft_came_first += first is not None and done is not None and first < done
         self.accepted += row.get("accepted", 0)
@@ -1139,6 +1033,10 @@ class DriveTally:
             "drafter_dropped_windows": dropped.drafter,
             "drafts_after_final": dropped.late_drafts,
             "draft_came_first": self.draft_came_first,
+            "draft_windows": self.drafted,
+            "draft_complete_ms_median": _median(self.draft_complete.values),
+            "draft_complete_before_close": sum(ms <= 0 for ms in self.draft_complete.values),
+            "draft_before_confirmed": self.draft_before_confirmed,
             "draft_first_token_ms_p50": _median(first), "draft_first_token_ms_p95":
                 summaries.rounded(summaries.percentile(first, 95), 1),
             "confirmed_done_ms_median": _median(self.confirmed_done.values),
@@ -1166,8 +1064,9 @@ class DriveTally:
             # latency after the close, so it never stands beside confirmed_done_ms in the line
             summary["lossless_check_verifier_ms_median"] = _median(
                 self.verifier_only_ms.values)
-        samples = (self.draft_first, self.confirmed_done, self.ready_before, self.done_after,
-                   self.token_agreement, self.word_error_rate, self.verifier_only_ms)
+        samples = (self.draft_first, self.draft_complete, self.confirmed_done,
+                   self.ready_before, self.done_after, self.token_agreement,
+                   self.word_error_rate, self.verifier_only_ms)
         if any(sample.sampled for sample in samples):  # a very long --loop
             summary["medians_over_a_sample_of"] = self.draft_first.capacity
         summary["line"] = self._line(summary)
@@ -1184,10 +1083,14 @@ class DriveTally:
         if summary["drafts_after_final"]:
             counts += f"; {summary['drafts_after_final']} drafts came after their caption " \
                 "was finished"
-        line = (f"{self.windows} windows ({counts}): draft first token after the close p50 "
+        line = (f"{self.windows} windows ({counts}): a draft caption in {self.drafted}, "
+                f"complete {_where(summary['draft_complete_ms_median'])} the close (median; "
+                f"before it in {summary['draft_complete_before_close']}), complete before the "
+                f"confirmed caption in {self.draft_before_confirmed} of {self.final} FINAL "
+                f"windows; draft first token after the close p50 "
                 f"{_shown_ms(summary['draft_first_token_ms_p50'])}, p95 "
                 f"{_shown_ms(summary['draft_first_token_ms_p95'])}, before the confirmed "
-                f"caption in {self.draft_came_first} of {self.final} FINAL windows; confirmed "
+                f"caption in {self.draft_came_first}; confirmed "
                 "after the close "
                 f"median {_shown_ms(summary['confirmed_done_ms_median'])}; accepted draft "
                 f"tokens {self.accepted} of {self.proposed} proposed "

@@ -167,7 +167,9 @@ class DraftNode(ManagedNode):
             revision=event.revision, base_index=0, token_ids=[int(t) for t in event.tokens],
             log_probs=[float(x) for x in event.log_probs],
             text=event.text, done=event.done, cut_short=cut_short,
-            first_token_latency_ms=float(stats.draft_first_token_ms))
+            first_token_latency_ms=float(stats.draft_first_token_ms),
+            events_until=ns_to_msg(int(window.events.t_last) if len(window.events) else
+                                   window.t0))
         if window_state is not None:
             msg.window_state = window_state.detach().float().cpu().numpy()
         msg.header.stamp = self.get_clock().now().to_msg()

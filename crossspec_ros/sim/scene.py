@@ -1,6 +1,7 @@
 """A seeded synthetic drive: segments of caption facts and the scene state at any time.
 
-A drive is a chain of *segments* of whole seconds (2-6 s). Each segment holds one set of
+A drive is a chain of *segments* of whole seconds (2-6 s by default; ``Drive.segment_seconds``
+shortens ordinary segments for drives with frequent scene changes). Each segment holds one set of
 ``Facts`` (what a caption says: road, ego motion, traffic light, lighting, one other road
 user), so every 1 s window lies in one segment and consecutive windows mostly share their
 facts, as real drives do (crossspec proposes tokens from previous captions). The chain keeps
@@ -59,6 +60,33 @@ VIBRATION_HZ = (1.3, 2.9, 4.7)  # below 12.5 Hz: training renders events at 25 H
 # Slowing to a stop and pulling away take this many whole seconds (2-4.3 m/s^2 at the
 # drive's cruise speeds: firm, ordinary town driving); other segments 3-6 s, a stop 2-6 s.
 SPEED_CHANGE_DURATIONS = (3, 4)
+# Length range [s] of ordinary segments (neither a stop nor a speed change) by default, and
+# of a stop: a stop follows the ordinary range's upper end, within these bounds.
+SEGMENT_SECONDS = (3, 6)
+STOP_SECONDS = (2, 6)
+
+
+def check_segment_seconds(seconds: Sequence[int]) -> tuple[int, int]:
+    """``(low, high)`` whole seconds with 1 <= low <= high, or a ValueError saying why."""
+    try:
+        low, high = seconds
+    except (TypeError, ValueError):
+        raise ValueError(f"segment_seconds must be a (low, high) pair, got {seconds!r}") from None
+    whole = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (low, high))
+    if not whole or not 1 <= low <= high:
+        raise ValueError("segment_seconds must be whole seconds with 1 <= low <= high, got "
+                         f"{seconds!r}")
+    return int(low), int(high)
+
+
+def segment_seconds_by_ego(segment_seconds: tuple[int, int]) -> dict[str, tuple[int, int]]:
+    """The (low, high) whole-second range of each ego motion's segments; ego motions not
+    named are ordinary and take ``segment_seconds``. Speed changes keep their own range
+    (braking and pulling away take time); a stop is 2 s up to the ordinary upper end, never
+    outside STOP_SECONDS, so the default range gives the default stop exactly."""
+    stop_high = min(STOP_SECONDS[1], max(STOP_SECONDS[0], segment_seconds[1]))
+    return {"stopped": (STOP_SECONDS[0], stop_high), "slowing": SPEED_CHANGE_DURATIONS,
+            "accelerating": SPEED_CHANGE_DURATIONS}
 
 
 @dataclass(frozen=True)
@@ -402,13 +430,20 @@ def _actors(seg: Segment, tau: float, cruise: float) -> tuple[Actor, ...]:
 @dataclass
 class Drive:
     """A reproducible drive: segments are drawn lazily, in order, from ``seed``'s generator,
-    so a state depends only on (seed, t) whatever order times are asked in."""
+    so a state depends only on (seed, t) whatever order times are asked in.
+
+    ``segment_seconds`` is the (low, high) length range in whole seconds of ordinary segments
+    (neither a stop nor a speed change); a short one such as (1, 2) makes a drive whose scene
+    changes nearly every window. The default (3, 6) draws what drives have always drawn."""
 
     seed: int
     script: Sequence[tuple[Facts, float]] | None = None
     segments: list[Segment] = field(default_factory=list, repr=False)
+    segment_seconds: tuple[int, int] = SEGMENT_SECONDS
 
     def __post_init__(self) -> None:
+        self.segment_seconds = check_segment_seconds(self.segment_seconds)
+        self._durations = segment_seconds_by_ego(self.segment_seconds)
         self._rng = np.random.default_rng([int(self.seed), 0x5C3E])
         self.world = int(self._rng.integers(0, 2**31))
         night = self._rng.random() < NIGHT_PROBABILITY
@@ -433,8 +468,7 @@ class Drive:
             facts, duration = self.script[min(len(self.segments), len(self.script) - 1)]
         else:
             facts = random_facts(self._rng, prev, self.lighting)
-            low, high = {"stopped": (2, 6), "slowing": SPEED_CHANGE_DURATIONS,
-                         "accelerating": SPEED_CHANGE_DURATIONS}.get(facts.ego, (3, 6))
+            low, high = self._durations.get(facts.ego, self.segment_seconds)
             duration = float(self._rng.integers(low, high + 1))
         seg = build_segment(self._rng, prev, facts, duration, self.cruise_speed)
         self.segments.append(seg)

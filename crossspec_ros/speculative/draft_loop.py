@@ -5,15 +5,18 @@ callback its owner gives, the moment each token exists:
 
     add_events(packet) --> [held while the verifier in this process has its turn]
                        --> the synchronizer --closed windows--> [queue] --step()--> the drafter
+                           \\--a window's end within the lead: its events so far -->/
     on_confirmed(...)  --> the window being drafted re-syncs to the confirmed prefix; a window
-                           the verifier finished is not drafted (its caption is FINAL); while
-                           the verifier finishes its captions at their close (it is ahead),
-                           the drafter steps aside: a closed window waits a little for its
-                           caption before it is drafted (``verifier_ahead``)
+                           the verifier finished is not drafted (its caption is FINAL)
     tick()             --> windows closed by time; a finished draft nobody confirms is let go
 
-A newer window always wins: the drafter leaves the old one as soon as the next window closes,
-and says so (a draft ``cut_short``), as it does for a window it drops unstarted, so the
+When a window is drafted is ``DraftSchedule``'s decision (speculative/draft_schedule.py): a
+lead before its close, from the events seen so far, so that the draft is complete at the close
+(the robot's first caption, and what the verifier's early decoding reads); at the close, the
+windows not drafted early, unless the verifier finished them (or, ahead, is about to).
+
+A newer window always wins: the drafter leaves the old one as soon as the next window's draft
+is due, and says so (a draft ``cut_short``), as it does for a window it drops unstarted, so the
 verifier's captions never pass a fragment off as the whole draft. ``step()`` is the worker's
 unit of work; everything else comes from the executor. The draft node
 (``nodes/draft_node.py``) converts messages and publishes what this hands it; the bench's
@@ -23,34 +26,69 @@ replay (``bench/live_replay.py``) hands the drafts to a ``VerifierLoop`` directl
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from crossspec_ros.speculative.draft_schedule import (
+    Action,
+    DataClock,
+    DraftSchedule,
+)
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.proposers import DraftStream
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
+from crossspec_ros.stamps import seconds_to_ns
+from crossspec_ros.summaries import median, rounded
 from crossspec_ros.sync.captions import DraftCursor, WindowKey
 from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
-FINISHED_KEPT = 256  # windows the verifier finished, remembered to skip them (bounded)
-# the verifier is ahead while at most one of its last AHEAD_OF captions took longer after
-# their close than step_aside_ms or the drafter's own first token, whichever is longer (as
-# the verifier measured it, so a busy drafter hearing them late is no matter); a closed
-# window then waits up to STEP_ASIDE_WAIT times that long for its caption. Nothing heard yet
-# counts as ahead; a window the verifier does not finish within the wait counts as slow, so
-# a verifier that is slow or absent stops the waiting after two windows.
-AHEAD_OF = 4
-STEP_ASIDE_WAIT = 3
+FINISHED_KEPT = 256  # windows remembered: the verifier's finished ones, the drafts' timings
 
 # on_draft(window, event, stats, window_state, cut_short): publish one draft of ``window``
 DraftOut = Callable[[Any, EngineEvent, WindowStats, Any, bool], None]
+
+
+@dataclass
+class DraftTiming:
+    """One window's draft on the local clock: when it started and its first and last token,
+    what it read, and the window's close (estimated from the data clock until the window
+    closes here, then the real one). ``ms(at)``: ms after the close (< 0: before it)."""
+
+    key: WindowKey
+    early: bool              # begun before the close, from the events so far
+    started_at: float
+    close_at: float
+    read_until_ns: int       # the last event stamp the draft read
+    events_read: int
+    closed: bool = False     # close_at is the real close
+    over: bool = False       # its drafting ended (or it was dropped unstarted)
+    events_total: int | None = None  # the window's events, once it closed
+    first_token_at: float = math.nan
+    done_at: float = math.nan  # its last token (NaN: not complete, e.g. cut short)
+
+    def ms(self, at: float) -> float:
+        return (at - self.close_at) * 1e3
+
+    @property
+    def complete_ms(self) -> float:
+        """The draft's last token after the close (NaN: never complete)."""
+        return self.ms(self.done_at)
+
+    @property
+    def first_token_ms(self) -> float:
+        return self.ms(self.first_token_at)
+
+    @property
+    def events_unread(self) -> int:
+        """Events of the window that came after the draft's start (0 until it closed)."""
+        return max(0, (self.events_total or 0) - self.events_read)
 
 
 class DraftLoop:
@@ -68,6 +106,10 @@ class DraftLoop:
         self.decode: Callable[[Any], Any] = lambda batch: batch  # a packet -> an EventBatch
         self.cursor = DraftCursor()  # the window being drafted and its confirmed prefix
         self.queue = WindowQueue(params["max_queued_windows"])
+        self.schedule = DraftSchedule(seconds_to_ns(params["window_length_s"]),
+                                      lead_ms=params["draft_lead_ms"],
+                                      step_aside_ms=params["step_aside_ms"])
+        self.data_clock = DataClock()
         self.held = False  # paused for the verifier (guarded by hold_lock)
         self.hold_lock = threading.Lock()
         # packets that came while held, in order (bounded: at most the pause's length of the
@@ -82,14 +124,18 @@ class DraftLoop:
         # draft of one would only come after its FINAL caption, so none is drafted
         self.verifier_finished: OrderedDict[WindowKey, None] = OrderedDict()
         self.finished_changed = threading.Condition()  # guards verifier_finished's waiters
-        # the verifier's latest captions: ms from their close to done (its own clock)
-        self.verifier_done_ms: deque[float] = deque(maxlen=AHEAD_OF)
-        # the drafter's first token after the close, its last windows (the waits left out)
-        self.draft_first_ms: deque[float] = deque(maxlen=AHEAD_OF)
-        self.windows_skipped_final = 0  # closed here after the verifier had finished them
-        # the verifier was ahead, and finished the window while the drafter waited for it
-        self.windows_stepped_aside = 0
+        # the drafts begun or queued, by window (bounded), and those whose timing is whole
+        # (complete or left, and closed): what the node's summary reads
+        self.drafts: OrderedDict[WindowKey, DraftTiming] = OrderedDict()
+        self.timings: deque[DraftTiming] = deque(maxlen=FINISHED_KEPT)
+        self.timing_lock = threading.Lock()
         self.drafts_withheld = 0  # drafted after the verifier finished the window: not sent
+        # the last windows that closed after their draft was queued early: a draft not begun
+        # by then reads the whole window
+        self._closed_windows: OrderedDict[WindowKey, Any] = OrderedDict()
+
+    windows_skipped_final = property(lambda self: self.schedule.counts["verifier_finished"])
+    windows_stepped_aside = property(lambda self: self.schedule.counts["stepped_aside"])
 
     def configure(self, drafter: Any, sync: Any, *, process: Any = None,
                   decode: Callable[[Any], Any] | None = None) -> None:
@@ -110,11 +156,17 @@ class DraftLoop:
 
     def decode_held(self) -> None:
         """Decode the packets that came while the verifier had its turn, then the new one
-        (the executor's thread: the synchronizer is not thread-safe)."""
+        (the executor's thread: the synchronizer is not thread-safe); then start the open
+        window whose draft is due."""
+        decoded = False
         while self.held_packets:
             batch = self.decode(self.held_packets.popleft())
             if len(batch):
+                decoded = True
+                self.data_clock.observe(int(batch.t_last), time.monotonic())
                 self.enqueue(self.sync.add_events(batch))
+        if decoded:
+            self._start_early(time.monotonic())
 
     def tick(self) -> None:
         if not self.held:
@@ -124,23 +176,75 @@ class DraftLoop:
         if lingering is not None:  # a finished draft nobody confirms any more is let go
             lingering.stop()
 
+    def _start_early(self, now: float) -> None:
+        """Queue the open window whose draft is due (its end within the lead), from the
+        events it has so far."""
+        if not self.schedule.early:
+            return
+        data_now = self.data_clock.now_ns(now)
+        for wid in self.sync.pending_ids():
+            key = (self.sync.epoch, wid)
+            if key in self.drafts:
+                continue
+            window = self.sync.open_window(wid)
+            if window is None or not window.has_events:
+                continue
+            decision = self.schedule.before_close(window.t1, data_now, self.data_clock.rate)
+            if decision.action is not Action.START:
+                return  # a later window's end is later still
+            close_at = self.data_clock.at(window.t1 + self.sync.reorder_slack_ns)
+            self._queue(window, DraftTiming(key, True, math.nan, close_at,
+                                            int(window.events.t_last), len(window.events)))
+
     def enqueue(self, windows: Iterable[Any]) -> None:
+        """Windows that closed: each drafted early is only timed; the others are queued (the
+        worker asks the schedule whether to draft them when it takes them)."""
         now = time.monotonic()
+        for window in windows:
+            early = self._closed(window, now)
+            if not window.has_events or early:
+                continue  # nothing to draft (or drafted already): the current draft goes on
+            self._queue(window, DraftTiming(window.key, False, math.nan, now,
+                                            int(window.events.t_last), len(window.events),
+                                            closed=True, events_total=len(window.events)))
+
+    def _closed(self, window: Any, now: float) -> bool:
+        """``window`` closed here now: its early draft's timing learns the real close (and
+        its whole window, for a draft not begun yet). True when it was drafted early."""
+        with self.timing_lock:
+            timing = self.drafts.get(window.key)
+            if timing is None or not timing.early:
+                return False
+            timing.close_at, timing.closed = now, True
+            timing.events_total = len(window.events)
+            self._settled(timing)
+            self._closed_windows[window.key] = window
+            while len(self._closed_windows) > 4:
+                self._closed_windows.popitem(last=False)
+        self.schedule.at_close(True, False)  # counted: not drafted again
+        return True
+
+    def _queue(self, window: Any, timing: DraftTiming) -> None:
+        """Queue ``window``'s draft; the draft in progress (an older window's) stops."""
         # the draft in progress now: once a window is queued, the worker may take it and
         # begin it before the stop below, and that newer draft must go on
         in_progress = self.cursor.current()
-        queued = False
-        for window in windows:
-            if not window.has_events:
-                continue  # nothing to draft (and no reason to stop the current draft)
-            queued = True
-            dropped = self.queue.put(window, now)
-            if dropped is not None:
-                self.warn(f"drafter busy: dropped window {dropped.id} "
-                          f"({self.queue.dropped} so far)")
-                self._cut_short(dropped, None)
-        if queued and in_progress is not None:
-            in_progress.stop()  # a newer window closed: move on to it
+        with self.timing_lock:
+            self.drafts[window.key] = timing
+            while len(self.drafts) > FINISHED_KEPT:
+                self.drafts.popitem(last=False)
+        dropped = self.queue.put(window, timing)
+        if dropped is not None:
+            self.warn(f"drafter busy: dropped window {dropped.id} "
+                      f"({self.queue.dropped} so far)")
+            self._cut_short(dropped, None)
+            with self.timing_lock:  # never drafted: its timing is over
+                left = self.drafts.get(dropped.key)
+                if left is not None:
+                    left.over = True
+                    self._settled(left)
+        if in_progress is not None:
+            in_progress.stop()  # a newer window is due: move on to it
 
     def on_confirmed(self, key: WindowKey, base_index: int, tokens: list[int], text: str,
                      done: bool, done_ms: float = math.nan) -> None:
@@ -163,8 +267,7 @@ class DraftLoop:
             self.verifier_finished[key] = None
             while len(self.verifier_finished) > FINISHED_KEPT:
                 self.verifier_finished.popitem(last=False)
-            if not math.isnan(done_ms):
-                self.verifier_done_ms.append(done_ms)
+            self.schedule.verifier_done(done_ms)
             self.finished_changed.notify_all()
         channel, _ = self.cursor.confirmed(key, 0, [], True)  # done: the window's handle
         if channel is not None:
@@ -188,19 +291,21 @@ class DraftLoop:
 
     # ------------------------------------------------------------ the worker
     def step(self) -> None:
-        """One unit of the worker's work: draft the oldest closed window."""
+        """One unit of the worker's work: draft the oldest window queued."""
         item = self.queue.get()
         if item is None:
             return
-        window, t_close = item
-        if window.key in self.verifier_finished:
-            self.windows_skipped_final += 1  # nothing to publish: its caption is FINAL
+        window, timing = item
+        if not timing.early and not self._take_at_close(window, timing):
+            with self.timing_lock:
+                timing.over = True
+                self._settled(timing)
             return
-        waited_from = time.monotonic()
-        if self.verifier_ahead() and self._finished_within(window.key, t_close):
-            self.windows_stepped_aside += 1  # its caption came first: no compute spent
-            return
-        waited_ms = (time.monotonic() - waited_from) * 1e3
+        if timing.early:  # closed since it was queued: the whole window then
+            with self.timing_lock:
+                window = self._closed_windows.pop(window.key, window)
+        timing.started_at = time.monotonic()
+        timing.read_until_ns, timing.events_read = int(window.events.t_last), len(window.events)
         max_new = self.params["max_new_tokens"]
         stats = WindowStats(proposer_names=[DraftStream.name])
         state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
@@ -209,15 +314,18 @@ class DraftLoop:
 
         def emit(kind: EventKind, **fields: Any) -> EngineEvent:
             nonlocal state_due
-            event = EngineEvent(kind, int(window.id), (time.monotonic() - t_close) * 1e3,
-                                **fields)
+            now = time.monotonic()
+            event = EngineEvent(kind, int(window.id), timing.ms(now), **fields)
             if kind is EventKind.DRAFT:
                 if len(event.tokens) == 1 and event.revision == 0:
                     stats.draft_first_token_ms = event.t_ms  # before the first publication
+                    timing.first_token_at = now
+                if event.done and math.isnan(timing.done_at):
+                    timing.done_at = now
                 state = drafting[0].window_state if state_due and drafting else None
                 if state is not None:  # once, with the window's first draft
                     state_due = False
-                if self._publish(window, event, stats, state):
+                if self._publish(window, event, stats, state, timing):
                     last[:] = [event]
             elif kind is EventKind.DRAFT_ERROR:
                 self.error(f"window {window.id}: drafter failed: {event.text}")
@@ -245,43 +353,48 @@ class DraftLoop:
         self.windows_confirmed_before_draft += verifier_done and not last
         self.windows_drafted += 1
         self.last_first_token_ms = stats.draft_first_token_ms
-        if not math.isnan(stats.draft_first_token_ms):  # the drafter's own pace, not the wait
-            self.draft_first_ms.append(stats.draft_first_token_ms - waited_ms)
+        # the drafter's own pace (its start to its last token), for the lead and stepping
+        # aside; a draft stopped before its last token (a newer window, or the verifier
+        # finished first) took at least this long
+        ended = timing.done_at if not math.isnan(timing.done_at) else \
+            math.nan if self.queue.closed else time.monotonic()
+        self.schedule.drafted((ended - timing.started_at) * 1e3,
+                              (timing.first_token_at - timing.started_at) * 1e3)
+        with self.timing_lock:
+            timing.over = True
+            self._settled(timing)
 
-    def verifier_ahead(self) -> bool:
-        """At most one of the verifier's last ``AHEAD_OF`` captions took longer after its
-        close than ``ahead_ms``: a draft of the next window would most likely come after its
-        caption (on a CPU with live prefill and early start the verifier has it ready at the
-        close; where the verifier decodes past the drafter's first token, as 7B models on a
-        GPU do, the drafter drafts at once)."""
-        limit = self.ahead_ms()
-        return limit > 0 and sum(ms > limit for ms in self.verifier_done_ms) <= 1
+    def _take_at_close(self, window: Any, timing: DraftTiming) -> bool:
+        """Whether to draft ``window``, queued at its close, now: not one the verifier
+        finished meanwhile; while the verifier is ahead, only once it did not finish the
+        window within the schedule's wait (waiting here, on the worker)."""
+        decision = self.schedule.at_close(False, window.key in self.verifier_finished)
+        if decision.action is Action.WAIT:
+            finished = self._finished_within(window.key, timing.close_at + decision.wait_s)
+            if self.queue.closed:
+                return False
+            decision = self.schedule.after_wait(finished)
+        return decision.action is Action.START
 
-    def ahead_ms(self) -> float:
-        """step_aside_ms, or the drafter's own first token after the close (the median of
-        its last ``AHEAD_OF``, the waits left out) when that is longer: a caption done
-        before it would have come is done before any draft (0: never step aside)."""
-        limit = self.params.get("step_aside_ms", 0.0)
-        if limit <= 0 or not self.draft_first_ms:
-            return limit
-        return max(limit, statistics.median(self.draft_first_ms))
-
-    def _finished_within(self, key: WindowKey, t_close: float) -> bool:
-        """Wait until the verifier finishes ``key``, ``STEP_ASIDE_WAIT`` x ``ahead_ms`` after
-        its close here at most (or until the loop stops taking windows); True when it
-        finished. Not finished in time: the verifier counts as slow for this window."""
-        deadline = t_close + STEP_ASIDE_WAIT * self.ahead_ms() / 1e3
+    def _finished_within(self, key: WindowKey, deadline: float) -> bool:
+        """Wait until the verifier finishes ``key``, or until ``deadline`` (local clock), or
+        the loop stops taking windows; True when it finished."""
         with self.finished_changed:
             self.finished_changed.wait_for(
                 lambda: key in self.verifier_finished or self.queue.closed,
                 timeout=max(0.0, deadline - time.monotonic()))
-            finished = key in self.verifier_finished
-            if not finished and not self.queue.closed:
-                self.verifier_done_ms.append(math.inf)
-            return finished
+            return key in self.verifier_finished
+
+    def _settled(self, timing: DraftTiming) -> None:
+        """Under ``timing_lock``: a draft whose window closed and whose drafting is over (or
+        never began) is whole: kept in ``timings`` (once)."""
+        if timing.closed and timing.over and timing.key in self.drafts:
+            self.drafts.pop(timing.key)
+            self.timings.append(timing)
 
     def _publish(self, window: Any, event: EngineEvent, stats: WindowStats,
-                 window_state: Any = None, cut_short: bool = False) -> bool:
+                 window_state: Any = None, timing: DraftTiming | None = None,
+                 cut_short: bool = False) -> bool:
         """Hand the draft on (False: withheld, the verifier had finished the window)."""
         if window.key in self.verifier_finished:  # a token in flight when its FINAL came
             self.drafts_withheld += 1
@@ -313,10 +426,32 @@ class DraftLoop:
         if current is not None:
             current.stop()
 
+    def draft_summary(self) -> dict[str, Any]:
+        """The drafts whose windows closed, as a summary reads them (exact: on the local
+        clock, against each window's real close): how many, how many complete before their
+        close, the median of their completion after the close, of the lead they began
+        with, and the events they did not read."""
+        with self.timing_lock:
+            timings = list(self.timings)
+        complete = [t.complete_ms for t in timings if math.isfinite(t.complete_ms)]
+        early = [t for t in timings if t.early]
+        return {"drafts": len(timings), "early": len(early),
+                "complete": len(complete),
+                "complete_before_close": sum(ms <= 0 for ms in complete),
+                "complete_ms_median": _median(complete),
+                "first_token_ms_median": _median(
+                    t.first_token_ms for t in timings if math.isfinite(t.first_token_ms)),
+                "lead_ms_median": _median(
+                    (t.close_at - t.started_at) * 1e3 for t in early
+                    if math.isfinite(t.started_at)),
+                "events_unread": sum(t.events_unread for t in early),
+                "events_total": sum(t.events_total or 0 for t in timings)}
+
     @property
     def diagnostics(self) -> dict[str, Any]:
         """The loop's counters for a node's diagnostics."""
         s = self.sync.stats
+        summary = self.draft_summary()
         return {"queue_depth": len(self.queue), "dropped_windows": self.queue.dropped,
                 "sync_dropped_windows": s.dropped_windows,
                 "windows_drafted": self.windows_drafted, "late_events": s.late_events,
@@ -326,4 +461,11 @@ class DraftLoop:
                 "windows_skipped_final": self.windows_skipped_final,
                 "windows_stepped_aside": self.windows_stepped_aside,
                 "drafts_withheld": self.drafts_withheld,
-                "last_first_token_ms": round(self.last_first_token_ms, 1)}
+                "last_first_token_ms": round(self.last_first_token_ms, 1),
+                **self.schedule.diagnostics,
+                "drafts_complete_before_close": summary["complete_before_close"],
+                "events_not_drafted": summary["events_unread"]}
+
+
+def _median(values: Iterable[float]) -> float | None:
+    return rounded(median(values), 1)

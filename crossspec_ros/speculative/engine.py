@@ -426,6 +426,7 @@ class SpeculativeEngine:
                                              for n in accepted))
         confirmed = _strip_after_eos(tokens, self.verifier.info.eos_token_id)
         self.policy.observe_acceptance(confirmed)
+        self.policy.observe_first(confirmed)
         stats.record_proposals(first.sources, accepted)
         stats.prefill_accepted = len(accepted)
         self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)

@@ -285,6 +285,20 @@ class WindowSynchronizer:
         """Ids of the windows buffered now (not yet emitted)."""
         return sorted(self._pending)
 
+    def open_window(self, wid: int) -> Window | None:
+        """Window ``wid`` as far as it came while it is still open (None once closed, or
+        before any data): its events so far (nothing copied; later events do not change
+        them) and no frames (``closed_by`` "open"). A drafter may start on it before the
+        close: a draft is only a proposal (speculative/draft_schedule.py)."""
+        pend = self._pending.get(wid)
+        if pend is None:
+            return None
+        t0, t1 = window_bounds(wid, self.window_len_ns)
+        events = pend.run.batch() if pend.run is not None else _merge_chunks(pend.chunks,
+                                                                             *self._sensor)
+        return Window(id=wid, t0=t0, t1=t1, events=events, frames=[], n_distinct_frames=0,
+                      epoch=self._stats.epoch, closed_by="open")
+
     def continue_timeline(self, previous: WindowSynchronizer) -> None:
         """Carry on ``previous``'s timeline (a node configured again): its epoch, so window
         keys keep agreeing with the other nodes' synchronizers, and its frontier, so its
