@@ -66,7 +66,8 @@ def test_crossspec_on_sample_bag_windows_equals_the_verifier_alone(pair):
         assert result.tokens == reference
         corpus_accepted += result.stats.accepted.get("corpus_ngram", 0)
         if window is windows[0]:  # the gate tries drafting first, and measures it whether or
-            gate = engine.gates[None]  # not a draft token came before the caption was done
+            # not a draft token came before the caption was done
+            gate = engine.schedule.gates[None]
             assert gate.ms_per_token[True] is not None and gate.ms_per_token[False] is None
         if not math.isnan(result.stats.draft_first_token_ms):  # the gate let it draft
             assert result.draft_text  # the drafter produced a speculative caption

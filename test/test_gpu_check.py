@@ -79,7 +79,8 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
     engine = json.loads((out / "engine-bfloat16.json").read_text())
     assert set(engine["modes"]) == {"verifier_alone_exact", "history_only", "crossspec",
                                     "oracle_free@a=0.5", "oracle_free@a=0.8",
-                                    "after_close_alone", "live_alone", "crossspec_live"}
+                                    "after_close_alone", "live_alone", "text_only",
+                                    "crossspec_live"}
     assert engine["lossless"]
     verifier = json.loads((out / "verifier.json").read_text())
     assert set(verifier["runtimes"]["exact"]["warm_up_s_per_shape"]) >= {"rows 32"}

@@ -99,3 +99,17 @@ def test_the_data_clock_measures_the_replay_rate_and_says_when_a_stamp_comes():
     assert clock.rate == pytest.approx(2.0)  # too soon after the loop to say otherwise
     clock.observe(3 * SECOND + 300_000_000, 101.6)
     assert clock.rate == pytest.approx(0.5)
+
+
+def test_the_engines_own_drafter_skips_a_steady_scene_under_the_cascade_and_what_its_gate_says():
+    schedule = DraftSchedule(lead_ms=0.0)
+    assert schedule.local_draft("steady", cascade=True, gated=True).reason == "steady_scene"
+    assert schedule.local_draft("steady", cascade=False, gated=False).reason == "local"
+    gate = schedule.gate("changed")
+    assert schedule.local_draft("changed", cascade=True, gated=True).reason == "local"
+    gate.observe(True, 100.0, 10)  # drafting: 10 ms a token
+    assert schedule.local_draft("changed", cascade=True, gated=True).reason == "gated_off"
+    gate.observe(False, 50.0, 10)  # without: 5 ms a token, so the gate keeps to that
+    assert schedule.local_draft("changed", cascade=True, gated=True).reason == "gated_off"
+    assert schedule.counts == {"steady_scene": 1, "local": 2, "gated_off": 2}
+    assert set(schedule.gates) == {"changed"}  # steady windows never reached a gate

@@ -26,12 +26,14 @@ process has the thread settings of the live graph, ``process_tuning``):
                    the window once, on a thread; the head proposes in the verifier's)
   crossspec_head_process
                    the same, the drafter looking at the window in a process of its own
-  after_close_alone, live_alone, crossspec_live
+  after_close_alone, live_alone, text_only, crossspec_live
                    with --live: the live graphs, as `crossspec drive --compare` runs them,
                    through the product's own verifier and draft loops (bench/live_replay.py):
                    the windows' frames and event packets replayed at their stamps into the
                    nodes' synchronizers; the verifier alone after the close, alone with live
-                   prefill and early start, and crossspec's draft + verifier. Latency after
+                   prefill and early start, crossspec without its drafter (earlier captions
+                   and the corpus), and crossspec's draft + verifier; the scene-change
+                   windows (caption unlike the window before's) are reported apart. Latency after
                    the verifier's synchronizer closed the window, as the drive reports it
   crossspec_live_transformers
                    crossspec_live on the transformers runtime: the static runtime's gain
@@ -342,11 +344,16 @@ def _print_summary(report: dict[str, Any], table: str, emulated: Any) -> None:
     print(f"lossless: {report['lossless']}  paired speedup (crossspec vs {report['baseline']}): "
           f"{shown(report['paired_speedup_median'], '.2f', 'x')}")
     for name, graph in report.get("live", {}).get("graphs", {}).items():
+        changes = graph.get("changes", {})
         print(f"live {name}: confirmed {shown(graph['confirmed_after_close_ms']['median'])} ms "
               f"after the close (median; {shown(graph.get('vs_live_alone_ms', {}).get('median'))}"
-              f" ms against live_alone, paired), draft first token "
-              f"{shown(graph['draft_first_token_ms_median'])} ms, draft complete before the "
-              f"FINAL caption in {graph['draft_before_final']} windows")
+              f" ms against live_alone, {shown(graph.get('vs_text_only_ms', {}).get('median'))}"
+              f" ms against text_only, paired; at the {changes.get('windows', 0)} scene "
+              f"changes {shown(changes.get('confirmed_after_close_ms', {}).get('median'))} ms, "
+              f"{shown(changes.get('vs_text_only_ms', {}).get('median'))} ms against "
+              f"text_only), draft complete {shown(graph.get('draft_complete_ms_median'))} ms "
+              f"after the close, before the FINAL caption in {graph['draft_before_final']} "
+              "windows")
 
 
 def _write_outputs(args: argparse.Namespace, report: dict[str, Any], table: str, label: str,

@@ -17,7 +17,7 @@ order against a time budget (``--budget``, default 480 s):
   engine          ``bench engine``'s modes that decide the design (the verifier alone,
                   compiled and exact; history_only; crossspec without a drafter; free oracle
                   drafts of acceptance 0.5 and 0.8; the live graphs after_close_alone,
-                  live_alone and crossspec_live through the product's loops)
+                  live_alone, text_only and crossspec_live through the product's loops)
   drafter         the drafter: load, compile, prefill and step
   prefill-compiled, exactness-float32, 4bit, sharing, tests
                   what the budget leaves: the prompt's chunks compiled as well (the first
@@ -71,7 +71,7 @@ DEFAULT_BUDGET_S = 480.0
 # the modes of the engine stage: what decides the design (issue 42), the paired baseline first
 ENGINE_MODES = ("verifier_alone_compiled", "verifier_alone_exact", "history_only", "crossspec",
                 "oracle_free@a=0.5", "oracle_free@a=0.8", "after_close_alone", "live_alone",
-                "crossspec_live")
+                "text_only", "crossspec_live")
 ORACLE_ACCEPTANCES = (0.5, 0.8)
 # the modes the fidelity stage traces: plain decoding, the history proposers, free drafts
 FIDELITY_MODES = ("verifier_alone_exact", "crossspec", "oracle_free@a=0.8")

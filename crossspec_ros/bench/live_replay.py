@@ -83,6 +83,7 @@ class ReplayedWindow:
     status: str = ""  # FINAL or UNVERIFIED
     confirmed_done_ms: float = math.nan
     draft_first_token_ms: float = math.nan
+    draft_complete_ms: float = math.nan  # after the drafter's real close (< 0: before it)
     draft_first: bool = False  # the draft was complete before the FINAL caption
     window: Any = field(default=None, repr=False)  # the verifier's, for references
 
@@ -217,6 +218,8 @@ class LiveReplay:
                 dloop.stop_taking()
             for worker in workers:
                 worker.stop()
+        for timing in dloop.timings if dloop is not None else ():
+            self._window(timing.key).draft_complete_ms = timing.complete_ms
         return self.windows
 
     @property

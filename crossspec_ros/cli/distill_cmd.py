@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,37 @@ def _register_eval_draft(subparsers: argparse._SubParsersAction) -> None:
                           help="draft tokens proposed per round (default 8)")
     evaluate.add_argument("--workers", type=int, default=2, help="simulation processes")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--leads", metavar="MS,MS,...", help="instead of the drafters' "
+                          "table: the default drafter (or --drafter) drafting each window "
+                          "from its events before the close minus each lead (ms, e.g. "
+                          "0,100,200,400,600), as the draft node's early start does, against "
+                          "the verifier's caption of the whole window; per lead over all "
+                          "windows and, for --bag, the scene-change windows (reference "
+                          "caption unlike the previous window's)")
+    evaluate.add_argument("--plot", type=Path, metavar="PNG", help="with --leads: write "
+                          "acceptance against the lead as a PNG")
     evaluate.set_defaults(func=run_eval_draft)
+
+
+def parse_leads(text: str) -> list[float]:
+    """``--leads``: comma-separated non-negative milliseconds, sorted and without repeats
+    (whole numbers stay ints, for the output); ValueError says what is wrong, in one line."""
+    items = text.split(",")
+    if not text.strip() or any(not item.strip() for item in items):
+        raise ValueError(f"--leads {text!r}: need milliseconds separated by commas, "
+                         "e.g. 0,100,200")
+    leads: set[float] = set()
+    for item in items:
+        try:
+            lead = float(item)
+        except ValueError:
+            raise ValueError(f"--leads: {item.strip()!r} is not a number of milliseconds"
+                             ) from None
+        if not math.isfinite(lead) or lead < 0:
+            raise ValueError(f"--leads: {item.strip()!r}: a lead is a finite number of "
+                             "milliseconds >= 0")
+        leads.add(lead)
+    return [int(lead) if lead.is_integer() else lead for lead in sorted(leads)]
 
 
 def _fail(command: str, message: str) -> int:
@@ -189,6 +220,19 @@ def card_summary(card: dict[str, Any]) -> str:
 def run_eval_draft(args: argparse.Namespace) -> int:
     if args.windows < 1 or args.proposal < 1:
         return _fail("eval-draft", "need --windows >= 1 and --proposal >= 1")
+    leads = None
+    if args.leads is not None:  # refused before a bag is read or a model loads
+        try:
+            leads = parse_leads(args.leads)
+        except ValueError as err:
+            return _fail("eval-draft", str(err))
+        if args.head is not None:
+            return _fail("eval-draft", "--leads measures a drafter, not a draft head: drop "
+                         "--head")
+    if args.plot is not None and leads is None:
+        return _fail("eval-draft", "--plot draws the --leads measurement: give --leads")
+    if args.plot is not None and not args.plot.parent.is_dir():
+        return _fail("eval-draft", f"{args.plot}: no such directory {args.plot.parent}")
     from crossspec_ros.events.errors import EventSourceError
 
     if args.bag is not None:
@@ -201,6 +245,8 @@ def run_eval_draft(args: argparse.Namespace) -> int:
         windows = windows[:args.windows]
     if args.drafter is not None and not args.drafter.is_dir():
         return _fail("eval-draft", f"{args.drafter}: no such drafter directory")
+    if leads is not None:
+        return _eval_draft_leads(args, leads, windows if args.bag is not None else None)
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter, load_verifier
     from crossspec_ros.paths import DEFAULT_DRAFTER
 
@@ -237,3 +283,60 @@ def run_eval_draft(args: argparse.Namespace) -> int:
               f"{r['accepted_per_pass']:>14.2f} "
               f"{r['token_agreement']:>16.3f} {r['exact_caption_rate']:>6.2f}")
     return 0
+
+
+def _eval_draft_leads(args: argparse.Namespace, leads: list[float],
+                      bag_windows: list[Any] | None) -> int:
+    """``eval-draft --leads``: one drafter, each window drafted from its events before
+    ``t1 - lead`` per lead, against the verifier's caption of the whole window."""
+    from crossspec_ros.models.pair import load_drafter, load_verifier
+    from crossspec_ros.paths import DEFAULT_DRAFTER
+    from crossspec_ros.train.evaluate import scene_changes
+    from crossspec_ros.train.pipeline import lead_sweep, plot_leads
+
+    verifier = load_verifier("")
+    drafter = load_drafter(str(args.drafter or DEFAULT_DRAFTER))
+    windows = bag_windows if bag_windows is not None else heldout(args.windows, args.workers)
+    refs = references(verifier, drafter, windows)  # once: the whole windows' captions
+    report: dict[str, Any] = {"windows": len(windows), "proposal": args.proposal,
+                              "drafter": str(args.drafter) if args.drafter else "default"}
+    changes = None
+    if bag_windows is None:  # held-out windows come from different drives: no "previous"
+        report["scene_changes"] = None
+        report["scene_changes_note"] = ("held-out simulated windows are not consecutive: "
+                                        "the scene-change split needs --bag")
+    else:
+        changes = scene_changes([w.key for w in windows], refs)
+        report["scene_changes"] = sum(c is True for c in changes)
+        report["scene_changes_of"] = sum(c is not None for c in changes)  # had a previous
+    report["leads"] = lead_sweep(drafter, windows, refs, leads, args.proposal, changes)
+    if args.plot is not None:
+        plot_leads(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(leads_table(report))
+    return 0
+
+
+def leads_table(report: dict[str, Any]) -> str:
+    """The ``--leads`` report as a table: per lead, all windows | the scene-change ones."""
+    def rates(r: dict[str, Any] | None) -> str:
+        if r is None or r["acceptance"] is None:
+            return f"{'-':>10} {'-':>13} {'-':>15} {'-':>6}"
+        return (f"{r['acceptance']:>10.3f} {r['accepted_per_pass']:>13.2f} "
+                f"{r['token_agreement']:>15.3f} {r['exact_caption_rate']:>6.2f}")
+
+    changes = report["scene_changes"]
+    split = (f"{changes} scene changes in {report['scene_changes_of']} windows after their "
+             "predecessor" if changes is not None else report["scene_changes_note"])
+    header = (f"{'acceptance':>10} {'accepted/pass':>13} {'token agreement':>15} "
+              f"{'exact':>6}")
+    lines = [f"{report['windows']} windows, {report['proposal']} draft tokens per round, "
+             f"drafter {report['drafter']}; {split}",
+             f"{'lead ms':>8} {'no events':>9} | {header} | scene changes: {header}"]
+    for r in report["leads"]:
+        lines.append(f"{r['lead_ms']:>8g} {r['no_events'] + r['skipped']:>9} | {rates(r)} | "
+                     f"{'':15}{rates(r['changes'])}")
+    return "\n".join(lines)

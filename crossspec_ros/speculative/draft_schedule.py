@@ -28,7 +28,20 @@ LEAD_MARGIN, never more than MAX_LEAD_SHARE of the window (a draft reads at leas
 windows' end is data time: ``DataClock`` maps one to the other (a bag replayed at rate 2 brings
 a window's end twice as soon).
 
+A drafter inside the engine (``SpeculativeEngine`` with a local drafter: `crossspec caption`,
+the bench's engine modes) drafts each window as the engine takes it, after its close; there
+``local_draft`` decides, from the window's change level (events/change.py) and what drafting
+measurably cost (``DrafterGate``, one per level):
+
+    local_draft(level)          SKIP    a steady scene where the cascade leaves the drafter
+                                        out (earlier captions propose), or drafting did not
+                                        pay in this process (the gate's measured latency)
+                                START   draft it
+
 Every START and SKIP is counted by its reason (``counts``, for /diagnostics and summaries).
+What this object does not decide is the verifier's turn in a composed graph: the drafter
+pauses while the verifier works on a window (speculative/verifier_first.py), a pause of a
+draft already begun, counted there.
 """
 
 from __future__ import annotations
@@ -39,6 +52,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from crossspec_ros.events.change import STEADY
+from crossspec_ros.speculative.adaptive import DrafterGate
 
 LEAD_WINDOWS = 8  # drafts whose durations set the measured lead
 LEAD_MARGIN = 1.25  # the measured lead: this times the drafter's median caption time ...
@@ -59,6 +75,10 @@ REASONS = {
     "verifier_finished": "not drafted: the verifier finished it first",
     "stepped_aside": "not drafted: the verifier was ahead and finished it while the drafter "
                      "waited",
+    "steady_scene": "not drafted (engine): a steady scene, earlier captions propose",
+    "gated_off": "not drafted (engine): the drafter gate went without it (each choice "
+                 "tried, then the faster one, the slower re-tried ever less often)",
+    "local": "drafted (engine) as the engine took the window",
 }
 
 
@@ -123,10 +143,11 @@ class DraftSchedule:
     as ahead while its captions come within max(this, the drafter's first token) of their
     close (0: never step aside)."""
 
-    window_len_ns: int
+    window_len_ns: int = 10**9
     lead_ms: float = -1.0
     step_aside_ms: float = 30.0
     counts: Counter = field(default_factory=Counter)
+    gates: dict = field(default_factory=dict)  # the engine's DrafterGate per change level
     durations_ms: deque = field(default_factory=lambda: deque(maxlen=LEAD_WINDOWS))
     draft_first_ms: deque = field(default_factory=lambda: deque(maxlen=AHEAD_OF))
     verifier_done_ms: deque = field(default_factory=lambda: deque(maxlen=AHEAD_OF))
@@ -207,6 +228,21 @@ class DraftSchedule:
         if self.step_aside_ms <= 0 or not self.draft_first_ms:
             return self.step_aside_ms
         return max(self.step_aside_ms, statistics.median(self.draft_first_ms))
+
+    def local_draft(self, level: str | None, *, cascade: bool, gated: bool) -> Decision:
+        """Whether the engine's own drafter drafts a window of change ``level`` (None: not
+        told): not in a steady scene under the ``cascade``; with ``gated``, only while
+        drafting measurably pays at that level (``DrafterGate``: each choice tried, the
+        slower re-tried ever less often)."""
+        if cascade and level == STEADY:
+            return self._count(Decision(Action.SKIP, "steady_scene"))
+        if gated and not self.gate(level if cascade else None).should_draft():
+            return self._count(Decision(Action.SKIP, "gated_off"))
+        return self._count(Decision(Action.START, "local"))
+
+    def gate(self, level: str | None) -> DrafterGate:
+        """The drafter gate of change ``level`` (one per level with the cascade)."""
+        return self.gates.setdefault(level, DrafterGate())
 
     def _count(self, decision: Decision) -> Decision:
         self.counts[decision.reason] += 1

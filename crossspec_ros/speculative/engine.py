@@ -39,11 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from crossspec_ros.events.change import EVENT_CHOICES, STEADY, ChangeDetector
+from crossspec_ros.events.change import EVENT_CHOICES, ChangeDetector
 from crossspec_ros.models.base import CaptionModel, ModelSession
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.models.streams import assign_cuda_streams
-from crossspec_ros.speculative.adaptive import BRANCH_SOURCE, DrafterGate, ProposalPolicy
+from crossspec_ros.speculative.adaptive import BRANCH_SOURCE, ProposalPolicy
+from crossspec_ros.speculative.draft_schedule import Action, DraftSchedule
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.head import HeadRun
@@ -170,9 +171,9 @@ class SpeculativeEngine:
         self.policy = ProposalPolicy(cfg.proposers, max_depth=cfg.max_proposal,
                                      max_nodes=cfg.max_tree_nodes, adaptive=cfg.adaptive,
                                      corpus=self.corpus)
-        # one gate per change level with the cascade (else the None level's only): the
-        # drafter runs at a level only while it measurably pays there
-        self.gates: dict[str | None, DrafterGate] = {}
+        # whether the local drafter drafts a window: the one decision object the draft loop
+        # uses too (speculative/draft_schedule.py): the cascade and a gate per change level
+        self.schedule = DraftSchedule(lead_ms=0.0)
         self.detector = ChangeDetector()
         self.last_result: WindowResult | None = None  # of the latest window (run or stream)
         self.current_stats: WindowStats | None = None
@@ -237,13 +238,15 @@ class SpeculativeEngine:
         emit = self._emitter(window_id, t_close, events, on_event)
         stats = WindowStats(proposer_names=list(self.config.proposers),
                             acceptance_rule=self.config.lossy_mode)
-        steady, gate = self._apply_change_level(window, stats)
+        level = self._apply_change_level(window, stats)
         self.current_stats = stats  # readable while the window runs (nodes report progress)
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
-        local_draft = self.drafter is not None and draft is None and not steady and bool(
-            reading(self.config.proposers, "draft")) and (
-            not (self.config.adaptive and self.config.drafter_gate) or gate.should_draft())
+        cascade = "cascade" in self.config.event_aware
+        local_draft = self.drafter is not None and draft is None and bool(
+            reading(self.config.proposers, "draft")) and self.schedule.local_draft(
+                level, cascade=cascade,
+                gated=self.config.adaptive and self.config.drafter_gate).action is Action.START
         head_run = None
         if self.head is not None and reading(self.config.proposers, "head") and (
                 look is not None or self.drafter is not None):
@@ -275,7 +278,8 @@ class SpeculativeEngine:
         if math.isnan(stats.confirmed_done_ms):  # no final confirm came
             stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
-            gate.observe(local_draft, stats.confirmed_done_ms, len(tokens))
+            self.schedule.gate(level if cascade else None).observe(
+                local_draft, stats.confirmed_done_ms, len(tokens))
         if channel.session is not None:
             sessions["drafter"] = channel.session
         result = WindowResult(window_id, tokens, text, draft_tokens, draft_text, stats, events,
@@ -285,18 +289,15 @@ class SpeculativeEngine:
         emit(EventKind.FINAL, tokens=tokens, text=text)  # appended to result.events too
         return result
 
-    def _apply_change_level(self, window: Any, stats: WindowStats) -> tuple[bool, DrafterGate]:
-        """The window's change level (``event_aware``; else none) set on the policy and the
-        stats. Returns whether the cascade leaves the drafter out (a steady window) and the
-        drafter gate of the window's level."""
+    def _apply_change_level(self, window: Any, stats: WindowStats) -> str | None:
+        """The window's change level (``event_aware``; else None), set on the policy and the
+        stats."""
         aware = self.config.event_aware
         level = self.detector.level(int(getattr(window, "id", 0)),
                                     getattr(window, "events", None)) if aware else None
         stats.change_level = level or ""
         self.policy.set_level(level if "acceptance" in aware else None)
-        cascade = "cascade" in aware
-        return cascade and level == STEADY, self.gates.setdefault(level if cascade else None,
-                                                                  DrafterGate())
+        return level
 
     @staticmethod
     def _emitter(window_id: int, t_close: float, events: list[EngineEvent],

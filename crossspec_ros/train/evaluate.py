@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 import torch
@@ -123,6 +124,37 @@ def draft_rounds(drafter: Any, window: Any, reference: list[int], proposal: int
     return proposed, accepted, passes
 
 
+@dataclass(frozen=True)
+class DraftCounts:
+    """What ``draft_quality`` adds up over windows (``+`` sums two), so one pass over the
+    windows can report several subsets of them."""
+
+    proposed: int = 0
+    accepted: int = 0
+    passes: int = 0
+    agreeing: int = 0      # teacher-forced positions where the drafter's argmax agrees
+    positions: int = 0
+    exact: int = 0         # whole captions drafted exactly
+    windows: int = 0
+
+    def __add__(self, other: DraftCounts) -> DraftCounts:
+        return DraftCounts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def quality(self, proposal: int) -> dict[str, Any]:
+        return _quality(self.proposed, self.accepted, self.passes, self.agreeing,
+                        self.positions, self.exact, self.windows, proposal)
+
+
+def window_draft_counts(drafter: Any, window: Any, reference: list[int], proposal: int
+                        ) -> DraftCounts:
+    """One window's ``DraftCounts`` against ``reference`` (the verifier's caption, drafter
+    ids)."""
+    proposed, accepted, passes = draft_rounds(drafter, window, reference, proposal)
+    agreeing, positions = teacher_forced_agreement(drafter, window, reference)
+    exact = drafter.generate_greedy(drafter.prepare(window), len(reference)) == reference
+    return DraftCounts(proposed, accepted, passes, agreeing, positions, int(exact), 1)
+
+
 def draft_quality(drafter: Any, windows: list[Any], references: list[list[int]],
                   proposal: int = 8, progress: Callable[[int], None] | None = None
                   ) -> dict[str, Any]:
@@ -130,16 +162,95 @@ def draft_quality(drafter: Any, windows: list[Any], references: list[list[int]],
     ``draft_rounds``), accepted tokens per verifier pass, teacher-forced token agreement
     (the per-token acceptance after a re-sync) and the rate of whole captions drafted
     exactly. ``references``: the verifier's captions in the drafter's ids."""
-    proposed = accepted = passes = tf_ok = tf_n = exact = 0
+    total = DraftCounts()
     for window, reference in zip(windows, references, strict=True):
-        p, a, n = draft_rounds(drafter, window, reference, proposal)
-        proposed, accepted, passes = proposed + p, accepted + a, passes + n
-        ok, positions = teacher_forced_agreement(drafter, window, reference)
-        tf_ok, tf_n = tf_ok + ok, tf_n + positions
-        exact += drafter.generate_greedy(drafter.prepare(window), len(reference)) == reference
+        total += window_draft_counts(drafter, window, reference, proposal)
         if progress:
             progress(1)
-    return _quality(proposed, accepted, passes, tf_ok, tf_n, exact, len(windows), proposal)
+    return total.quality(proposal)
+
+
+def events_before_lead(window: Any, lead_ms: float) -> Any:
+    """``window`` with only its events stamped before ``t1 - lead_ms``: what a draft begun
+    ``lead_ms`` before the window's close reads (its frames and bounds unchanged). A lead
+    of the window's length or more leaves an empty batch (the sensor size kept)."""
+    if lead_ms <= 0:
+        return window
+    cut_ns = window.t1 - round(lead_ms * 1e6)
+    events = window.events
+    kept = events.take(events.t < cut_ns)  # a mask: right whether sorted or not
+    return replace(window, events=kept)
+
+
+def scene_changes(keys: list[tuple[int, int]], references: list[list[int]]
+                  ) -> list[bool | None]:
+    """Per window (in time order, ``keys`` their (epoch, id)): True where its reference
+    caption differs from the previous window's, False where it is the same, None where the
+    previous window is not in the list (the first one, or after a gap of ids or an epoch
+    change): no change can be told there."""
+    if len(keys) != len(references):
+        raise ValueError(f"{len(keys)} window keys for {len(references)} references")
+    out: list[bool | None] = [None] * len(keys)
+    for i in range(1, len(keys)):
+        (epoch, wid), (prev_epoch, prev_wid) = keys[i], keys[i - 1]
+        if epoch == prev_epoch and wid == prev_wid + 1:
+            out[i] = references[i] != references[i - 1]
+    return out
+
+
+def lead_quality(drafter: Any, windows: list[Any], references: list[list[int]],
+                 lead_ms: float, proposal: int = 8, changes: list[bool | None] | None = None,
+                 progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """``draft_quality`` of drafts begun ``lead_ms`` before each window's close (its events
+    before ``t1 - lead``) against the references of the whole windows; over all windows and,
+    when ``changes`` is given (``scene_changes``), over the scene-change windows alone
+    ("changes", None without them). A window left with no events is drafted as it is where
+    the drafter takes an empty batch (counted in "no_events"); one it refuses is left out
+    (counted in "skipped")."""
+    every, changed = DraftCounts(), DraftCounts()
+    no_events = skipped = changed_no_events = 0
+    flags = changes if changes is not None else [None] * len(windows)
+    for window, reference, is_change in zip(windows, references, flags, strict=True):
+        cut = events_before_lead(window, lead_ms)
+        empty = len(cut.events) == 0
+        if empty and not _takes(drafter, cut):
+            skipped += 1
+        else:
+            counts = window_draft_counts(drafter, cut, reference, proposal)
+            every += counts
+            no_events += empty
+            if is_change:
+                changed += counts
+                changed_no_events += empty
+        if progress:
+            progress(1)
+    row: dict[str, Any] = {"lead_ms": lead_ms, "windows": every.windows,
+                           **_subset_quality(every, proposal), "no_events": no_events,
+                           "skipped": skipped}
+    row["changes"] = None if changes is None else {
+        "windows": changed.windows, **_subset_quality(changed, proposal),
+        "no_events": changed_no_events}
+    return row
+
+
+def _subset_quality(counts: DraftCounts, proposal: int) -> dict[str, Any]:
+    """``counts.quality``, with None for the rates of a subset without windows (a 0 would
+    read as a measured one)."""
+    quality = counts.quality(proposal)
+    if counts.windows == 0:
+        quality.update(dict.fromkeys(("acceptance", "accepted_per_pass", "token_agreement",
+                                      "exact_caption_rate")))
+    return quality
+
+
+def _takes(drafter: Any, window: Any) -> bool:
+    """Whether ``drafter`` prepares ``window`` (an empty batch without a sensor size is
+    refused with ValueError)."""
+    try:
+        drafter.prepare(window)
+    except ValueError:
+        return False
+    return True
 
 
 @torch.inference_mode()

@@ -103,6 +103,52 @@ def compare(drafters: dict[str, Any], windows: list[Any], refs: list[list[int]],
     return report
 
 
+def lead_sweep(drafter: Any, windows: list[Any], refs: list[list[int]], leads: list[float],
+               proposal: int, changes: list[bool | None] | None,
+               progress: Progress = progress_bar) -> list[dict[str, Any]]:
+    """``drafter``'s draft quality per lead (ms): each window drafted from its events before
+    ``t1 - lead`` against ``refs`` (the verifier's captions of the whole windows), over all
+    windows and the scene-change ones (``changes``; None: no split). ``evaluate.lead_quality``
+    per lead."""
+    from crossspec_ros.train.evaluate import lead_quality
+
+    rows = []
+    for lead in leads:
+        with progress(len(windows), f"drafts {lead:g} ms before the close") as bar:
+            rows.append(lead_quality(drafter, windows, refs, lead, proposal, changes,
+                                     bar.update))
+    return rows
+
+
+def plot_leads(report: dict[str, Any], path: Path) -> None:
+    """Acceptance against the lead: all windows and (where split) the scene-change ones."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["leads"]
+    leads = [r["lead_ms"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(leads, [r["acceptance"] for r in rows], marker="o",
+            label=f"all windows ({report['windows']})")
+    if report.get("scene_changes"):
+        changed = [(r["lead_ms"], r["changes"]["acceptance"]) for r in rows
+                   if r["changes"] and r["changes"]["acceptance"] is not None]
+        ax.plot([x for x, _ in changed], [y for _, y in changed], marker="s",
+                label=f"scene-change windows ({report['scene_changes']})")
+    ax.set_xlabel("lead: draft begun this long before the window's close (ms)")
+    ax.set_ylabel(f"acceptance (rounds of {report['proposal']} tokens)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"drafter '{report['drafter']}' against the verifier's caption of the "
+                 "whole window", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def head_report(head: Any, drafter: Any, windows: list[Any], refs: list[list[int]],
                 proposal: int = 8, progress: Progress = progress_bar) -> dict[str, Any]:
     from crossspec_ros.train.evaluate import head_quality
