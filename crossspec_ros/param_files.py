@@ -115,6 +115,10 @@ class _RclLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, "a key must be a name, not a list or a mapping",
                     key_node.start_mark)
+            if key_node.value in mapping:  # PyYAML keeps the last one silently
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"'{key_node.value}' is given twice in one mapping (which "
+                    "value was meant?): keep one", key_node.start_mark)
             mapping[key_node.value] = self.construct_object(value_node, deep=deep)
         return mapping
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,20 @@ def check_value(param: Param, value: Any, where: str = "parameters") -> Any:
     if bounds is not None and not bounds[0] <= value <= bounds[1]:
         raise ParameterError(f"{where}: '{name}' = {value!r} is out of range: must be "
                              f"{bounds[0]}..{bounds[1]} ({param.doc})")
+    if name.endswith(TOPIC_SUFFIXES) and not ROS_NAME.fullmatch(value):
+        # rclpy would refuse it only once the models had loaded, in a 4-7 line traceback
+        raise ParameterError(f"{where}: '{name}' = {value!r} is not a ROS topic name: names "
+                             "of letters, digits and '_' (not starting with a digit) "
+                             "separated by '/', optionally after a leading '/' or '~/'")
     return value
+
+
+# the parameters that name a topic or an action (ROS 2's naming rules, design article
+# "Topic and Service name mapping to DDS": tokens of letters, digits and underscores, none
+# starting with a digit, no empty token; {substitutions} allowed)
+TOPIC_SUFFIXES = ("_topic", "_action")
+ROS_NAME = re.compile(r"(?:/|~/)?(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})"
+                      r"(?:/(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}))*")
 
 
 _TYPE_NAMES = {float: "a float", int: "an integer", str: "a string",

@@ -27,7 +27,8 @@ def test_packets_published_at_a_rate_are_windowed_and_drafted_and_reported(tmp_p
     assert 0 < row["sent_rate_mev_s"] <= 1.1 * 0.2
     # three seconds of events close at least two 1 s windows; each was drafted, none dropped
     assert row["windows_with_a_draft"] >= 2 and row["dropped_windows"] == 0
-    assert row["bad_packets"] == 0 and row["first_token_ms_p95"] > 0
+    # a number was measured (< 0 where the draft node drafts the window before its close)
+    assert row["bad_packets"] == 0 and row["first_token_ms_p95"] is not None
     # kept up with: by the row's own numbers, whatever this machine's speed made them
     assert row["keeps_up"] == (row["windows_with_a_draft"] > 0 and row["dropped_windows"] == 0
                                and row["packets_received"] == row["packets"]

@@ -350,6 +350,11 @@ def test_an_emulated_run_says_so_in_every_row_and_whether_each_nodes_emulation_h
     assert split.emulation_verdict({}).startswith("the emulation's verdict never reached")
     row["emulated"] = None
     assert "EMULATED" not in split.row_line(row) and "emulation" not in split.row_line(row)
+    # nothing measured is said in words, never "None ms" (issue 53, item 7)
+    assert "None" not in line
+    assert "not measured (no draft reached the robot to time its close by) after the " \
+        "robot's" in line
+    assert "draft first token p95 not measured (no draft)" in line
 
 
 def test_an_unknown_cost_profile_is_refused_in_one_line_before_any_host_is_made(capsys):

@@ -66,13 +66,13 @@ def _rows_and_summary(path) -> tuple[list[dict], dict]:
 
 def test_two_drives_and_another_graph_on_one_domain_each_drive_hears_only_its_own(tmp_path):
     other_bag = tmp_path / "seed8"
-    subprocess.run([*CLI, "make-sample", "--seed", "8", "--duration", "4", "--quiet",
+    subprocess.run([*CLI, "make-sample", "--seed", "8", "--duration", "3", "--quiet",
                     str(other_bag)], check=True, timeout=120)
     stop = threading.Event()
     foreign = _foreign_graph(stop)
     try:
         runs = {name: subprocess.Popen(
-            [*CLI, "drive", "--bag", str(bag), "--duration", "4", "--no-viz", "--json",
+            [*CLI, "drive", "--bag", str(bag), "--duration", "3", "--no-viz", "--json",
              str(tmp_path / f"{name}.jsonl"), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
             for name, bag, extra in (("own", sample_bag(), []),
@@ -89,7 +89,7 @@ def test_two_drives_and_another_graph_on_one_domain_each_drive_hears_only_its_ow
     assert "in namespace /crossspec_drive_" in outputs["own"]
     assert "foreign_publishers" not in own_summary
     own_final = {r["window"]: r["confirmed_text"] for r in own_rows if r["status"] == "FINAL"}
-    assert len(own_final) >= 3 and FOREIGN not in own_final.values()
+    assert len(own_final) >= 2 and FOREIGN not in own_final.values()
     # the drive told to share its namespace with the third graph: says so, does not pass
     assert runs["shared"].returncode == 1, outputs["shared"]
     topic = f"/{SHARED}/crossspec/caption"

@@ -171,11 +171,11 @@ def test_events_that_go_back_in_time_are_dropped_and_counted_by_the_conversion()
 def test_drive_points_its_nodes_at_the_bags_topics_where_the_config_names_others(tmp_path):
     assert input_topic_parameters(None, "/event_camera/events", "/camera/image_raw") == {}
     pointed = input_topic_parameters(None, "/dvs/events", "/dvs/image_raw")
-    assert pointed == {kind: {"event_topic": "/dvs/events", "rgb_topic": "/dvs/image_raw"}
+    assert pointed == {kind: {"event_topic": "dvs/events", "rgb_topic": "dvs/image_raw"}
                        for kind in ("draft", "verifier", "viz")}
     compressed = input_topic_parameters(None, None, "/cam/image/compressed",
                                         "sensor_msgs/msg/CompressedImage")
-    assert compressed["verifier"] == {"rgb_topic": "/cam/image"}
+    assert compressed["verifier"] == {"rgb_topic": "cam/image"}
     config = tmp_path / "c.yaml"
     config.write_text("/**:\n  ros__parameters:\n    event_topic: dvs/events\n")
     assert input_topic_parameters(config, "/dvs/events", None) == {}

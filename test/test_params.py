@@ -63,6 +63,30 @@ def test_broken_yaml_files_are_reported_with_their_path(tmp_path):
         load_yaml_params(bad, "n")
 
 
+@pytest.mark.parametrize("text", [
+    "/**:\n  ros__parameters:\n    max_new_tokens: 8\n    max_new_tokens: 16\n",
+    "/**:\n  ros__parameters:\n    max_new_tokens: 8\n/**:\n  ros__parameters:\n"
+    "    max_proposal: 4\n"])
+def test_a_key_given_twice_in_a_parameter_file_is_refused_naming_it(tmp_path, text):
+    # issue 53, item 8: PyYAML kept the last value silently
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(ParameterError, match=r"is given twice in one mapping") as caught:
+        load_yaml_params(path, "crossspec_verifier")
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("line", ['rgb_topic: "bad topic name!"', 'event_topic: ""',
+                                  "draft_topic: crossspec//draft", "caption_action: 9lives"])
+def test_a_topic_name_ros_would_refuse_is_refused_with_the_parameters_before_models_load(
+        tmp_path, line):
+    # issue 53, item 6: rclpy refused them only after the drafter loaded, in a traceback
+    path = tmp_path / "topics.yaml"
+    path.write_text(f"/**:\n  ros__parameters:\n    {line}\n")
+    with pytest.raises(ParameterError, match="is not a ROS topic name"):
+        check_param_file(path, node_parameters())
+
+
 # ---- parameter files: a name no node reads is an error, not a silent default -------------
 from crossspec_ros.nodes.graph import default_config, node_parameters  # noqa: E402
 from crossspec_ros.params import RCLPY_PARAMS, check_param_file  # noqa: E402
@@ -137,11 +161,11 @@ def test_a_wrong_value_in_a_file_names_file_section_parameter_expected_and_found
 def test_an_int_for_a_float_is_that_float_and_numbers_are_typed_as_rcl_types_them(tmp_path):
     path = _file(tmp_path, "/**:\n  ros__parameters:\n    window_length_s: 2\n"
                            "    max_lateness_s: 1e0\n    frames_per_window: 010\n"
-                           "    adaptive: on\n    event_topic: '5'\n")
+                           "    adaptive: on\n    caption_corpus: '5'\n")
     check_param_file(path, node_parameters())
     values = load_yaml_params(path, "crossspec_verifier")
     assert values == {"window_length_s": 2, "max_lateness_s": 1.0, "frames_per_window": 8,
-                      "adaptive": True, "event_topic": "5"}
+                      "adaptive": True, "caption_corpus": "5"}
     params = validate(values, VERIFIER_NODE_PARAMS)
     assert params["window_length_s"] == 2.0 and isinstance(params["window_length_s"], float)
 

@@ -40,19 +40,19 @@ def test_a_fixed_lead_is_kept_and_zero_drafts_at_the_close():
     assert fixed.lead_wall_ms() == 150.0
     at_close = DraftSchedule(SECOND, lead_ms=0.0)
     assert not at_close.early
-    assert at_close.before_close(SECOND, SECOND - 1, 1.0).action is Action.WAIT
+    assert at_close.before_close(0, SECOND, SECOND - 1, 1.0).action is Action.WAIT
 
 
 def test_an_open_window_starts_once_the_data_clock_is_within_the_lead_of_its_end():
     schedule = DraftSchedule(SECOND, lead_ms=200.0)
     t1 = 5 * SECOND
-    assert schedule.before_close(t1, t1 - 300_000_000, 1.0).action is Action.WAIT
-    decision = schedule.before_close(t1, t1 - 199_000_000, 1.0)
+    assert schedule.before_close(4, t1, t1 - 300_000_000, 1.0).action is Action.WAIT
+    decision = schedule.before_close(4, t1, t1 - 199_000_000, 1.0)
     assert (decision.action, decision.reason) == (Action.START, "early")
     assert schedule.counts["early"] == 1
     # a bag replayed at rate 2: the end comes twice as soon in wall time
-    assert schedule.before_close(t1, t1 - 399_000_000, 2.0).action is Action.START
-    assert schedule.before_close(t1, None, 1.0).action is Action.WAIT  # no data yet
+    assert schedule.before_close(4, t1, t1 - 399_000_000, 2.0).action is Action.START
+    assert schedule.before_close(4, t1, None, 1.0).action is Action.WAIT  # no data yet
 
 
 def test_at_the_close_a_window_drafted_early_or_finished_by_the_verifier_is_skipped():
@@ -113,3 +113,23 @@ def test_the_engines_own_drafter_skips_a_steady_scene_under_the_cascade_and_what
     assert schedule.local_draft("changed", cascade=True, gated=True).reason == "gated_off"
     assert schedule.counts == {"steady_scene": 1, "local": 2, "gated_off": 2}
     assert set(schedule.gates) == {"changed"}  # steady windows never reached a gate
+
+
+def test_the_drafter_rests_when_the_verifier_falls_behind_while_it_drafts_and_longer_each_time():
+    schedule = DraftSchedule(SECOND, lead_ms=100.0)
+
+    def decide(wid: int) -> str:
+        return schedule.before_close(wid, (wid + 1) * SECOND, (wid + 1) * SECOND, 1.0).reason
+
+    assert decide(10) == "early"
+    schedule.verifier_done(40.0)  # in time: drafting goes on
+    assert decide(11) == "early"
+    schedule.verifier_done(900.0)  # behind while drafting: rest 4 windows
+    assert [decide(w) for w in range(12, 17)] == ["verifier_behind"] * 4 + ["early"]
+    schedule.verifier_done(1200.0)  # behind again once it drafts: rest 8 windows
+    schedule.verifier_done(300.0)  # behind while it rests: no longer the drafter's doing
+    assert [decide(w) for w in range(17, 26)] == ["verifier_behind"] * 8 + ["early"]
+    assert schedule.counts["verifier_behind"] == 12
+    fast = DraftSchedule(SECOND, lead_ms=100.0)
+    fast.verifier_done(240.0)  # under a quarter of the window: not behind
+    assert fast.before_close(3, 4 * SECOND, 4 * SECOND, 1.0).reason == "early"

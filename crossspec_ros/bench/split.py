@@ -535,6 +535,15 @@ def run_label(row: dict[str, Any]) -> str:
     return f"link {row['link_mbit']:g} Mbit/s, {row['images']} images, fault {row['fault']}"
 
 
+# why "after the robot's close" can be unmeasured: it is read off the robot's drafts
+NO_ROBOT_CLOSE = "no draft reached the robot to time its close by"
+
+
+def _ms(value: float | None, why_not: str) -> str:
+    """``value`` ms, or "not measured (why)" (issue 53, item 7: a row printed "None ms")."""
+    return f"{value} ms" if value is not None else f"not measured ({why_not})"
+
+
 def row_line(row: dict[str, Any]) -> str:
     speed = "replay speed unknown (the player did not finish)" if row["realtime"] is None \
         else f"replay at {row['realtime']}x real time"
@@ -545,10 +554,11 @@ def row_line(row: dict[str, Any]) -> str:
             f"{row['published_twice']} published twice, "
             f"{row.get('drafts_after_final', 0)} drafts after their caption; lossless "
             f"{row['lossless']}/"
-            f"{row['lossless_checked']}; confirmed median {row['confirmed_ms_median']} ms after "
-            f"the verifier's close, {row['confirmed_at_robot_ms_median']} ms after the robot's; "
-            f"draft first token p95 {row['draft_ms_p95']} ms; link {row['link_mb_per_s']} MB/s "
-            f"of bag time, {speed}")
+            f"{row['lossless_checked']}; confirmed median "
+            f"{_ms(row['confirmed_ms_median'], 'no FINAL caption')} after the verifier's "
+            f"close, {_ms(row['confirmed_at_robot_ms_median'], NO_ROBOT_CLOSE)} after the "
+            f"robot's; draft first token p95 {_ms(row['draft_ms_p95'], 'no draft')}; link "
+            f"{row['link_mb_per_s']} MB/s of bag time, {speed}")
     if row.get("lossy_windows"):
         line += (f"; LOSSY ({', '.join(row['acceptance_rules'])}): {row['lossy_windows']} "
                  f"captions under a relaxed acceptance rule, {row['lossy_same_as_verifier']} "

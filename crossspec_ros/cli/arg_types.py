@@ -49,6 +49,17 @@ def port_number(text: str) -> int:
     return port
 
 
+def non_negative_int(text: str) -> int:
+    """A whole number >= 0 (a count where 0 means "no limit")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (0: no limit), got {value}")
+    return value
+
+
 def namespace_name(text: str) -> str:
     """A ROS namespace (``/robot1`` or ``robot1``), without its slashes."""
     from crossspec_ros.nodes.isolation import check_namespace

@@ -31,6 +31,7 @@ from typing import Any
 from crossspec_ros import summaries
 from crossspec_ros.cli.arg_types import (
     namespace_name,
+    non_negative_int,
     one_line_errors,
     port_number,
     positive_seconds,
@@ -74,6 +75,12 @@ from crossspec_ros.sync.agreement import draft_agreement
 # the sample bag has 24 windows), and the keys of finished ones, so that a late caption of one
 # opens no row again
 OPEN_ROWS_KEPT = 256
+# the draft node's decisions (DraftSchedule's reasons), as the summary line says them
+DRAFT_DECISION_WORDS = {"early": "drafted before the close", "at_close": "at the close",
+                        "drafted_early": "not drafted again at the close",
+                        "verifier_finished": "not drafted (the verifier had finished them)",
+                        "stepped_aside": "stepped aside (the verifier finished them meanwhile)",
+                        "verifier_behind": "rested (the verifier fell behind while it drafted)"}
 DONE_KEYS_KEPT = 4096
 
 
@@ -88,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ROS parameter YAML (default: config/drive.yaml)")
     parser.add_argument("--rate", type=replay_rate, default=1.0,
                         help="replay rate (1 = recorded speed; 0 or inf: as fast as possible)")
-    parser.add_argument("--max-windows", type=int, default=0,
+    parser.add_argument("--max-windows", type=non_negative_int, default=0,
                         help="stop after N finished windows (0: the whole bag)")
     parser.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                         help="replay at most S seconds of bag time per pass (default: all)")
@@ -143,7 +150,7 @@ def _graph_names(text: str) -> tuple[ComparedGraph, ...]:
     try:
         graphs = graphs_named(name.strip() for name in text.split(",") if name.strip())
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
     if not graphs:
         raise argparse.ArgumentTypeError("name at least one graph")
     return graphs
@@ -350,8 +357,8 @@ class DriveMonitor:
                        live_prefill_frames=s.live_prefill_frames,
                        ready_before_close_ms=_num(s.ready_before_close_ms),
                        # whose tokens the verifier took: the drafter's against the text's
-                       accepted_by={name: n for name, n in s.accepted.items() if n},
-                       proposed_by={name: n for name, n in s.proposed.items() if n})
+                       accepted_by={n: k for n, k in getattr(s, "accepted", {}).items() if k},
+                       proposed_by={n: k for n, k in getattr(s, "proposed", {}).items() if k})
             if verdict is not None:
                 row.update(verdict)
                 if verdict.get("lossless") is False:
@@ -577,6 +584,12 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
     ended = {"interrupted": True} if outcome.interrupted else {}
     if outcome.died:
         ended["node_died"] = outcome.died
+    if outcome.drafter:  # when the drafter computed, and why not where it did not
+        summary["drafter"] = outcome.drafter
+        summary["line"] += "; drafter: " + ", ".join(
+            f"{n} {DRAFT_DECISION_WORDS.get(reason, reason)}"
+            for reason, n in outcome.drafter.items() if reason != "lead_ms") + \
+            f" (lead {outcome.drafter['lead_ms']} ms)"
     if foreign:  # the rows may hold another graph's captions: said, and not a pass
         summary["foreign_publishers"] = foreign
         summary["line"] += (f"; ANOTHER GRAPH published on {len(foreign)} of this run's "
@@ -643,6 +656,8 @@ class PassResult:
     # topics another graph published on too (topic -> every publishing node): the rows may
     # hold its captions, so the run does not pass
     foreign: dict[str, list[str]] = field(default_factory=dict)
+    # the draft node's decisions: windows per reason (DraftSchedule) and its lead, {} without
+    drafter: dict[str, Any] = field(default_factory=dict)
 
 
 SAMPLING_NOT_CHECKED = f"crossspec drive: --check-lossless: {SAMPLED_NOT_CHECKED}"
@@ -711,7 +726,7 @@ def _drive_once(args: argparse.Namespace, graph: ComparedGraph, models: dict[str
     rows = [monitor.rows[w] for w in sorted(monitor.rows)] if monitor.keep_rows else []
     _add_draft_timings(rows, running.nodes)
     return PassResult(rows, monitor, engine, _dropped_windows(running.nodes), interrupted,
-                      died, dict(running.foreign))
+                      died, dict(running.foreign), _draft_decisions(running.nodes))
 
 
 def _node_extra(args: argparse.Namespace, graph: ComparedGraph) -> dict[str, dict[str, Any]]:
@@ -811,6 +826,21 @@ def _add_draft_timings(rows: list[dict], nodes: list) -> None:
         row.update(draft_started_ms=_num(timing.ms(timing.started_at)),
                    draft_complete_ms=_num(timing.complete_ms), draft_early=timing.early,
                    events_not_drafted=timing.events_unread)
+
+
+def _draft_decisions(nodes: list) -> dict[str, Any]:
+    """What the draft node decided for the pass's windows (speculative/draft_schedule.py):
+    windows per reason, and the lead it ended with."""
+    from crossspec_ros.nodes.draft_node import DraftNode
+    from crossspec_ros.speculative.draft_schedule import REASONS
+
+    for node in nodes:
+        if isinstance(node, DraftNode):
+            schedule = node.loop.schedule
+            return {"lead_ms": round(schedule.lead_wall_ms(), 1),
+                    **{reason: schedule.counts[reason] for reason in REASONS
+                       if schedule.counts[reason]}}
+    return {}
 
 
 def _dropped_windows(nodes: list) -> DroppedWindows:

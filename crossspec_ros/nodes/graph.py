@@ -98,7 +98,9 @@ def input_topic_parameters(config: str | Path | None, event_topic: str | None,
 
     A replayed bag publishes on its own topic names (a DAVIS bag's /dvs/events), and the
     commands that read bags find their inputs by type: `drive` points its nodes the same way.
-    A CompressedImage topic must be <rgb_topic>/compressed (what the nodes subscribe to).
+    A CompressedImage topic must be <rgb_topic>/compressed (what the nodes subscribe to). The
+    names come back relative (dvs/events): the player publishes relative to its namespace, so
+    a graph in a namespace of its own (`drive`'s) hears its own player.
     """
     from crossspec_ros.params import SYNC_PARAMS, load_yaml_params
 
@@ -111,7 +113,7 @@ def input_topic_parameters(config: str | Path | None, event_topic: str | None,
     out: dict[str, dict[str, str]] = {}
     for item in GRAPH:
         values = {**defaults, **(load_yaml_params(config, item.name) if config else {})}
-        changed = {name: topic for name, topic in wanted.items()
+        changed = {name: topic.lstrip("/") for name, topic in wanted.items()
                    if topic and "/" + str(values[name]).lstrip("/") != topic}
         if changed:
             out[item.kind] = changed

@@ -69,6 +69,7 @@ class DraftTiming:
     events_read: int
     closed: bool = False     # close_at is the real close
     over: bool = False       # its drafting ended (or it was dropped unstarted)
+    skipped: bool = False    # the schedule left it out (the drafter rested)
     events_total: int | None = None  # the window's events, once it closed
     first_token_at: float = math.nan
     done_at: float = math.nan  # its last token (NaN: not complete, e.g. cut short)
@@ -189,12 +190,19 @@ class DraftLoop:
             window = self.sync.open_window(wid)
             if window is None or not window.has_events:
                 continue
-            decision = self.schedule.before_close(window.t1, data_now, self.data_clock.rate)
-            if decision.action is not Action.START:
+            decision = self.schedule.before_close(wid, window.t1, data_now,
+                                                  self.data_clock.rate)
+            if decision.action is Action.WAIT:
                 return  # a later window's end is later still
             close_at = self.data_clock.at(window.t1 + self.sync.reorder_slack_ns)
-            self._queue(window, DraftTiming(key, True, math.nan, close_at,
-                                            int(window.events.t_last), len(window.events)))
+            timing = DraftTiming(key, True, math.nan, close_at, int(window.events.t_last),
+                                 len(window.events))
+            if decision.action is Action.SKIP:  # resting: not drafted, at its close neither
+                timing.skipped = timing.over = True
+                with self.timing_lock:
+                    self.drafts[key] = timing
+                continue
+            self._queue(window, timing)
 
     def enqueue(self, windows: Iterable[Any]) -> None:
         """Windows that closed: each drafted early is only timed; the others are queued (the
@@ -215,6 +223,9 @@ class DraftLoop:
             timing = self.drafts.get(window.key)
             if timing is None or not timing.early:
                 return False
+            if timing.skipped:  # decided before the close: not drafted at it either
+                self.drafts.pop(window.key)
+                return True
             timing.close_at, timing.closed = now, True
             timing.events_total = len(window.events)
             self._settled(timing)

@@ -10,9 +10,12 @@ came ~97 ms after the close, after every confirmed caption. A draft is only a pr
 may be inexact: begun a *lead* before the close, from the events seen so far, it is complete at
 the close, it is the robot's first caption, and the verifier's early decoding reads it.
 
-    before_close(t1, data now)  START   the window's end is within the lead: draft it now,
+    before_close(id, t1, now)   START   the window's end is within the lead: draft it now,
                                         from its events so far
                                 WAIT    not yet
+                                SKIP    the drafter rests: the verifier fell behind while it
+                                        drafted (the device is full, and the drafter's compute
+                                        is what it lacks)
     at_close(key, ...)          SKIP    drafted before the close (the events after its start
                                         are counted, not drafted again), or the verifier
                                         finished it already: a draft would come after FINAL
@@ -37,6 +40,14 @@ measurably cost (``DrafterGate``, one per level):
                                         out (earlier captions propose), or drafting did not
                                         pay in this process (the gate's measured latency)
                                 START   draft it
+
+The drafter shares the device with the verifier. Where the two together need more of it than
+a window lasts, drafting through the open window starves the verifier's live prefill: on the
+emulated eager H100 (2026-11-29) the verifier then confirmed ~1.9 s after the close instead of
+~0.1 s. So when a caption of the verifier's comes more than BEHIND_SHARE of a window after its
+close while the drafter drafts, the drafter rests REST_WINDOWS windows, twice as many each time
+it happens again (at most MAX_REST_WINDOWS), and the count starts over after a long enough
+spell without it.
 
 Every START and SKIP is counted by its reason (``counts``, for /diagnostics and summaries).
 What this object does not decide is the verifier's turn in a composed graph: the drafter
@@ -66,6 +77,9 @@ MAX_LEAD_SHARE = 0.6  # the lead never exceeds this share of the window
 # its caption. A window the verifier does not finish within the wait counts as slow.
 AHEAD_OF = 4
 STEP_ASIDE_WAIT = 3
+BEHIND_SHARE = 0.25  # a caption this share of a window after its close: the verifier is behind
+REST_WINDOWS = 4  # windows the drafter rests the first time; doubling, at most:
+MAX_REST_WINDOWS = 64
 
 # why a window was drafted, or not: what /diagnostics and the summaries count
 REASONS = {
@@ -75,6 +89,8 @@ REASONS = {
     "verifier_finished": "not drafted: the verifier finished it first",
     "stepped_aside": "not drafted: the verifier was ahead and finished it while the drafter "
                      "waited",
+    "verifier_behind": "not drafted: the drafter rests, the verifier fell behind while it "
+                       "drafted (the device is full)",
     "steady_scene": "not drafted (engine): a steady scene, earlier captions propose",
     "gated_off": "not drafted (engine): the drafter gate went without it (each choice "
                  "tried, then the faster one, the slower re-tried ever less often)",
@@ -148,6 +164,10 @@ class DraftSchedule:
     step_aside_ms: float = 30.0
     counts: Counter = field(default_factory=Counter)
     gates: dict = field(default_factory=dict)  # the engine's DrafterGate per change level
+    rest_windows: int = REST_WINDOWS  # how long the next rest lasts
+    resume_at: int | None = None  # resting: the first window drafted again
+    _last_window: int | None = None  # the latest window decided before its close
+    _calm: int = 0  # captions in time since the last rest began
     durations_ms: deque = field(default_factory=lambda: deque(maxlen=LEAD_WINDOWS))
     draft_first_ms: deque = field(default_factory=lambda: deque(maxlen=AHEAD_OF))
     verifier_done_ms: deque = field(default_factory=lambda: deque(maxlen=AHEAD_OF))
@@ -163,9 +183,26 @@ class DraftSchedule:
 
     def verifier_done(self, done_ms: float) -> None:
         """The verifier finished a window ``done_ms`` after its close (inf: not within the
-        wait, a slow verifier)."""
-        if not math.isnan(done_ms):
-            self.verifier_done_ms.append(done_ms)
+        wait, a slow verifier). Behind while the drafter drafts: the drafter rests."""
+        if math.isnan(done_ms):
+            return
+        self.verifier_done_ms.append(done_ms)
+        behind = done_ms > BEHIND_SHARE * self.window_len_ns / 1e6
+        if not behind:
+            self._calm += 1
+            if self._calm >= 2 * MAX_REST_WINDOWS:  # a long calm spell: forgiven
+                self.rest_windows = REST_WINDOWS
+            return
+        if self.early and not self.resting(self._last_window) and \
+                self._last_window is not None:
+            self.resume_at = self._last_window + 1 + self.rest_windows
+            self.rest_windows = min(2 * self.rest_windows, MAX_REST_WINDOWS)
+            self._calm = 0
+
+    def resting(self, window_id: int | None) -> bool:
+        """The drafter rests for window ``window_id`` (the verifier fell behind)."""
+        return self.resume_at is not None and window_id is not None and \
+            window_id < self.resume_at
 
     # ------------------------------------------------------------ the lead
     @property
@@ -185,14 +222,19 @@ class DraftSchedule:
         return min(measured, MAX_LEAD_SHARE * window_ms)
 
     # ------------------------------------------------------------ decisions
-    def before_close(self, t1_ns: int, data_now_ns: int | None, rate: float = 1.0
-                     ) -> Decision:
-        """Whether to start drafting the open window ending at ``t1_ns`` now (data time
-        ``data_now_ns``, passing at ``rate``). Counted when it starts."""
+    def before_close(self, window_id: int, t1_ns: int, data_now_ns: int | None,
+                     rate: float = 1.0) -> Decision:
+        """Whether to start drafting the open window ``window_id``, ending at ``t1_ns``, now
+        (data time ``data_now_ns``, passing at ``rate``): once its end is within the lead,
+        START, or SKIP while the drafter rests (each counted once: ask again only after
+        WAIT)."""
         if not self.early or data_now_ns is None:
             return WAIT
         if data_now_ns < t1_ns - self.lead_wall_ms() * rate * 1e6:
             return WAIT
+        self._last_window = window_id
+        if self.resting(window_id):
+            return self._count(Decision(Action.SKIP, "verifier_behind"))
         return self._count(Decision(Action.START, "early"))
 
     def at_close(self, drafted_early: bool, verifier_finished: bool) -> Decision:
