@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from crossspec_ros.bench.arguments import bench_float_type
+from crossspec_ros.cli.arg_types import whole_number
 from crossspec_ros.paths import sample_bag
 
 
@@ -150,7 +151,7 @@ def _add_mode_options(parser: argparse.ArgumentParser) -> None:
                         "after_close_alone, live_alone and crossspec_live replay the windows' "
                         "messages through the product's loops (one window length per window "
                         "per graph and round)")
-    parser.add_argument("--live-rounds", type=_rounds, default=2, metavar="N",
+    parser.add_argument("--live-rounds", type=whole_number(1), default=2, metavar="N",
                         help="rounds of the live graphs, every other one in reverse order "
                         "(default 2)")
     parser.add_argument("--head", type=Path, metavar="DIR",
@@ -405,12 +406,3 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def _rounds(text: str) -> int:
-    """--live-rounds: a whole number >= 1 (argparse says so in one line otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -49,15 +50,21 @@ def port_number(text: str) -> int:
     return port
 
 
-def non_negative_int(text: str) -> int:
-    """A whole number >= 0 (a count where 0 means "no limit")."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (0: no limit), got {value}")
-    return value
+def whole_number(minimum: int, meaning: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum`` (``meaning``: what its lowest value
+    means, said when refused), or one line saying what was expected."""
+    expected = f"a whole number >= {minimum}" + (f" ({meaning})" if meaning else "")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    return parse
 
 
 def namespace_name(text: str) -> str:

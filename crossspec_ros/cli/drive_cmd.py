@@ -31,11 +31,11 @@ from typing import Any
 from crossspec_ros import summaries
 from crossspec_ros.cli.arg_types import (
     namespace_name,
-    non_negative_int,
     one_line_errors,
     port_number,
     positive_seconds,
     replay_rate,
+    whole_number,
 )
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.comparison import (
@@ -95,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ROS parameter YAML (default: config/drive.yaml)")
     parser.add_argument("--rate", type=replay_rate, default=1.0,
                         help="replay rate (1 = recorded speed; 0 or inf: as fast as possible)")
-    parser.add_argument("--max-windows", type=non_negative_int, default=0,
+    parser.add_argument("--max-windows", type=whole_number(0, "0: the whole bag"), default=0,
                         help="stop after N finished windows (0: the whole bag)")
     parser.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                         help="replay at most S seconds of bag time per pass (default: all)")
