@@ -890,6 +890,32 @@ def test_wait_ends_as_soon_as_a_node_died():
     assert time.monotonic() - started < 60
 
 
+def test_a_bag_shorter_than_the_models_loading_still_waits_for_its_last_windows_caption():
+    # issue 53, item 2: a 0.5 s bag ended before the first caption while the drive's quiet
+    # clock had run since before the models loaded: it stopped at once with "0 windows"
+    import threading
+    from types import SimpleNamespace
+
+    from crossspec_ros.cli.drive_cmd import _wait
+
+    done = threading.Event()
+    done.set()  # the replay is over
+    player = SimpleNamespace(done=done, stop=lambda: None)
+    verifier = SimpleNamespace(params={"max_lateness_s": 0.0, "window_length_s": 0.1},
+                               queue=[], book=SimpleNamespace(windows={}))
+    monitor = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic() - 100.0)
+    caption = threading.Timer(0.5, lambda: setattr(monitor, "last_activity",
+                                                   time.monotonic()))
+    caption.start()  # its window closes by the synchronizer's idle timeout, then captioned
+    try:
+        _wait(player, verifier, monitor, 0)
+        returned = time.monotonic()
+    finally:
+        caption.cancel()
+    assert monitor.last_activity > time.monotonic() - 60  # the caption came, and then
+    assert returned > monitor.last_activity  # the wait ended only after it
+
+
 # -- the drive's own view of the captions (item 24) --------------------------------------------
 
 def test_the_drive_watcher_takes_a_burst_of_captions_the_executor_was_too_busy_to_take():
