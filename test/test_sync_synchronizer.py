@@ -466,3 +466,19 @@ def test_an_open_window_shows_its_events_so_far_and_later_events_do_not_change_t
     assert closed.id == 0 and len(closed.events) == 5
     assert s.open_window(0) is None  # closed
     assert s.open_window(1).events.t.tolist() == [1200]
+
+
+def test_the_streams_majority_sets_the_sensor_size_not_an_odd_first_packet(caplog) -> None:
+    # issue 53, item 5: a first packet labelled 160x120 in a 320x240 stream kept ~2 s of the
+    # stream's events out ("late events 0" meanwhile)
+    s = sync(streams=("events",))
+    s.add_events(ev(10, 20, width=160, height=120))  # the odd first packet
+    with caplog.at_level(logging.WARNING, logger="crossspec_ros.sync"):
+        assert s.add_events(ev(100, 110, width=320, height=240)) == []  # held, counted
+        assert s.stats.rejected_events == 2
+        s.add_events(ev(200, 210, 220, width=320, height=240))  # the majority: it wins
+    assert "dropped 2 buffered events of sensor 160x120" in caplog.text
+    assert s.stats.rejected_events == 2  # the odd packet's, no longer the held batch's
+    [window] = s.add_events(ev(1500, width=320, height=240))
+    assert window.events.t.tolist() == [100, 110, 200, 210, 220]
+    assert (window.events.width, window.events.height) == (320, 240)

@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
                  if s["out_of_bounds_events"] else "")
               + (f"; {s['outlier_events']} events and {s['outlier_frames']} frames far from "
                  "the streams' time dropped" if s["outlier_events"] or s["outlier_frames"]
-                 else ""))
+                 else "")
+              + (f"; {s['rejected_events']} events of an odd sensor size dropped"
+                 if s["rejected_events"] else ""))
     return 0
 
 

@@ -467,6 +467,7 @@ class DraftLoop:
                 "sync_dropped_windows": s.dropped_windows,
                 "windows_drafted": self.windows_drafted, "late_events": s.late_events,
                 "outlier_events": s.outlier_events, "resets": s.resets,
+                "rejected_events": s.rejected_events,  # another sensor size than the stream's
                 "windows_cut_short": self.windows_cut_short,
                 "windows_confirmed_before_draft": self.windows_confirmed_before_draft,
                 "windows_skipped_final": self.windows_skipped_final,

@@ -65,6 +65,9 @@ from crossspec_ros.sync.window import (
 )
 
 logger = logging.getLogger(__name__)
+# batches of another sensor size held back while events of the adopted size are buffered:
+# when more of them come than batches of the adopted size, the adopted size was the odd one
+ODD_SIZE_HELD = 8
 
 
 
@@ -243,6 +246,9 @@ class WindowSynchronizer:
         # per stream, its latest time on the old timeline until it shows new-timeline data
         self._stale: dict[str, int | None] = {"events": None, "rgb": None}
         self._sensor = (0, 0)  # (width, height) for windows without events
+        self._sensor_batches = 0  # batches of that size since it was adopted
+        # batches of another size held while the buffered events are of ``_sensor``
+        self._odd_sensor: tuple[tuple[int, int], list[EventBatch]] = ((0, 0), [])
         # per stream, a datum far from the frontier until the stream's next datum decides
         self._gates: dict[str, TimeOutlierGate] = {
             "events": TimeOutlierGate(self.reset_threshold_ns),
@@ -528,19 +534,54 @@ class WindowSynchronizer:
         return flushed
 
     def _accept_sensor(self, batch: EventBatch) -> bool:
+        """Whether ``batch``'s sensor size is the stream's. The stream's size is its
+        majority, not its first batch: a batch of another size while events are buffered is
+        held back (at most ODD_SIZE_HELD batches of one other size); once that size has come
+        in more batches than the buffered one since it was adopted, the buffered events were
+        the odd ones (a first packet labelled 160x120 in a 320x240 stream cost ~2 s of events
+        before): they are dropped, counted in rejected_events, and the held batches taken."""
         size = (batch.width, batch.height)
         if size == self._sensor:
+            self._sensor_batches += 1
             return True
         if self._pending_events == 0:
-            self._sensor = size  # nothing buffered to clash with: adopt the new size
+            self._adopt_sensor(size)  # nothing buffered to clash with
             return True
+        self._reject(batch)  # counted at once: a batch held may never be taken
+        held_size, held = self._odd_sensor
+        if held_size != size:
+            self._odd_sensor = (size, [])
+            held = self._odd_sensor[1]
+        if len(held) < ODD_SIZE_HELD:
+            held.append(batch)
+        if len(held) <= self._sensor_batches:
+            return False
+        # the buffered size is the odd one: let its events go, take the held batches
+        self._stats.rejected_events += self._pending_events - sum(len(b) for b in held)
+        logger.warning("sync: dropped %d buffered events of sensor %dx%d: the stream's "
+                       "batches are %dx%d (counted in rejected_events)", self._pending_events,
+                       *self._sensor, *size)
+        for pend in self._pending.values():
+            pend.chunks, pend.run, pend.n_events = [], None, 0
+        self._pending_events = 0
+        self._adopt_sensor(size)
+        for earlier in held:
+            self._take_events(earlier)
+        return False  # taken among the held ones
+
+    def _adopt_sensor(self, size: tuple[int, int]) -> None:
+        self._sensor, self._sensor_batches = size, 1
+        self._odd_sensor = ((0, 0), [])
+
+    def _reject(self, batch: EventBatch) -> None:
+        """Count ``batch`` as rejected and say so, once."""
         self._stats.rejected_events += len(batch)
         if not self._warned_size:
             self._warned_size = True
-            logger.warning("sync: dropping event batch of sensor %dx%d while windows of "
-                           "sensor %dx%d are pending (counted in rejected_events)",
-                           size[0], size[1], *self._sensor)
-        return False
+            logger.warning("sync: an event batch of sensor %dx%d while windows of sensor "
+                           "%dx%d are pending: held back, counted in rejected_events (taken "
+                           "if the stream turns out to be %dx%d)", batch.width, batch.height,
+                           *self._sensor, batch.width, batch.height)
 
     def _buffer(self, pend: _Pending, chunk: EventBatch) -> None:
         """Keep ``chunk`` for its window: appended to the window's run while the chunks come
