@@ -46,6 +46,7 @@ from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
 from crossspec_ros.stamps import seconds_to_ns
 from crossspec_ros.summaries import median, rounded
 from crossspec_ros.sync.captions import DraftCursor, WindowKey
+from crossspec_ros.sync.window import window_bounds
 from crossspec_ros.sync.window_queue import WindowQueue
 
 LINGER_S = 2.0  # how long a finished draft waits for confirmations to re-sync to
@@ -187,13 +188,16 @@ class DraftLoop:
             key = (self.sync.epoch, wid)
             if key in self.drafts:
                 continue
+            # decided on the window's end first: its snapshot is built only once it is due
+            # (this runs for every event packet)
+            t1 = window_bounds(wid, self.sync.window_len_ns)[1]
+            if not self.schedule.due(t1, data_now, self.data_clock.rate):
+                return  # a later window's end is later still
             window = self.sync.open_window(wid)
             if window is None or not window.has_events:
                 continue
             decision = self.schedule.before_close(wid, window.t1, data_now,
                                                   self.data_clock.rate)
-            if decision.action is Action.WAIT:
-                return  # a later window's end is later still
             close_at = self.data_clock.at(window.t1 + self.sync.reorder_slack_ns)
             timing = DraftTiming(key, True, math.nan, close_at, int(window.events.t_last),
                                  len(window.events))
@@ -471,7 +475,6 @@ class DraftLoop:
                 "windows_cut_short": self.windows_cut_short,
                 "windows_confirmed_before_draft": self.windows_confirmed_before_draft,
                 "windows_skipped_final": self.windows_skipped_final,
-                "windows_stepped_aside": self.windows_stepped_aside,
                 "drafts_withheld": self.drafts_withheld,
                 "last_first_token_ms": round(self.last_first_token_ms, 1),
                 **self.schedule.diagnostics,

@@ -222,15 +222,19 @@ class DraftSchedule:
         return min(measured, MAX_LEAD_SHARE * window_ms)
 
     # ------------------------------------------------------------ decisions
+    def due(self, t1_ns: int, data_now_ns: int | None, rate: float = 1.0) -> bool:
+        """Whether a window ending at ``t1_ns`` is within the lead of data time
+        ``data_now_ns`` (passing at ``rate``): asked before anything is counted."""
+        return self.early and data_now_ns is not None and \
+            data_now_ns >= t1_ns - self.lead_wall_ms() * rate * 1e6
+
     def before_close(self, window_id: int, t1_ns: int, data_now_ns: int | None,
                      rate: float = 1.0) -> Decision:
         """Whether to start drafting the open window ``window_id``, ending at ``t1_ns``, now
         (data time ``data_now_ns``, passing at ``rate``): once its end is within the lead,
         START, or SKIP while the drafter rests (each counted once: ask again only after
         WAIT)."""
-        if not self.early or data_now_ns is None:
-            return WAIT
-        if data_now_ns < t1_ns - self.lead_wall_ms() * rate * 1e6:
+        if not self.due(t1_ns, data_now_ns, rate):
             return WAIT
         self._last_window = window_id
         if self.resting(window_id):
