@@ -902,7 +902,7 @@ def test_a_bag_shorter_than_the_models_loading_still_waits_for_its_last_windows_
     done.set()  # the replay is over
     player = SimpleNamespace(done=done, stop=lambda: None)
     verifier = SimpleNamespace(params={"max_lateness_s": 0.0, "window_length_s": 0.1},
-                               queue=[], book=SimpleNamespace(windows={}))
+                               loop=SimpleNamespace(queue=[], book=SimpleNamespace(windows={})))
     monitor = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic() - 100.0)
     caption = threading.Timer(0.5, lambda: setattr(monitor, "last_activity",
                                                    time.monotonic()))

@@ -94,7 +94,7 @@ def warm_feedback_path(node, client, window_id: int) -> None:
         k += 1
         time.sleep(0.1)
     assert got, "the feedback topic never matched"
-    node.queue.put(random_window(window_id), time.monotonic())
+    node.loop.queue.put(random_window(window_id), time.monotonic())
     assert wait(handle.get_result_async()).result.success
 
 
@@ -104,7 +104,7 @@ def test_the_next_window_streams_feedback_and_ends_with_its_final_caption(graph)
     feedback: list = []
     handle = send(client, feedback, timeout_s=30.0)
     node._on_draft(draft(7, "a red car"))  # the next window to be captioned
-    node.queue.put(random_window(7), time.monotonic())
+    node.loop.queue.put(random_window(7), time.monotonic())
     result = wait(handle.get_result_async()).result
     assert result.success and result.caption.window_id == 7
     assert result.caption.status == Caption.STATUS_FINAL and result.caption.confirmed_text
@@ -122,7 +122,7 @@ def test_a_window_already_captioned_is_answered_at_once(graph):
     from builtin_interfaces.msg import Time
 
     node, client = graph
-    node.queue.put(random_window(3), time.monotonic())  # window id 3: [3 s, 4 s) by time
+    node.loop.queue.put(random_window(3), time.monotonic())  # window id 3: [3 s, 4 s) by time
     deadline = time.monotonic() + 30
     while node.counters["windows_verified"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -50,7 +50,8 @@ class HeldDrafter:
 def node():
     rclpy.init()
     node = bring_up(DraftNode(HeldDrafter(tiny_eventgpt_drafter(seed=1)), parameter_overrides=[
-        Parameter("max_queued_windows", value=1)]))
+        Parameter("max_queued_windows", value=1),
+        Parameter("step_aside_ms", value=0.0)]))  # drafted at the close, no wait for a verifier
     node.worker.stop()  # the test runs the worker's steps itself
     node.pub_draft = RecordingPublisher()
     try:
@@ -68,13 +69,13 @@ def windows(n: int):
 
 def test_a_preempted_draft_ends_with_a_cut_short_notice_carrying_what_it_drafted(node):
     older, newer = windows(2)
-    node._enqueue([older])
-    step = threading.Thread(target=node._step)
+    node.loop.enqueue([older])
+    step = threading.Thread(target=node.loop.step)
     step.start()
     deadline = time.monotonic() + 30
     while not node.pub_draft.sent and time.monotonic() < deadline:
         time.sleep(0.01)
-    node._enqueue([newer])  # the drafter leaves the older window for it
+    node.loop.enqueue([newer])  # the drafter leaves the older window for it
     node.drafter.release.set()  # held after its first token until now
     step.join(timeout=30)
     assert not step.is_alive()
@@ -83,12 +84,12 @@ def test_a_preempted_draft_ends_with_a_cut_short_notice_carrying_what_it_drafted
     assert drafts and not any(m.cut_short or m.done for m in drafts)
     assert notice.cut_short and not notice.done
     assert (notice.text, list(notice.token_ids)) == (drafts[-1].text, list(drafts[-1].token_ids))
-    assert node.windows_cut_short == 1
+    assert node.loop.windows_cut_short == 1
 
 
 def test_a_window_the_busy_drafter_drops_gets_an_empty_cut_short_notice(node):
     first, second = windows(2)
-    node._enqueue([first, second])  # a queue of one: the first is dropped unstarted
+    node.loop.enqueue([first, second])  # a queue of one: the first is dropped unstarted
     [notice] = node.pub_draft.sent
     assert (notice.window_id, notice.cut_short, notice.text, list(notice.token_ids)) == (
         first.id, True, "", [])
@@ -110,10 +111,10 @@ def test_packets_that_come_during_the_verifiers_turn_are_decoded_after_it(node):
     encoder = Evt3PacketEncoder(window.events.width, window.events.height,
                                 packet_period_ns=2_000_000, epoch_ns=window.t0)
     packets = [message(p) for p in encoder.encode(window.events)][:20]
-    node._hold()  # the verifier in this process works on a closed window
+    node.loop.hold()  # the verifier in this process works on a closed window
     for msg in packets[:10]:
         node._on_events(msg)
-    assert node.decoder.stats.packets == 0 and len(node._held_packets) == 10
-    node._release_hold()
+    assert node.decoder.stats.packets == 0 and len(node.loop.held_packets) == 10
+    node.loop.release_hold()
     node._on_events(packets[10])  # the first after the turn decodes the rest first, in order
-    assert node.decoder.stats.packets == 11 and not node._held_packets
+    assert node.decoder.stats.packets == 11 and not node.loop.held_packets

@@ -135,9 +135,9 @@ def _holds_a_window(nodes) -> bool:
     finished in the caption book (the verifier: waiting for RGB, a draft or its caption)."""
     try:
         for node in nodes:
-            if node.sync.pending_ids() or node.queue.keys():
+            if node.loop.sync.pending_ids() or node.loop.queue.keys():
                 return True
-            cursor, book = getattr(node, "cursor", None), getattr(node, "book", None)
+            cursor, book = getattr(node.loop, "cursor", None), getattr(node.loop, "book", None)
             if (cursor is not None and cursor.current() is not None) or (book and book.windows):
                 return True
     except RuntimeError:  # a dict the executor changed while this thread read it: busy
@@ -165,7 +165,7 @@ def _wait_idle(run: Run, settle_s: float, busy=lambda: False) -> None:
 def assert_final_captions_equal_the_verifier_alone(run: Run, verifier_node) -> None:
     assert run.results, "no window was verified"
     for wid, (window, result) in run.results.items():
-        alone = verifier_node.engine.verifier_only(window)
+        alone = verifier_node.loop.engine.verifier_only(window)
         assert result.tokens == alone, wid
         final = [m for m in run.captions[wid] if m.status == FINAL]
         assert len(final) == 1 and final[0].confirmed_text == result.text
@@ -188,19 +188,20 @@ def test_composed_graph_drafts_then_confirms_every_window_exactly_as_the_verifie
     # little for each window's caption, and counts the windows it finished meanwhile.
     draft_node = run.nodes[0]
     skipped = draft_node.loop.windows_skipped_final + draft_node.loop.windows_stepped_aside
-    assert draft_node.windows_drafted + skipped >= len(run.results)
+    assert draft_node.loop.windows_drafted + skipped >= len(run.results)
     with_drafts = set(run.drafts) & set(run.results)
-    assert len(with_drafts) + draft_node.windows_confirmed_before_draft + skipped >= \
-        len(run.results), (sorted(run.drafts), draft_node.windows_confirmed_before_draft, skipped)
+    before_draft = draft_node.loop.windows_confirmed_before_draft
+    assert len(with_drafts) + before_draft + skipped >= len(run.results), \
+        (sorted(run.drafts), before_draft, skipped)
     for wid, drafts in run.drafts.items():
         assert all(len(m.log_probs) == len(m.token_ids) for m in drafts), wid
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
-    assert verifier_node.queue.dropped == 0
+    assert verifier_node.loop.queue.dropped == 0
     # every FINAL window whose draft was complete before it is scored against its caption
     scored = [wid for wid, msgs in run.captions.items() if msgs[-1].status == FINAL
               and msgs[-1].confirmed_text.strip()
               and any(m.draft_text and not math.isnan(m.draft_done_ms) for m in msgs)]
-    tally = verifier_node.agreement.summary()
+    tally = verifier_node.loop.agreement.summary()
     assert tally["draft_agreement_windows"] == len(scored)
     if scored:
         assert 0.0 <= tally["draft_token_agreement_mean"] <= 1.0
@@ -247,11 +248,11 @@ def test_a_slow_verifier_drops_windows_visibly_and_its_queue_stays_bounded(pair)
     run = run_graph(pair, seconds=6.5, rate=1.0, extra={"max_queued_windows": 1},
                     verifier_wrapper=Slow)
     verifier_node = run.nodes[1]
-    assert isinstance(verifier_node.engine.verifier, Slow)
-    verifier_node.engine.verifier.delay_s = 0.0  # the graph has stopped: the verifier alone
+    assert isinstance(verifier_node.loop.engine.verifier, Slow)
+    verifier_node.loop.engine.verifier.delay_s = 0.0  # the graph has stopped: the verifier alone
     #                                              below computes the same without the wait
-    assert verifier_node.queue.dropped >= 1
-    assert len(verifier_node.queue) <= 1
+    assert verifier_node.loop.queue.dropped >= 1
+    assert len(verifier_node.loop.queue) <= 1
     reported = [int(kv.value) for d in run.diagnostics for s in d.status
                 if s.name == "crossspec: verifier" for kv in s.values
                 if kv.key == "dropped_windows"]
@@ -265,7 +266,7 @@ def test_a_looping_bag_keeps_captioning_after_time_jumps_back(pair):
               for m in msgs if m.status == FINAL}
     counts = [sum(m.status == FINAL for m in run.captions[w]) for w in finals]
     assert max(counts) >= 2, counts  # the same window ids were captioned on both passes
-    assert run.nodes[0].sync.stats.resets >= 1
+    assert run.nodes[0].loop.sync.stats.resets >= 1
 
 
 def test_distributed_mode_draft_node_in_another_process(pair):
@@ -290,7 +291,7 @@ def test_distributed_mode_draft_node_in_another_process(pair):
     assert len(missing) <= max(reported), (sorted(run.drafts), reported)
     if run.drafts:
         heard = any(m.draft_text for msgs in run.captions.values() for m in msgs)
-        assert heard or verifier_node.book.counters["late_drafts"] > 0
+        assert heard or verifier_node.loop.book.counters["late_drafts"] > 0
     assert_final_captions_equal_the_verifier_alone(run, verifier_node)
 
 
@@ -315,10 +316,10 @@ def test_only_a_newer_window_with_events_preempts_the_current_draft(pair):
     try:
         (node,) = create_nodes(("draft",), models=pair)
         channel = DraftChannel(lookahead=4)
-        node.cursor.begin((0, int(with_events.id) - 1), channel)  # a draft in progress
-        node._enqueue([empty])  # nothing to draft in it: the draft goes on
-        assert not channel.stopped and len(node.queue) == 0
-        node._enqueue([with_events])  # the drafter is needed for the newer window
+        node.loop.cursor.begin((0, int(with_events.id) - 1), channel)  # a draft in progress
+        node.loop.enqueue([empty])  # nothing to draft in it: the draft goes on
+        assert not channel.stopped and len(node.loop.queue) == 0
+        node.loop.enqueue([with_events])  # the drafter is needed for the newer window
         assert channel.stopped
         node.destroy_node()
     finally:
@@ -364,9 +365,9 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     assert all(run.drafts[wid][0] is with_state[0]  # with the window's first draft
                for wid, with_state in sent.items() if with_state)
     verifier_node = run.nodes[1]
-    assert isinstance(verifier_node.engine.verifier, Patient)
-    verifier_node.engine.verifier.delay_s = 0.0  # the graph has stopped: no wait below
-    assert "draft_head" in verifier_node.engine.config.proposers  # added by the parameter
+    assert isinstance(verifier_node.loop.engine.verifier, Patient)
+    verifier_node.loop.engine.verifier.delay_s = 0.0  # the graph has stopped: no wait below
+    assert "draft_head" in verifier_node.loop.engine.config.proposers  # added by the parameter
     proposed = sum(r.stats.proposed.get("draft_head", 0) for _, r in run.results.values())
     accepted = sum(r.stats.accepted.get("draft_head", 0) for _, r in run.results.values())
     assert proposed > 0 and accepted > 0, (proposed, accepted)

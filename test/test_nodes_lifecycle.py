@@ -78,7 +78,7 @@ def test_frames_are_ignored_until_active_drafts_meanwhile_end_unverified_and_wor
     try:
         node.pub_caption = RecordingPublisher()
         node._on_image(image(3.5, 0))
-        assert node.sync.pending_ids() == [] and node.worker is None
+        assert node.loop.sync.pending_ids() == [] and node.worker is None
         # inactive, the verifier relays a draft as its window's caption: UNVERIFIED, stopped
         node._on_draft(draft(3))
         assert [status_of(c) for c in node.pub_caption.sent] == [(3, *DRAFT), (3, *STOPPED)]
@@ -122,9 +122,9 @@ def test_cleanup_destroys_what_configure_made_and_configure_makes_it_again(ros, 
 
         assert shows(False)
         bring_up(node, activate=False)
-        assert shows(True) and node.engine is not None
+        assert shows(True) and node.loop.engine is not None
         assert node.trigger_cleanup() == SUCCESS
-        assert shows(False) and node.engine is None
+        assert shows(False) and node.loop.engine is None
         bring_up(node)
         assert shows(True) and node.active
     finally:
@@ -208,10 +208,10 @@ def drive_windows(node, epoch: int, ids: range) -> None:
         for k in range(8):
             node._on_image(image(wid + k / 8, wid * 8 + k))
         for _ in range(3):  # the window before closed with this one's frames
-            node._step()
+            node.loop.step()
     node._on_image(image(ids.stop + 0.01, 0))  # closes the last window
     for _ in range(3):
-        node._step()
+        node.loop.step()
 
 
 def finals(node) -> set[tuple[int, int]]:
@@ -252,7 +252,7 @@ def test_diagnostics_are_not_ok_while_windows_end_unverified_and_none_verified(r
         node._publish_diagnostics()
         assert node.pub_diag.sent[-1].status[0].level == DiagnosticStatus.OK
         node._on_draft(timeline_draft(0, 5))
-        node._publish(node.book.on_verifier_gave_up(
+        node.loop.publish(node.loop.book.on_verifier_gave_up(
             (0, 5), 5 * 10**9, 6 * 10**9, time.monotonic(), UnverifiedReason.VERIFIER_FAILED))
         node._publish_diagnostics()
         status = node.pub_diag.sent[-1].status[0]
@@ -275,7 +275,7 @@ def test_a_deactivate_mid_window_ends_the_open_and_queued_windows_unverified_wit
         drive_windows(node, 0, range(10, 12))  # 10 FINAL; window 12 has begun
         for k in range(1, 4):
             node._on_image(image(12 + k / 8, 120 + k))
-        assert node.sync.pending_ids() == [12] and node.queue.keys() == [(0, 11)]
+        assert node.loop.sync.pending_ids() == [12] and node.loop.queue.keys() == [(0, 11)]
         node._on_draft(cs_msg.DraftTokens(  # window 12's draft so far: not done yet
             window_id=12, token_ids=[1], text="a", done=False,
             window_start=timeline_draft(0, 12).window_start,
@@ -302,7 +302,7 @@ def test_a_deactivate_mid_window_ends_the_open_and_queued_windows_unverified_wit
         assert terminal[12].draft_state == cs_msg.Caption.DRAFT_COMPLETE
         final = cs_msg.Caption.STATUS_FINAL
         assert terminal[10].status == final and terminal[14].status == final
-        assert node.sync.stats.abandoned_windows == 1 and node.sync.stats.late_frames >= 4
+        assert node.loop.sync.stats.abandoned_windows == 1 and node.loop.sync.stats.late_frames >= 4
     finally:
         node.destroy_node()
 
@@ -318,10 +318,10 @@ def test_a_deactivated_verifier_ends_a_window_whose_draft_never_completes_after_
             window_start=timeline_draft(0, 7).window_start,
             window_end=timeline_draft(0, 7).window_end))
         assert node.trigger_deactivate() == SUCCESS
-        node._tick()
+        node.loop.tick()
         assert status_of(node.pub_caption.sent[-1]) == (7, *DRAFT)
-        node.book.patience_s = 0.0  # patience over: the draft it has is the caption
-        node._tick()
+        node.loop.book.patience_s = 0.0  # patience over: the draft it has is the caption
+        node.loop.tick()
         last = node.pub_caption.sent[-1]
         assert status_of(last) == (7, *STOPPED) and last.draft_text == "a"
         assert last.draft_state == cs_msg.Caption.DRAFT_CUT_SHORT

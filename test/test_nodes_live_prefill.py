@@ -28,13 +28,9 @@ def image(stamp_ms: float, seed: int) -> Image:
     return msg
 
 
-def steps_without_waiting(node) -> None:
-    """The worker stopped: the test runs its steps itself, in this thread, and is the only
-    one to queue windows, so a step finding the queue empty need not wait for one (the
-    worker's own step waits up to 0.2 s): the same steps, none of the idle waiting."""
+def steps_by_hand(node) -> None:
+    """The worker stopped: the test runs the loop's steps itself, in this thread."""
     node.worker.stop()
-    get = node.queue.get
-    node.queue.get = lambda timeout=0.2: get(timeout=0.0)
 
 
 @pytest.fixture()
@@ -43,7 +39,7 @@ def node():
     results = []
     node = bring_up(VerifierNode(tiny_verifier(seed=1),
                                  on_result=lambda w, r: results.append((w, r))))
-    steps_without_waiting(node)
+    steps_by_hand(node)
     node.results = results
     try:
         yield node
@@ -54,21 +50,21 @@ def node():
 
 def run_worker(node, steps: int = 12) -> None:
     for _ in range(steps):
-        node._step()
+        node.loop.step()
 
 
 def test_frames_are_prefilled_while_the_window_is_open(node):
     for k, t in enumerate(range(0, 700, 50)):
         node._on_image(image(t, k))
     run_worker(node, 2)
-    [live] = node.live.live_windows()
-    assert live.frames >= 4 and node.live.counters["live_frames"] == live.frames
+    [live] = node.loop.live.live_windows()
+    assert live.frames >= 4 and node.loop.live.counters["live_frames"] == live.frames
     for k, t in enumerate(range(700, 1100, 50)):
         node._on_image(image(t, 100 + k))
     run_worker(node)
     [(window, result)] = node.results
     assert result.stats.live_prefill_frames >= 4
-    assert result.tokens == node.engine.verifier_only(window)
+    assert result.tokens == node.loop.engine.verifier_only(window)
 
 
 def test_a_frame_later_than_the_slack_that_changes_the_selection_is_redone(node):
@@ -82,7 +78,7 @@ def test_a_frame_later_than_the_slack_that_changes_the_selection_is_redone(node)
     [(window, result)] = node.results
     assert 190 * MS in [f.stamp_ns for f in window.frames]  # the closed window has it
     assert result.stats.live_prefill_frames == -1 and node.counters["live_redone"] == 1
-    assert result.tokens == node.engine.verifier_only(window)
+    assert result.tokens == node.loop.engine.verifier_only(window)
 
 
 def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
@@ -91,43 +87,42 @@ def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
         node._on_image(image(t, seed))
         seed += 1
     run_worker(node, 2)
-    assert node.live.counters["live_frames"] >= 3
+    assert node.loop.live.counters["live_frames"] >= 3
     for t in range(0, 1100, 50):  # the bag loops: time jumps back 5 s, a new epoch
         node._on_image(image(t, seed))
         seed += 1
     run_worker(node)
-    assert node.sync.epoch == 1
+    assert node.loop.sync.epoch == 1
     windows = {(w.epoch, w.id): (w, r) for w, r in node.results}
     assert set(windows) == {(0, 5), (1, 0)}  # the half window was flushed, then window 0
     for window, result in windows.values():
-        assert result.tokens == node.engine.verifier_only(window)
-    assert len(node.live.live_windows()) <= 2  # nothing piles up
+        assert result.tokens == node.loop.engine.verifier_only(window)
+    assert len(node.loop.live.live_windows()) <= 2  # nothing piles up
 
 
 def test_the_next_windows_frames_are_prefilled_between_the_rounds_of_this_one(node):
     for k, t in enumerate(range(0, 1700, 50)):  # window 0 closes; window 1 is half in
         node._on_image(image(t, k))
-    pending_next = sum(1 for job in node.live._queued if job.window_id == 1)
+    pending_next = sum(1 for job in node.loop.live._queued if job.window_id == 1)
     assert pending_next >= 3
     run_worker(node, 1)  # window 0 only: its own frames first, then one of window 1's per round
     [(first, result)] = node.results
-    pipelined = node.live.counters["live_frames_pipelined"]
+    pipelined = node.loop.live.counters["live_frames_pipelined"]
     assert 1 <= pipelined <= min(pending_next, result.stats.rounds)  # never two in one round
-    assert result.tokens == node.engine.verifier_only(first)
-    assert node.live._live[(0, 1)].frames == pipelined
+    assert result.tokens == node.loop.engine.verifier_only(first)
+    assert node.loop.live._live[(0, 1)].frames == pipelined
     for k, t in enumerate(range(1700, 2200, 50)):
         node._on_image(image(t, 50 + k))
     run_worker(node)
     second, result = node.results[1]
     assert second.id == 1 and result.stats.live_prefill_frames >= pipelined
-    assert result.tokens == node.engine.verifier_only(second)
+    assert result.tokens == node.loop.engine.verifier_only(second)
 
 
 def idle_steps(node, steps: int = 3) -> None:
     """The worker with nothing closed: it prefills queued frames and starts early."""
     for _ in range(steps):
-        node.queue.wake()
-        node._step()
+        node.loop.step()
 
 
 def test_a_window_whose_frames_are_decided_is_captioned_before_it_closes_published_at_the_close(
@@ -135,14 +130,14 @@ def test_a_window_whose_frames_are_decided_is_captioned_before_it_closes_publish
     for k, t in enumerate(range(0, 1050, 50)):  # the frame at 1000 ms decides slot 7 (950)
         node._on_image(image(t, k))
     idle_steps(node)
-    assert node.held._held and not node.results  # decoded, held, nothing published
-    assert node.book.counters["windows_final"] == 0
+    assert node.loop.held._held and not node.results  # decoded, held, nothing published
+    assert node.loop.book.counters["windows_final"] == 0
     node._on_image(image(1050, 99))  # the watermark passes 1 s: the window closes
     run_worker(node, 1)
     [(window, result)] = node.results
-    assert window.closed_by == "watermark" and node.held.counters["early_published"] == 1
-    assert node.book.counters["windows_final"] == 1
-    assert result.tokens == node.engine.verifier_only(window)
+    assert window.closed_by == "watermark" and node.loop.held.counters["early_published"] == 1
+    assert node.loop.book.counters["windows_final"] == 1
+    assert result.tokens == node.loop.engine.verifier_only(window)
     assert result.stats.ready_before_close_ms > 0  # it was complete before the close
     assert result.stats.confirmed_done_ms >= 0
 
@@ -151,16 +146,16 @@ def test_a_held_caption_whose_frames_a_late_frame_changed_is_discarded_and_redon
     for k, t in enumerate(range(0, 1050, 50)):
         node._on_image(image(t, k))
     idle_steps(node)
-    assert node.held._held
+    assert node.loop.held._held
     node._on_image(image(190, 99))  # nearer slot 1's target (187.5 ms), later than the slack
     node._on_image(image(1050, 98))
     run_worker(node, 1)
     [(window, result)] = node.results
     assert 190 * MS in [f.stamp_ns for f in window.frames]
-    assert node.held.counters == {"early_published": 0, "early_discarded": 1,
+    assert node.loop.held.counters == {"early_published": 0, "early_discarded": 1,
                                   "early_dropped": 0}
     assert math.isnan(result.stats.ready_before_close_ms)  # captioned after the close
-    assert result.tokens == node.engine.verifier_only(window)
+    assert result.tokens == node.loop.engine.verifier_only(window)
 
 
 def test_without_early_start_a_window_is_captioned_at_its_close(node):
@@ -168,13 +163,13 @@ def test_without_early_start_a_window_is_captioned_at_its_close(node):
     for k, t in enumerate(range(0, 1050, 50)):
         node._on_image(image(t, k))
     idle_steps(node)
-    assert not node.held._held and node.live.live_windows()[0].complete
+    assert not node.loop.held._held and node.loop.live.live_windows()[0].complete
     node._on_image(image(1050, 99))
     run_worker(node, 1)
     [(window, result)] = node.results
     assert math.isnan(result.stats.ready_before_close_ms)
     assert result.stats.live_prefill_frames == 8
-    assert result.tokens == node.engine.verifier_only(window)
+    assert result.tokens == node.loop.engine.verifier_only(window)
 
 
 def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
@@ -183,7 +178,7 @@ def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
     rclpy.init()
     node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=[
         Parameter("acceptance", value="top_k:3")]))
-    steps_without_waiting(node)
+    steps_by_hand(node)
     published, confirmed = [], []
     node.pub_caption.publish = published.append
     node.pub_confirmed.publish = confirmed.append
@@ -242,13 +237,13 @@ def test_a_window_whose_live_prefill_fails_at_its_close_ends_unverified_verifier
 
     monkeypatch.setattr(LivePrefill, "add_frame", fail)
     with pytest.raises(NameError):
-        node._step()  # the Worker logs and counts it
-    node._tick()
+        node.loop.step()  # the Worker logs and counts it
+    node.loop.tick()
     [last] = [m for m in published if m.status == cs_msg.Caption.STATUS_UNVERIFIED]
     assert (last.window_id, last.unverified_reason) == (
         0, cs_msg.Caption.REASON_VERIFIER_FAILED)
     assert last.draft_text == "a red car"
-    assert not node.results and node.channels == {}
+    assert not node.results and node.loop.channels == {}
 
 
 def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node, monkeypatch):
@@ -259,7 +254,7 @@ def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node,
 
     published = []
     node.pub_caption.publish = published.append
-    run_window, tries = node.engine.run_window, []
+    run_window, tries = node.loop.engine.run_window, []
 
     def fail_early(window, **kwargs):
         tries.append(window.closed_by)
@@ -267,24 +262,24 @@ def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node,
             raise NameError("module is not installed as a submodule")
         return run_window(window, **kwargs)
 
-    monkeypatch.setattr(node.engine, "run_window", fail_early)
+    monkeypatch.setattr(node.loop.engine, "run_window", fail_early)
     node._on_draft(done_draft(0))
     for k, t in enumerate(range(0, 1050, 50)):
         node._on_image(image(t, k))
     with pytest.raises(NameError):
         idle_steps(node)
-    assert tries == ["early"] and not node.held._held
+    assert tries == ["early"] and not node.loop.held._held
     assert all(m.status == cs_msg.Caption.STATUS_DRAFT for m in published)
     node._on_image(image(1050, 99))  # the window closes
     run_worker(node, 1)
     [(window, result)] = node.results
     assert tries == ["early", "watermark"] and published[-1].status == 2  # FINAL
-    assert result.tokens == node.engine.verifier_only(window)
+    assert result.tokens == node.loop.engine.verifier_only(window)
 
     def fail(*args, **kwargs):
         raise NameError("module is not installed as a submodule")
 
-    monkeypatch.setattr(node.engine, "run_window", fail)
+    monkeypatch.setattr(node.loop.engine, "run_window", fail)
     node._on_draft(done_draft(1, "a blue car"))
     for k, t in enumerate(range(1100, 2050, 50)):
         node._on_image(image(t, 200 + k))

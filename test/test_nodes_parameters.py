@@ -75,10 +75,10 @@ def test_ros2_param_set_over_the_service_gets_crossspecs_message_and_an_int_for_
 def test_a_live_engine_parameter_is_used_from_the_next_window(node):
     [result] = node.set_parameters([Parameter("max_proposal", value=0)])
     assert result.successful
-    assert node.engine.config.max_proposal == 24  # not in the middle of a window
-    node.queue.put(random_window(1), 0.0)
-    node._step()
-    assert node.engine.config.max_proposal == 0 and node.engine.policy.max_depth == 0
+    assert node.loop.engine.config.max_proposal == 24  # not in the middle of a window
+    node.loop.queue.put(random_window(1), 0.0)
+    node.loop.step()
+    assert node.loop.engine.config.max_proposal == 0 and node.loop.engine.policy.max_depth == 0
 
 
 def test_a_parameter_that_cannot_change_live_is_read_only(node):
@@ -183,10 +183,10 @@ def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
             done = _set_over_the_service(node, [Parameter("acceptance", value="exact"),
                                                 Parameter("decoding", value="sampling")])
             assert all(result.successful for result in done), [r.reason for r in done]
-            node.queue.put(random_window(1), 0.0)
-            node._step()
-            assert node.engine.config.mode == "sampling"
-            assert node.engine.config.acceptance == "exact"
+            node.loop.queue.put(random_window(1), 0.0)
+            node.loop.step()
+            assert node.loop.engine.config.mode == "sampling"
+            assert node.loop.engine.config.acceptance == "exact"
             assert node.counters["errors"] == 0 and node.counters["windows_verified"] == 1
         finally:
             node.destroy_node()
@@ -219,7 +219,7 @@ def test_a_nan_temperature_is_refused_as_not_a_finite_number(node, value):
 
 def test_a_top_k_beyond_the_verifiers_vocabulary_is_refused_live(node):
     # item 17: top_k:1000 on a 240-token verifier failed every window (UNVERIFIED, rc 0)
-    vocab = node.engine.verifier.info.vocab_size
+    vocab = node.loop.engine.verifier.info.vocab_size
     [result] = node.set_parameters([Parameter("acceptance", value=f"top_k:{vocab + 1}")])
     assert not result.successful
     assert result.reason.startswith(f"node 'crossspec_verifier' parameters: 'acceptance' = "
@@ -242,7 +242,7 @@ def test_a_top_k_beyond_the_verifiers_vocabulary_fails_configure_in_one_line():
             assert str(refused.value).startswith(
                 f"node 'crossspec_verifier' parameters: 'acceptance' = 'top_k:{vocab + 1}' "
                 "cannot run on this verifier: ")
-            assert "\n" not in str(refused.value) and node.engine is None
+            assert "\n" not in str(refused.value) and node.loop.engine is None
         finally:
             node.destroy_node()
     finally:

@@ -7,7 +7,6 @@ import math
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import replace
 
 import pytest
@@ -16,6 +15,8 @@ from crossspec_ros.models.tiny import tiny_eventgpt_drafter
 from crossspec_ros.params import DRAFT_NODE_PARAMS, validate
 from crossspec_ros.sim.dataset import make_window
 from crossspec_ros.speculative.draft_loop import DraftLoop
+from crossspec_ros.speculative.loop_clock import ManualClock
+from crossspec_ros.speculative.worker import UNTIL_WOKEN
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
 
@@ -24,11 +25,31 @@ def drafter():
     return tiny_eventgpt_drafter(seed=1)
 
 
-def make_loop(drafter, **params):
-    drafts = []  # (window id, tokens, done, cut_short)
-    loop = DraftLoop(validate({"max_new_tokens": 6, **params}, DRAFT_NODE_PARAMS),
-                     on_draft=lambda w, e, _s, _state, cut: drafts.append(
-                         (w.id, list(e.tokens), e.done, cut)))
+GENEROUS_S = 60  # the longest a test waits for a drafter thread (a slow, loaded machine)
+
+
+class Drafts(list):
+    """The drafts the loop hands over, in order: (window id, tokens, done, cut_short);
+    ``first`` and ``done`` are set by the first draft and by the first complete one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.done = threading.Event(), threading.Event()
+
+    def __call__(self, window, event, _stats, _state, cut_short: bool) -> None:
+        self.append((window.id, list(event.tokens), event.done, cut_short))
+        self.first.set()
+        if event.done:
+            self.done.set()
+
+
+def make_loop(drafter, clock: ManualClock | None = None, **params):
+    """A loop on a manual clock; it drafts each window at its close at once unless a test
+    gives ``step_aside_ms`` (the verifier ahead: a wait the test moves the clock through)."""
+    drafts = Drafts()
+    params = {"max_new_tokens": 6, "step_aside_ms": 0.0, **params}
+    loop = DraftLoop(validate(params, DRAFT_NODE_PARAMS),
+                     on_draft=drafts, clock=clock or ManualClock(), lock=threading.Lock())
     loop.configure(drafter, WindowSynchronizer(streams=("events",)))
     loop.start()
     return loop, drafts
@@ -40,15 +61,19 @@ def windows(n: int):
             for k in range(n)]
 
 
-def drafted_until_done(loop, window, drafts) -> threading.Thread:
-    """``window`` queued and the worker's step started, until its draft is done (60 s at
-    most); the step, still running (a done draft waits for the verifier's confirmations)."""
-    loop.enqueue([window])
+def stepping(loop) -> threading.Thread:
+    """The worker's step, begun on a thread of its own (a draft blocks until it is let go)."""
     step = threading.Thread(target=loop.step)
     step.start()
-    deadline = time.monotonic() + 60
-    while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    return step
+
+
+def drafted_until_done(loop, window, drafts) -> threading.Thread:
+    """``window`` queued and the worker's step started, until its draft is done; the step,
+    still running (a done draft waits for the verifier's confirmations)."""
+    loop.enqueue([window])
+    step = stepping(loop)
+    assert drafts.done.wait(GENEROUS_S)
     return step
 
 
@@ -59,7 +84,7 @@ def test_a_window_is_drafted_token_by_token_and_let_go_when_the_verifier_is_done
     # done, the draft waits to re-sync to the verifier's confirmations until it is done too
     assert step.is_alive()
     loop.on_confirmed(window.key, 0, [], "", done=True)
-    step.join(timeout=60)
+    step.join(GENEROUS_S)
     assert not step.is_alive()
     assert [len(tokens) for _, tokens, _, _ in drafts] == list(range(1, len(drafts) + 1))
     assert drafts[-1][2] and not any(cut for *_, cut in drafts)
@@ -101,7 +126,8 @@ def test_a_window_the_verifier_already_finished_is_not_drafted_at_all(drafter):
     [first] = windows(1)
     loop.on_confirmed(first.key, 0, [], "", done=True)  # its caption is FINAL already
     loop.enqueue([first])
-    loop.step()  # returns at once: no compute, no draft after the FINAL caption
+    assert loop.step() == 0.0  # at once: no compute, no draft after the FINAL caption
+    assert loop.step() == UNTIL_WOKEN  # nothing left to do
     assert drafts == [] and loop.windows_skipped_final == 1 and loop.windows_drafted == 0
     assert loop.diagnostics["windows_skipped_final"] == 1
 
@@ -114,31 +140,54 @@ def verifier_done_at_the_close(loop, first_key: int, ms: float = 2.0) -> None:
 
 def test_while_the_verifier_is_ahead_a_window_it_finishes_soon_after_the_close_is_not_drafted(
         drafter):
-    loop, drafts = make_loop(drafter, step_aside_ms=10_000.0)  # generous: no race with load
+    clock = ManualClock()
+    loop, drafts = make_loop(drafter, clock, step_aside_ms=50.0)
+    woken = []
+    loop.wake_worker = lambda: woken.append(clock.now())
     [window] = windows(1)
     verifier_done_at_the_close(loop, window.id)
     assert loop.schedule.verifier_ahead()
     loop.enqueue([window])
-    step = threading.Thread(target=loop.step)
-    step.start()
-    time.sleep(0.2)
-    assert step.is_alive() and drafts == []  # waiting for the caption, nothing computed
+    assert loop.step() == 0.0 and loop.parked is not None  # taken, and parked at its close
+    wait_s = loop.step()
+    assert wait_s > 0.0 and drafts == []  # waiting, nothing computed
+    clock.advance(wait_s / 2)
+    assert loop.step() == pytest.approx(wait_s / 2)  # still waiting, for what is left
+    woken.clear()
     loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=3.0)
-    step.join(timeout=60)
-    assert not step.is_alive()
+    assert woken  # the worker is woken: the parked window is decided now
+    assert loop.step() == 0.0 and loop.parked is None
     assert drafts == [] and loop.windows_drafted == 0
     assert loop.windows_stepped_aside == 1 == loop.diagnostics["windows_stepped_aside"]
 
 
 def test_a_window_the_verifier_has_not_finished_when_the_wait_ends_is_drafted(drafter):
+    clock = ManualClock()
+    loop, drafts = make_loop(drafter, clock, step_aside_ms=50.0)
+    [window] = windows(1)
+    verifier_done_at_the_close(loop, window.id)
+    loop.enqueue([window])
+    assert loop.step() == 0.0 and drafts == []  # parked
+    wait_s = loop.step()
+    assert wait_s > 0.0 and drafts == []  # waiting
+    clock.advance(wait_s)  # the wait is over, and the verifier did not finish it
+    step = stepping(loop)
+    assert drafts.done.wait(GENEROUS_S)
+    loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=400.0)
+    step.join(GENEROUS_S)
+    assert drafts and drafts[-1][2] and loop.windows_drafted == 1
+    assert loop.windows_stepped_aside == 0 and loop.parked is None
+
+
+def test_a_window_parked_at_its_close_is_let_go_undrafted_when_the_loop_stops(drafter):
     loop, drafts = make_loop(drafter, step_aside_ms=50.0)
     [window] = windows(1)
     verifier_done_at_the_close(loop, window.id)
-    step = drafted_until_done(loop, window, drafts)
-    loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=400.0)
-    step.join(timeout=60)
-    assert drafts and drafts[-1][2] and loop.windows_drafted == 1
-    assert loop.windows_stepped_aside == 0
+    loop.enqueue([window])
+    assert loop.step() == 0.0 and loop.parked is not None
+    loop.stop_taking()
+    assert loop.step() == 0.0 and loop.parked is None  # no wait left: it is let go
+    assert drafts == [] and loop.windows_drafted == 0
 
 
 def test_two_slow_captions_of_the_last_four_end_the_stepping_aside(drafter):
@@ -172,11 +221,17 @@ def test_a_verifier_that_finishes_nothing_in_the_wait_stops_it_after_two_windows
     # a draft node whose verifier is slow, or gone (a split deployment's link down), waits
     # for the first two windows only, then drafts each at once
     loop, drafts = make_loop(drafter, step_aside_ms=5.0)
+    clock = loop.clock
     for window in windows(2):
         assert loop.schedule.verifier_ahead()
-        step = drafted_until_done(loop, window, drafts)
+        loop.enqueue([window])
+        assert loop.step() == 0.0  # parked at the close
+        clock.advance(loop.step())  # the wait is over: nothing finished
+        drafts.done.clear()
+        step = stepping(loop)
+        assert drafts.done.wait(GENEROUS_S)
         loop.on_confirmed(window.key, 0, [], "", done=True)  # long after: let it go
-        step.join(timeout=60)
+        step.join(GENEROUS_S)
         assert drafts[-1][0] == window.id and drafts[-1][2]  # drafted after the wait
         drafts.clear()
     assert list(loop.schedule.verifier_done_ms) == [math.inf, math.inf]
@@ -214,13 +269,10 @@ def test_a_verifier_in_this_process_stops_the_windows_draft_the_moment_it_finish
     shared.add_drafter(lambda: None, lambda: None, loop.on_finished)
     [window] = windows(1)
     loop.enqueue([window])
-    step = threading.Thread(target=loop.step)
-    step.start()
-    deadline = time.monotonic() + 60
-    while not drafts and time.monotonic() < deadline:
-        time.sleep(0.001)
+    step = stepping(loop)
+    assert drafts.first.wait(GENEROUS_S)
     shared.finished(window.key, 12.0)
-    step.join(timeout=60)
+    step.join(GENEROUS_S)
     assert not step.is_alive()  # stopped, not lingering for confirmations
     assert drafts and not any(cut for *_, cut in drafts)  # finished, not "cut short"
     loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=12.0)  # the topic's, later
@@ -250,14 +302,13 @@ def test_a_window_is_drafted_before_its_close_from_its_events_so_far_and_not_aga
     for packet in _packets(window.events, t_lead - 50_000_000, t_lead + 20_000_000):
         loop.add_events(packet)
     assert len(loop.queue) == 1 and loop.schedule.counts["early"] == 1
-    step = threading.Thread(target=loop.step)
-    step.start()
-    deadline = time.monotonic() + 60
-    while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    step = stepping(loop)
+    assert drafts.done.wait(GENEROUS_S)
     assert drafts and drafts[-1][2]  # complete, and the window is still open
     assert max(read) < t_lead + 20_000_000  # the draft read the events so far only
-    # the rest of the window and the next one's first events: it closes, and is not queued
+    # the rest of the window and the next one's first events, 0.2 s later: it closes, and
+    # is not queued
+    loop.clock.advance(0.2)
     for packet in _packets(window.events, t_lead + 20_000_000, window.t1):
         loop.add_events(packet)
     loop.add_events(replace(window.events.between(window.t0, window.t0 + 10_000_000),
@@ -265,7 +316,7 @@ def test_a_window_is_drafted_before_its_close_from_its_events_so_far_and_not_aga
                             + 10**9 + 50_000_000))
     assert len(loop.queue) == 0 and loop.schedule.counts["drafted_early"] == 1
     loop.on_confirmed(window.key, 0, [], "", done=True, done_ms=1.0)
-    step.join(timeout=60)
+    step.join(GENEROUS_S)
     (timing,) = list(loop.timings)
     assert timing.early and timing.closed and timing.complete_ms < 0  # before the close
     assert timing.events_unread > 0 and timing.events_total == len(window.events)
@@ -282,13 +333,10 @@ def test_without_a_lead_a_window_is_drafted_at_its_close_from_all_its_events(dra
     assert len(loop.queue) == 0  # open: nothing drafted yet
     loop.enqueue([window])  # it closes
     assert len(loop.queue) == 1
-    step = threading.Thread(target=loop.step)
-    step.start()
-    deadline = time.monotonic() + 60
-    while not (drafts and drafts[-1][2]) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    step = stepping(loop)
+    assert drafts.done.wait(GENEROUS_S)
     loop.on_confirmed(window.key, 0, [], "", done=True)
-    step.join(timeout=60)
+    step.join(GENEROUS_S)
     (timing,) = list(loop.timings)
     assert not timing.early and timing.events_unread == 0
     assert loop.schedule.counts["at_close"] == 1 and timing.complete_ms >= 0

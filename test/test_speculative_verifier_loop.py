@@ -3,12 +3,16 @@ in, captions and confirmed tokens out, in the order the caption protocol promise
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 from synthetic_windows import random_window
 
 from crossspec_ros.models.tiny import tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
+from crossspec_ros.speculative.loop_clock import ManualClock
 from crossspec_ros.speculative.verifier_loop import VerifierLoop
+from crossspec_ros.speculative.worker import UNTIL_WOKEN
 from crossspec_ros.sync.captions import CaptionStatus, UnverifiedReason
 from crossspec_ros.sync.synchronizer import WindowSynchronizer
 
@@ -39,7 +43,7 @@ def make_loop(verifier, max_queued: int = 2) -> tuple[VerifierLoop, Recorder]:
     loop = VerifierLoop(patience_s=5.0, max_queued=max_queued,
                         on_captions=out.captions.extend,
                         on_confirmed=lambda w, e, s: out.confirmed.append((w.key, e)),
-                        warn=out.warnings.append,
+                        clock=ManualClock(), lock=nullcontext(), warn=out.warnings.append,
                         on_result=lambda w, r: out.results.append((w.key, r)))
     engine = SpeculativeEngine(verifier, None, EngineConfig(max_new_tokens=12))
     loop.configure(engine, WindowSynchronizer())
@@ -132,3 +136,30 @@ def test_a_live_parameter_change_reaches_the_engine_from_the_next_window(verifie
     loop.step()
     [(_, result)] = out.results
     assert loop.engine.config.max_new_tokens == 3 and len(result.tokens) <= 3
+
+
+def test_a_drafted_window_no_frame_comes_for_ends_unverified_once_its_patience_is_over(
+        verifier):
+    # decided on the clock the loop is given: moved by hand, no test waits for it
+    loop, out = make_loop(verifier)
+    window = random_window(11)
+    final_draft(loop, window)
+    loop.tick()
+    loop.clock.advance(4.9)
+    loop.tick()
+    assert not any(c.finished for c in out.captions)  # still within its patience (5 s)
+    loop.clock.advance(0.2)
+    loop.tick()
+    [caption] = [c for c in out.captions if c.finished]
+    assert (caption.key, caption.status, caption.draft_text) == (window.key, UNVERIFIED,
+                                                                  "a red car")
+
+
+def test_a_queued_window_wakes_the_worker_and_a_step_with_nothing_queued_says_so(verifier):
+    loop, out = make_loop(verifier)
+    woken = []
+    loop.wake_worker = lambda: woken.append(len(loop.queue))
+    assert loop.step() == UNTIL_WOKEN and woken == []
+    loop.enqueue([random_window(12)])
+    assert woken == [1]  # woken with the window queued
+    assert loop.step() == 0.0 and len(out.results) == 1  # verified; look again at once

@@ -57,8 +57,8 @@ def test_a_draft_for_a_new_window_is_published_as_a_draft_caption(node):
 def test_a_verified_window_ends_with_one_final_caption_and_later_drafts_are_late(node):
     window = random_window(7)
     node._on_draft(draft(7, [5, 6], "a red car"))
-    node.queue.put(window, 0.0)
-    node._step()
+    node.loop.queue.put(window, 0.0)
+    node.loop.step()
     assert statuses(node)[-1] == (7, Caption.STATUS_FINAL)
     assert [s for _, s in statuses(node)].count(Caption.STATUS_FINAL) == 1
     final = node.pub_caption.sent[-1]
@@ -68,13 +68,13 @@ def test_a_verified_window_ends_with_one_final_caption_and_later_drafts_are_late
     sent = len(node.pub_caption.sent)
     node._on_draft(draft(7, [5, 6, 9], "a red car turns", done=True))
     assert len(node.pub_caption.sent) == sent
-    assert node.book.counters["late_drafts"] == 1
+    assert node.loop.book.counters["late_drafts"] == 1
 
 
 def test_a_window_dropped_by_a_busy_verifier_is_unverified_with_its_draft(node):
-    node.queue.maxlen = 1
+    node.loop.queue.maxlen = 1
     node._on_draft(draft(1, [5], "a red"))
-    node._enqueue([random_window(1), random_window(2)])  # window 1 dropped for window 2
+    node.loop.enqueue([random_window(1), random_window(2)])  # window 1 dropped for window 2
     assert statuses(node) == [(1, Caption.STATUS_DRAFT)]  # its draft is still coming
     node._on_draft(draft(1, [5, 6], "a red car", done=True))
     last = node.pub_caption.sent[-1]
@@ -86,14 +86,14 @@ def test_a_verifier_failure_ends_the_window_unverified_with_its_draft(node, monk
     def fail(*args, **kwargs):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(node.engine, "run_window", fail)
+    monkeypatch.setattr(node.loop.engine, "run_window", fail)
     node._on_draft(draft(3, [5, 6], "a red car", done=True))
-    node.queue.put(random_window(3), 0.0)
+    node.loop.queue.put(random_window(3), 0.0)
     with pytest.raises(RuntimeError):
-        node._step()  # the Worker counts and logs it
+        node.loop.step()  # the Worker counts and logs it
     assert statuses(node)[-1] == (3, Caption.STATUS_UNVERIFIED)
     assert node.pub_caption.sent[-1].unconfirmed_text == "a red car"
-    assert node.channels == {}
+    assert node.loop.channels == {}
 
 
 def test_drafts_of_two_epochs_with_the_same_id_are_two_windows(node):
@@ -101,7 +101,7 @@ def test_drafts_of_two_epochs_with_the_same_id_are_two_windows(node):
     node._on_draft(draft(4, [6], "a bus", epoch=1))
     assert [(c.epoch, c.draft_text) for c in node.pub_caption.sent] == [(0, "a car"),
                                                                           (1, "a bus")]
-    assert set(node.channels) == {(0, 4), (1, 4)}
+    assert set(node.loop.channels) == {(0, 4), (1, 4)}
 
 
 def test_a_late_subscriber_gets_the_latest_finished_caption_at_once(node):
@@ -109,8 +109,8 @@ def test_a_late_subscriber_gets_the_latest_finished_caption_at_once(node):
     from crossspec_ros.nodes.graph import make_executor, spin_in_thread
 
     node._on_draft(draft(1, [5], "a red car", done=True))
-    with node._lock:  # the window ends UNVERIFIED (no RGB will come for it)
-        node._publish(node.book.expire(1e9, set(), (0, 5)))
+    with node.loop.lock:  # the window ends UNVERIFIED (no RGB will come for it)
+        node.loop.publish(node.loop.book.expire(1e9, set(), (0, 5)))
     got = []
     late = rclpy.create_node("late_subscriber")
     late.create_subscription(Caption, "/crossspec/caption/latest", got.append, latched_qos())
@@ -137,15 +137,15 @@ def test_a_window_the_worker_has_taken_is_not_ended_unverified_before_it_starts(
     # The worker takes a window from the queue, then marks it started: a tick in between
     # (the executor thread) must not find it neither queued nor started and end it NO_RGB.
     node._on_draft(draft(7, [5, 6], "a red car", done=True))
-    node.queue.put(random_window(7), 0.0)
-    node.book.patience_s = 0.0  # every window not waited for ends at the next tick
-    claim = node.held.claim
+    node.loop.queue.put(random_window(7), 0.0)
+    node.loop.book.patience_s = 0.0  # every window not waited for ends at the next tick
+    claim = node.loop.held.claim
 
     def tick_first(window):
-        node._tick()
+        node.loop.tick()
         return claim(window)
 
-    monkeypatch.setattr(node.held, "claim", tick_first)
-    node._step()
+    monkeypatch.setattr(node.loop.held, "claim", tick_first)
+    node.loop.step()
     assert Caption.STATUS_UNVERIFIED not in [s for _, s in statuses(node)]
     assert statuses(node)[-1] == (7, Caption.STATUS_FINAL)

@@ -193,7 +193,7 @@ def _rate_row(rate_ev_s: float, events: int, packets: int, sent_s: float,
               log: Any) -> dict[str, Any]:
     """One rate's row from what the camera sent and the draft node counted (its stats read
     now), ``keeps_up`` included, logged in one line."""
-    sync, decoder = draft.sync.stats, draft.decoder.stats
+    sync, decoder = draft.loop.sync.stats, draft.decoder.stats
     row = {
         "rate_mev_s": rate_ev_s / 1e6, "events": events, "packets": packets,
         # what reached the node (sensor-data QoS is best effort: a slow reader loses
@@ -205,7 +205,7 @@ def _rate_row(rate_ev_s: float, events: int, packets: int, sent_s: float,
         if late_ms else 0.0,
         "draft_node_cpu_cores": round(cpu_cores, 2),
         "windows_with_a_draft": len(latencies),
-        "dropped_windows": draft.queue.dropped + sync.dropped_windows,
+        "dropped_windows": draft.loop.queue.dropped + sync.dropped_windows,
         "late_events": sync.late_events, "bad_packets": decoder.bad_packets,
         "missing_packets": decoder.missing_packets,
         "first_token_ms_p50": summaries.rounded(statistics.median(latencies), 1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from crossspec_ros.params import DRAFT_NODE_PARAMS, VERIFIER_NODE_PARAMS, engine
 from crossspec_ros.speculative.draft_loop import DraftLoop
 from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent
+from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.speculative.verifier_loop import VerifierLoop
@@ -192,19 +194,21 @@ class LiveReplay:
                              max_queued=p["max_queued_windows"],
                              on_captions=self._on_captions,
                              on_confirmed=lambda w, e, _s: self._post_confirmed(dloop, w, e),
+                             clock=MONOTONIC, lock=threading.Lock(),
                              warn=self.log, on_result=self._on_result)
         vloop.configure_from_params(p, self.engine, verifier_first=verifier_first)
         vloop.start(p["max_queued_windows"])
         dloop = None
-        workers = [Worker(f"{self.graph.name}-verifier", vloop.step, self._on_error)]
+        workers = [Worker.serving(f"{self.graph.name}-verifier", vloop, self._on_error)]
         if self.drafter is not None:
             dloop = DraftLoop(self.draft_params, on_draft=lambda *a: self._post_draft(vloop, *a),
+                              clock=MONOTONIC, lock=threading.Lock(),
                               warn=self.log, error=self._on_error)
             dloop.configure(self.drafter, sync_from_params(self.draft_params, ("events",)))
             dloop.start()
             self.draft_loop = dloop
             verifier_first.add_drafter(dloop.hold, dloop.release_hold, dloop.on_finished)
-            workers.append(Worker(f"{self.graph.name}-draft", dloop.step, self._on_error))
+            workers.append(Worker.serving(f"{self.graph.name}-draft", dloop, self._on_error))
         for worker in workers:
             worker.start()
         try:

@@ -766,16 +766,16 @@ def _run_graph(args: argparse.Namespace, graph: ComparedGraph, models: dict[str,
                                  foxglove=getattr(args, "foxglove_output", None))
     verifier_node = next(n for n in running.nodes if isinstance(n, VerifierNode))
     running.verifier_node = verifier_node
-    models["verifier"] = verifier_node.engine.verifier
+    models["verifier"] = verifier_node.loop.engine.verifier
     monitor.tokenize = text_to_ids(models["verifier"].tokenizer)
     if loop and args.check_lossless and graph is CROSSSPEC:
-        monitor.check = _check_as_they_finish(verifier_node.engine)
+        monitor.check = _check_as_they_finish(verifier_node.loop.engine)
     for node in running.nodes:
         if isinstance(node, DraftNode):
             models["drafter"] = node.drafter
-            if node.process is not None:
+            if node.loop.process is not None:
                 deaths.watch_process("the draft node's drafter process",
-                                     lambda process=node.process: process.alive)
+                                     lambda process=node.loop.process: process.alive)
     watcher = rclpy.create_node("crossspec_drive_monitor")
     watch_captions(watcher, verifier_node.params["caption_topic"], monitor.on_caption)
     player = BagPlayer(args.bag, rate=args.rate, loop=loop,
@@ -802,7 +802,7 @@ def _shut_down(running: _RunningGraph) -> Any:
         running.stop_spinning()
     running.executor.shutdown(timeout_sec=2.0)
     # kept past the nodes: the lossless check and the next pass use the models
-    engine = running.verifier_node.engine if running.verifier_node is not None else None
+    engine = running.verifier_node.loop.engine if running.verifier_node is not None else None
     for node in running.nodes:
         node.destroy_node()  # the viz node closes its recording here
     if rclpy.ok():
@@ -857,7 +857,7 @@ def _dropped_windows(nodes: list) -> DroppedWindows:
 
 def _dropped(node: Any) -> int:
     """Windows ``node``'s queue let go because it was full."""
-    return getattr(getattr(node, "queue", None), "dropped", 0)
+    return node.loop.queue.dropped
 
 
 class NodeDeaths:
@@ -949,8 +949,8 @@ def _wait(player: Any, verifier: Any, monitor: DriveMonitor, max_windows: int,
             player.stop()
             return
         if player.done.is_set():
-            busy = len(verifier.queue) or any(
-                w.verifying for w in list(verifier.book.windows.values()))
+            busy = len(verifier.loop.queue) or any(
+                w.verifying for w in list(verifier.loop.book.windows.values()))
             idle_since = math.inf if busy else min(idle_since, now)
             last = idle_since if mixed else max(idle_since, monitor.last_activity)
             if not busy and now - last > settle:

@@ -13,6 +13,7 @@ captions never pass a fragment off as the whole draft.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from crossspec import msg as cs_msg
@@ -37,6 +38,7 @@ from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import DRAFT_NODE_PARAMS
 from crossspec_ros.speculative.draft_loop import DraftLoop
 from crossspec_ros.speculative.events import EngineEvent
+from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.verifier_first import VerifierFirst
 
@@ -54,26 +56,12 @@ class DraftNode(ManagedNode):
         self.params = declare_params(self, DRAFT_NODE_PARAMS)
         self.verifier_first = verifier_first
         # the window decisions (speculative/draft_loop.py); this node converts and publishes
-        self.loop = DraftLoop(self.params, on_draft=self._publish_draft,
+        self.loop = DraftLoop(self.params, on_draft=self._publish_draft, clock=MONOTONIC,
+                              lock=threading.Lock(),
                               warn=self.get_logger().warning, error=self.get_logger().error)
         self._given_drafter = self.drafter = drafter
         self.worker: Worker | None = None
         self.drafter_runs_in = "a thread"  # where the last configure put it (for reports)
-
-    # the loop's parts, as the node's (tests and diagnostics read them here)
-    cursor = property(lambda self: self.loop.cursor)
-    queue = property(lambda self: self.loop.queue)
-    sync = property(lambda self: self.loop.sync)
-    process = property(lambda self: self.loop.process)
-    windows_drafted = property(lambda self: self.loop.windows_drafted)
-    windows_cut_short = property(lambda self: self.loop.windows_cut_short)
-    windows_confirmed_before_draft = property(
-        lambda self: self.loop.windows_confirmed_before_draft)
-    _held_packets = property(lambda self: self.loop.held_packets)
-    _enqueue = property(lambda self: self.loop.enqueue)
-    _step = property(lambda self: self.loop.step)
-    _hold = property(lambda self: self.loop.hold)
-    _release_hold = property(lambda self: self.loop.release_hold)
 
     def configure_node(self) -> None:
         p = self.params
@@ -99,7 +87,7 @@ class DraftNode(ManagedNode):
         self.drafter_runs_in = "a child process" if process is not None else "a thread"
         self.decoder = EventPacketDecoder(name=p["event_topic"])
         self.loop.configure(self.drafter,
-                            sync_from_params(p, streams=("events",), previous=self.sync),
+                            sync_from_params(p, streams=("events",), previous=self.loop.sync),
                             process=process,
                             decode=lambda msg: self.decoder.decode(from_msg(msg)))
         self.pub_draft = self.add_publisher(cs_msg.DraftTokens, p["draft_topic"],
@@ -114,7 +102,7 @@ class DraftNode(ManagedNode):
         if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
             self.add_timer(0.5, follow_clock(self))
         if self.verifier_first is not None:
-            self.verifier_first.add_drafter(self._hold, self._release_hold,
+            self.verifier_first.add_drafter(self.loop.hold, self.loop.release_hold,
                                             self.loop.on_finished)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
@@ -123,8 +111,8 @@ class DraftNode(ManagedNode):
 
     def start(self) -> None:
         self.loop.start()
-        self.worker = Worker(f"{self.get_name()}-worker", self.loop.step,
-                             lambda e: self.get_logger().error(f"drafting failed: {e}"))
+        self.worker = Worker.serving(f"{self.get_name()}-worker", self.loop,
+                                     lambda e: self.get_logger().error(f"drafting failed: {e}"))
         self.worker.start()
 
     def stop(self) -> None:
@@ -182,9 +170,9 @@ class DraftNode(ManagedNode):
                   "missing_packets": self.decoder.stats.missing_packets,
                   **runtime_counters(self.drafter)}  # eager_steps: not compiled, see its log
         stats = self.decoder.stats
-        level = 1 if self.queue.dropped or stats.bad_packets or stats.missing_packets or \
+        level = 1 if self.loop.queue.dropped or stats.bad_packets or stats.missing_packets or \
             self.callback_errors else 0
-        message = "dropping windows" if self.queue.dropped else \
+        message = "dropping windows" if self.loop.queue.dropped else \
             "event packets missing (raise event_qos_depth)" if stats.missing_packets else \
             "callbacks failed (see the log)" if self.callback_errors else "ok"
         self.pub_diag.publish(diagnostics(self, "crossspec: draft", values, level, message))

@@ -16,6 +16,7 @@ close (speculative/early_start.py). Those decisions are the verifier loop's
 from __future__ import annotations
 
 import math
+import threading
 from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +49,7 @@ from crossspec_ros.params import (
 )
 from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent
+from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.speculative.verifier_loop import VerifierLoop
 from crossspec_ros.sync.agreement import text_to_ids
@@ -84,6 +86,7 @@ class VerifierNode(ManagedNode):
                                  max_queued=p["max_queued_windows"],
                                  on_captions=self._publish_captions,
                                  on_confirmed=self._publish_confirmed,
+                                 clock=MONOTONIC, lock=threading.Lock(),
                                  warn=self.get_logger().warning, on_result=on_result)
         self._node_counters = {"bad_frames": 0, "errors": 0}
         self.counters = ChainMap(self._node_counters, self.loop.counters)
@@ -91,21 +94,6 @@ class VerifierNode(ManagedNode):
         # the book's FINAL / UNVERIFIED counts at the last diagnostics (is anything verified?)
         self._finished_seen = (0, 0)
         self.live_prefill = False
-
-    # the loop's parts, as the node's (tests and diagnostics read them here)
-    engine = property(lambda self: self.loop.engine,
-                      lambda self, engine: setattr(self.loop, "engine", engine))
-    book = property(lambda self: self.loop.book)
-    queue = property(lambda self: self.loop.queue)
-    held = property(lambda self: self.loop.held)
-    live = property(lambda self: self.loop.live)
-    agreement = property(lambda self: self.loop.agreement)
-    channels = property(lambda self: self.loop.channels)
-    _lock = property(lambda self: self.loop.lock)
-    _publish = property(lambda self: self.loop.publish)
-    _step = property(lambda self: self.loop.step)
-    _tick = property(lambda self: self.loop.tick)
-    _enqueue = property(lambda self: self.loop.enqueue)
 
     def configure_node(self) -> None:
         p = self.params
@@ -132,7 +120,7 @@ class VerifierNode(ManagedNode):
             self.get_logger().info(f"caption corpus: {corpus.summary()}")
         engine = SpeculativeEngine(verifier, drafter, config, head=head,
                                    corpus=corpus.captions if corpus else ())
-        self.agreement.tokenize = text_to_ids(verifier.tokenizer)
+        self.loop.agreement.tokenize = text_to_ids(verifier.tokenizer)
         self.live_prefill = self.loop.configure_from_params(
             p, engine, previous_sync=self.sync, verifier_first=self.verifier_first)
         self.sync = self.loop.sync
@@ -153,7 +141,7 @@ class VerifierNode(ManagedNode):
                               self._on_compressed, qos)
         self.add_subscription(cs_msg.DraftTokens, p["draft_topic"], self._on_draft,
                               reliable_qos())
-        self.add_timer(0.1, self._tick)
+        self.add_timer(0.1, self.loop.tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
             self.add_timer(0.5, follow_clock(self))
@@ -165,7 +153,7 @@ class VerifierNode(ManagedNode):
 
     def start(self) -> None:
         self.loop.start(self.params["max_queued_windows"])
-        self.worker = Worker(f"{self.get_name()}-worker", self.loop.step, self._on_error)
+        self.worker = Worker.serving(f"{self.get_name()}-worker", self.loop, self._on_error)
         self.worker.start()
 
     def stop(self) -> None:
@@ -181,7 +169,7 @@ class VerifierNode(ManagedNode):
             self.caption_action.destroy()
             self.caption_action = None
         if self._given[0] is None:  # a verifier this node loaded is let go (a given one
-            self.engine = None      # stays with its owner, and its engine readable)
+            self.loop.engine = None  # stays with its owner, and its engine readable)
 
     # ------------------------------------------------------------ callbacks (executor)
     def _on_image(self, msg: Image) -> None:
@@ -215,12 +203,12 @@ class VerifierNode(ManagedNode):
     def _live_refusal(self, values: dict[str, Any]) -> str | None:
         """What the loaded verifier cannot run: a top_k beyond its vocabulary, a live
         max_new_tokens its static caches (sized at configure) cannot hold."""
-        if self.engine is None:
+        if self.loop.engine is None:
             return None
-        problem = combination_problem(values, self.engine.verifier.info.vocab_size)
+        problem = combination_problem(values, self.loop.engine.verifier.info.vocab_size)
         if problem is not None:
             return problem
-        room = self.engine.verifier.generated_room()
+        room = self.loop.engine.verifier.generated_room()
         if room is not None and values["max_new_tokens"] > room:
             return (f"max_new_tokens {values['max_new_tokens']} exceeds the {room} tokens the "
                     "verifier's static caches hold (sized at configure): set it in the "
@@ -269,13 +257,15 @@ class VerifierNode(ManagedNode):
                   "outlier_frames": s.outlier_frames,
                   "resets": s.resets, "callback_errors": self.callback_errors,
                   **self._node_counters, **self.loop.diagnostics,
-                  **(runtime_counters(self.engine.verifier) if self.engine is not None else {})}
-        finished = (self.book.counters["windows_final"], self.book.counters["windows_unverified"])
+                  **(runtime_counters(self.loop.engine.verifier)
+                     if self.loop.engine is not None else {})}
+        book = self.loop.book
+        finished = (book.counters["windows_final"], book.counters["windows_unverified"])
         final_now, unverified_now = (a - b for a, b in zip(finished, self._finished_seen,
                                                             strict=True))
         self._finished_seen = finished
         level, message = 0, "ok"
-        if self.queue.dropped or self.counters["errors"] or self.counters["bad_frames"] or \
+        if self.loop.queue.dropped or self.counters["errors"] or self.counters["bad_frames"] or \
                 self.callback_errors:
             level, message = 1, "degraded"
         if unverified_now and not final_now:  # whatever the cause, nothing is verified

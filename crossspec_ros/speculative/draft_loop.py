@@ -8,7 +8,8 @@ callback its owner gives, the moment each token exists:
                            \\--a window's end within the lead: its events so far -->/
     on_confirmed(...)  --> the window being drafted re-syncs to the confirmed prefix; a window
                            the verifier finished is not drafted (its caption is FINAL)
-    tick()             --> windows closed by time; a finished draft nobody confirms is let go
+    tick()             --> windows closed by the clock; a finished draft nobody confirms is
+                           let go
 
 When a window is drafted is ``DraftSchedule``'s decision (speculative/draft_schedule.py): a
 lead before its close, from the events seen so far, so that the draft is complete at the close
@@ -18,18 +19,21 @@ windows not drafted early, unless the verifier finished them (or, ahead, is abou
 A newer window always wins: the drafter leaves the old one as soon as the next window's draft
 is due, and says so (a draft ``cut_short``), as it does for a window it drops unstarted, so the
 verifier's captions never pass a fragment off as the whole draft. ``step()`` is the worker's
-unit of work; everything else comes from the executor. The draft node
-(``nodes/draft_node.py``) converts messages and publishes what this hands it; the bench's
-replay (``bench/live_replay.py``) hands the drafts to a ``VerifierLoop`` directly.
+unit of work; everything else comes from the executor. The loop owns no thread and never
+waits: its owner gives the clock it decides by and the lock its two callers share, runs
+``step`` on a worker (speculative/worker.py) and wakes it through ``wake_worker``; a window
+waiting at its close for the verifier is parked, and ``step`` says how long the worker may
+sleep. The draft node (``nodes/draft_node.py``) converts messages and publishes what this hands
+it; the bench's replay (``bench/live_replay.py``) hands the drafts to a ``VerifierLoop``
+directly.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +44,11 @@ from crossspec_ros.speculative.draft_schedule import (
 )
 from crossspec_ros.speculative.drafting import DraftChannel, run_drafter
 from crossspec_ros.speculative.events import EngineEvent, EventKind
+from crossspec_ros.speculative.loop_clock import LoopClock
 from crossspec_ros.speculative.proposers import DraftStream
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.vocab import confirmed_in_drafter_ids
+from crossspec_ros.speculative.worker import UNTIL_WOKEN
 from crossspec_ros.stamps import seconds_to_ns
 from crossspec_ros.summaries import median, rounded
 from crossspec_ros.sync.captions import DraftCursor, WindowKey
@@ -96,12 +102,17 @@ class DraftTiming:
 class DraftLoop:
     """See the module docstring. ``params``: read at each use (max_new_tokens, draft_head;
     a node's live parameter dict); ``on_draft``: publish a draft (the worker's thread);
-    ``warn``/``error``: log lines."""
+    ``warn``/``error``: log lines; ``clock``: the time it decides by; ``lock``: shared by the
+    executor, the worker and the verifier's turn (a ``threading.Lock``; ``nullcontext()`` for
+    one thread)."""
 
-    def __init__(self, params: Mapping[str, Any], *, on_draft: DraftOut,
+    def __init__(self, params: Mapping[str, Any], *, on_draft: DraftOut, clock: LoopClock,
+                 lock: AbstractContextManager,
                  warn: Callable[[str], None] = lambda _t: None,
                  error: Callable[[str], None] = lambda _t: None) -> None:
         self.params, self.on_draft, self.warn, self.error = params, on_draft, warn, error
+        self.clock, self.lock = clock, lock
+        self.wake_worker: Callable[[], None] = lambda: None  # new work: the owner's worker
         self.drafter: Any = None
         self.process: Any = None  # a DrafterProcess, when the drafter runs in one
         self.sync: Any = None  # the events synchronizer
@@ -112,8 +123,7 @@ class DraftLoop:
                                       lead_ms=params["draft_lead_ms"],
                                       step_aside_ms=params["step_aside_ms"])
         self.data_clock = DataClock()
-        self.held = False  # paused for the verifier (guarded by hold_lock)
-        self.hold_lock = threading.Lock()
+        self.held = False  # paused for the verifier (guarded by the lock)
         # packets that came while held, in order (bounded: at most the pause's length of the
         # camera's packets; the pause is yield_to_verifier_ms at most)
         self.held_packets: deque[Any] = deque()
@@ -125,12 +135,13 @@ class DraftLoop:
         # windows whose caption the verifier finished (its last confirmation said done): a
         # draft of one would only come after its FINAL caption, so none is drafted
         self.verifier_finished: OrderedDict[WindowKey, None] = OrderedDict()
-        self.finished_changed = threading.Condition()  # guards verifier_finished's waiters
+        # a window queued at its close that waits for the verifier to finish it (the window,
+        # its timing, the local time the wait ends): the next steps look at it first
+        self.parked: tuple[Any, DraftTiming, float] | None = None
         # the drafts begun or queued, by window (bounded), and those whose timing is whole
         # (complete or left, and closed): what the node's summary reads
         self.drafts: OrderedDict[WindowKey, DraftTiming] = OrderedDict()
         self.timings: deque[DraftTiming] = deque(maxlen=FINISHED_KEPT)
-        self.timing_lock = threading.Lock()
         self.drafts_withheld = 0  # drafted after the verifier finished the window: not sent
         # the last windows that closed after their draft was queued early: a draft not begun
         # by then reads the whole window
@@ -165,16 +176,16 @@ class DraftLoop:
             batch = self.decode(self.held_packets.popleft())
             if len(batch):
                 decoded = True
-                self.data_clock.observe(int(batch.t_last), time.monotonic())
+                self.data_clock.observe(int(batch.t_last), self.clock.now())
                 self.enqueue(self.sync.add_events(batch))
         if decoded:
-            self._start_early(time.monotonic())
+            self._start_early(self.clock.now())
 
     def tick(self) -> None:
         if not self.held:
             self.decode_held()
-        self.enqueue(self.sync.poll(time.monotonic_ns()))
-        lingering = self.cursor.lingering(time.monotonic(), LINGER_S)
+        self.enqueue(self.sync.poll(self.clock.now_ns()))
+        lingering = self.cursor.lingering(self.clock.now(), LINGER_S)
         if lingering is not None:  # a finished draft nobody confirms any more is let go
             lingering.stop()
 
@@ -203,7 +214,7 @@ class DraftLoop:
                                  len(window.events))
             if decision.action is Action.SKIP:  # resting: not drafted, at its close neither
                 timing.skipped = timing.over = True
-                with self.timing_lock:
+                with self.lock:
                     self.drafts[key] = timing
                 continue
             self._queue(window, timing)
@@ -211,7 +222,7 @@ class DraftLoop:
     def enqueue(self, windows: Iterable[Any]) -> None:
         """Windows that closed: each drafted early is only timed; the others are queued (the
         worker asks the schedule whether to draft them when it takes them)."""
-        now = time.monotonic()
+        now = self.clock.now()
         for window in windows:
             early = self._closed(window, now)
             if not window.has_events or early:
@@ -223,7 +234,7 @@ class DraftLoop:
     def _closed(self, window: Any, now: float) -> bool:
         """``window`` closed here now: its early draft's timing learns the real close (and
         its whole window, for a draft not begun yet). True when it was drafted early."""
-        with self.timing_lock:
+        with self.lock:
             timing = self.drafts.get(window.key)
             if timing is None or not timing.early:
                 return False
@@ -244,16 +255,17 @@ class DraftLoop:
         # the draft in progress now: once a window is queued, the worker may take it and
         # begin it before the stop below, and that newer draft must go on
         in_progress = self.cursor.current()
-        with self.timing_lock:
+        with self.lock:
             self.drafts[window.key] = timing
             while len(self.drafts) > FINISHED_KEPT:
                 self.drafts.popitem(last=False)
         dropped = self.queue.put(window, timing)
+        self.wake_worker()
         if dropped is not None:
             self.warn(f"drafter busy: dropped window {dropped.id} "
                       f"({self.queue.dropped} so far)")
             self._cut_short(dropped, None)
-            with self.timing_lock:  # never drafted: its timing is over
+            with self.lock:  # never drafted: its timing is over
                 left = self.drafts.get(dropped.key)
                 if left is not None:
                     left.over = True
@@ -276,14 +288,14 @@ class DraftLoop:
         """The verifier finished window ``key``, ``done_ms`` after its close (its last
         confirmation; or, in one process with it, straight from its loop: ``VerifierFirst``).
         Heard twice, it counts once."""
-        with self.finished_changed:
+        with self.lock:
             if key in self.verifier_finished:
                 return
             self.verifier_finished[key] = None
             while len(self.verifier_finished) > FINISHED_KEPT:
                 self.verifier_finished.popitem(last=False)
             self.schedule.verifier_done(done_ms)
-            self.finished_changed.notify_all()
+        self.wake_worker()  # a window parked for this one is decided
         channel, _ = self.cursor.confirmed(key, 0, [], True)  # done: the window's handle
         if channel is not None:
             channel.stop()  # the verifier is done with the window being drafted
@@ -291,68 +303,80 @@ class DraftLoop:
     # ------------------------------------------------------------ the verifier's turn
     def hold(self) -> None:
         """The verifier in this process works on a closed window: pause the drafter."""
-        with self.hold_lock:
+        with self.lock:
             self.held = True
             channel = self.cursor.current()
             if channel is not None:
                 channel.set_lookahead(0)
 
     def release_hold(self) -> None:
-        with self.hold_lock:
+        with self.lock:
             self.held = False
             channel = self.cursor.current()
             if channel is not None:
                 channel.set_lookahead(self.params["max_new_tokens"])
 
     # ------------------------------------------------------------ the worker
-    def step(self) -> None:
-        """One unit of the worker's work: draft the oldest window queued."""
+    def step(self) -> float:
+        """One unit of the worker's work: decide on the window parked at its close, or draft
+        the oldest window queued. Returns how long the worker may wait for new work before
+        the next step (0: step again at once)."""
+        if self.parked is not None:
+            return self._step_parked(*self.parked)
         item = self.queue.get()
         if item is None:
-            return
+            return UNTIL_WOKEN
         window, timing = item
-        if not timing.early and not self._take_at_close(window, timing):
-            with self.timing_lock:
-                timing.over = True
-                self._settled(timing)
-            return
         if timing.early:  # closed since it was queued: the whole window then
-            with self.timing_lock:
+            with self.lock:
                 window = self._closed_windows.pop(window.key, window)
-        timing.started_at = time.monotonic()
+            self._draft(window, timing)
+            return 0.0
+        decision = self.schedule.at_close(False, window.key in self.verifier_finished)
+        if decision.action is Action.WAIT:  # the verifier is ahead: it may finish it first
+            self.parked = (window, timing, timing.close_at + decision.wait_s)
+            return 0.0
+        self._draft_if(decision.action is Action.START, window, timing)
+        return 0.0
+
+    def _step_parked(self, window: Any, timing: DraftTiming, until: float) -> float:
+        """The window waiting at its close for the verifier: drafted once the wait is over
+        and the verifier did not finish it; let go when it did, or the loop stops."""
+        finished = window.key in self.verifier_finished
+        if not finished and not self.queue.closed and self.clock.now() < until:
+            return until - self.clock.now()
+        self.parked = None
+        if self.queue.closed:
+            self._draft_if(False, window, timing)
+            return 0.0
+        decision = self.schedule.after_wait(finished)
+        self._draft_if(decision.action is Action.START, window, timing)
+        return 0.0
+
+    def _draft_if(self, start: bool, window: Any, timing: DraftTiming) -> None:
+        if start:
+            self._draft(window, timing)
+            return
+        with self.lock:  # not drafted: its timing is over
+            timing.over = True
+            self._settled(timing)
+
+    def _draft(self, window: Any, timing: DraftTiming) -> None:
+        """Draft ``window`` now, publishing each token as it comes, until its last token, a
+        newer window, the verifier finishing it, or the stop."""
+        timing.started_at = self.clock.now()
         timing.read_until_ns, timing.events_read = int(window.events.t_last), len(window.events)
         max_new = self.params["max_new_tokens"]
         stats = WindowStats(proposer_names=[DraftStream.name])
-        state_due = bool(self.params["draft_head"])  # a head in the verifier reads it
-        drafting: list[DraftChannel] = []  # the window's channel, once there
         last: list[EngineEvent] = []  # the latest draft published
-
-        def emit(kind: EventKind, **fields: Any) -> EngineEvent:
-            nonlocal state_due
-            now = time.monotonic()
-            event = EngineEvent(kind, int(window.id), timing.ms(now), **fields)
-            if kind is EventKind.DRAFT:
-                if len(event.tokens) == 1 and event.revision == 0:
-                    stats.draft_first_token_ms = event.t_ms  # before the first publication
-                    timing.first_token_at = now
-                if event.done and math.isnan(timing.done_at):
-                    timing.done_at = now
-                state = drafting[0].window_state if state_due and drafting else None
-                if state is not None:  # once, with the window's first draft
-                    state_due = False
-                if self._publish(window, event, stats, state, timing):
-                    last[:] = [event]
-            elif kind is EventKind.DRAFT_ERROR:
-                self.error(f"window {window.id}: drafter failed: {event.text}")
-            return event
-
-        with self.hold_lock:  # a window started while the verifier works starts held
+        emit = DraftEmitter(self, window, timing, stats, last)
+        with self.lock:  # a window started while the verifier works starts held
             lookahead = 0 if self.held else max_new
             if self.process is not None:
                 channel = self.process.start(window, lookahead, max_new, on_draft=emit)
             else:
                 channel = DraftChannel(lookahead=lookahead)
-            drafting.append(channel)
+            emit.channel = channel
             self.cursor.begin(window.key, channel)
         if self.queue.closed:  # stopping after this window was taken (stop_taking closes
             channel.stop()     # the queue, then stops the current draft: one of them sees it)
@@ -372,36 +396,15 @@ class DraftLoop:
         # aside; a draft stopped before its last token (a newer window, or the verifier
         # finished first) took at least this long
         ended = timing.done_at if not math.isnan(timing.done_at) else \
-            math.nan if self.queue.closed else time.monotonic()
+            math.nan if self.queue.closed else self.clock.now()
         self.schedule.drafted((ended - timing.started_at) * 1e3,
                               (timing.first_token_at - timing.started_at) * 1e3)
-        with self.timing_lock:
+        with self.lock:
             timing.over = True
             self._settled(timing)
 
-    def _take_at_close(self, window: Any, timing: DraftTiming) -> bool:
-        """Whether to draft ``window``, queued at its close, now: not one the verifier
-        finished meanwhile; while the verifier is ahead, only once it did not finish the
-        window within the schedule's wait (waiting here, on the worker)."""
-        decision = self.schedule.at_close(False, window.key in self.verifier_finished)
-        if decision.action is Action.WAIT:
-            finished = self._finished_within(window.key, timing.close_at + decision.wait_s)
-            if self.queue.closed:
-                return False
-            decision = self.schedule.after_wait(finished)
-        return decision.action is Action.START
-
-    def _finished_within(self, key: WindowKey, deadline: float) -> bool:
-        """Wait until the verifier finishes ``key``, or until ``deadline`` (local clock), or
-        the loop stops taking windows; True when it finished."""
-        with self.finished_changed:
-            self.finished_changed.wait_for(
-                lambda: key in self.verifier_finished or self.queue.closed,
-                timeout=max(0.0, deadline - time.monotonic()))
-            return key in self.verifier_finished
-
     def _settled(self, timing: DraftTiming) -> None:
-        """Under ``timing_lock``: a draft whose window closed and whose drafting is over (or
+        """Under the lock: a draft whose window closed and whose drafting is over (or
         never began) is whole: kept in ``timings`` (once)."""
         if timing.closed and timing.over and timing.key in self.drafts:
             self.drafts.pop(timing.key)
@@ -416,7 +419,7 @@ class DraftLoop:
             return False
         self.on_draft(window, event, stats, window_state, cut_short)
         if event.done:
-            self.cursor.completed(window.key, time.monotonic())
+            self.cursor.completed(window.key, self.clock.now())
         return True
 
     def _cut_short(self, window: Any, last: EngineEvent | None,
@@ -434,9 +437,8 @@ class DraftLoop:
     # ------------------------------------------------------------ stopping
     def stop_taking(self) -> None:
         """Take no more windows, and stop the draft in progress."""
-        self.queue.close()  # before reading the cursor: see step
-        with self.finished_changed:  # a window waiting for its caption waits no longer
-            self.finished_changed.notify_all()
+        self.queue.close()  # before reading the cursor: see _draft
+        self.wake_worker()  # a window parked at its close waits no longer
         current = self.cursor.current()
         if current is not None:
             current.stop()
@@ -446,7 +448,7 @@ class DraftLoop:
         clock, against each window's real close): how many, how many complete before their
         close, the median of their completion after the close, of the lead they began
         with, and the events they did not read."""
-        with self.timing_lock:
+        with self.lock:
             timings = list(self.timings)
         complete = [t.complete_ms for t in timings if math.isfinite(t.complete_ms)]
         early = [t for t in timings if t.early]
@@ -480,6 +482,37 @@ class DraftLoop:
                 **self.schedule.diagnostics,
                 "drafts_complete_before_close": summary["complete_before_close"],
                 "events_not_drafted": summary["events_unread"]}
+
+
+class DraftEmitter:
+    """What the drafter calls with each event of one window's draft (``emit(kind, **fields)``,
+    from the worker or a drafter process's reader thread): times the draft's first and last
+    token, publishes each draft (the window state once, with the first), logs a failure."""
+
+    def __init__(self, loop: DraftLoop, window: Any, timing: DraftTiming, stats: WindowStats,
+                 last: list[EngineEvent]) -> None:
+        self.loop, self.window, self.timing, self.stats, self.last = \
+            loop, window, timing, stats, last
+        self.channel: DraftChannel | None = None  # the window's channel, once there
+        self.state_due = bool(loop.params["draft_head"])  # a head in the verifier reads it
+
+    def __call__(self, kind: EventKind, **fields: Any) -> EngineEvent:
+        now, timing = self.loop.clock.now(), self.timing
+        event = EngineEvent(kind, int(self.window.id), timing.ms(now), **fields)
+        if kind is EventKind.DRAFT:
+            if len(event.tokens) == 1 and event.revision == 0:
+                self.stats.draft_first_token_ms = event.t_ms  # before the first publication
+                timing.first_token_at = now
+            if event.done and math.isnan(timing.done_at):
+                timing.done_at = now
+            state = self.channel.window_state if self.state_due and self.channel else None
+            if state is not None:  # once, with the window's first draft
+                self.state_due = False
+            if self.loop._publish(self.window, event, self.stats, state, timing):
+                self.last[:] = [event]
+        elif kind is EventKind.DRAFT_ERROR:
+            self.loop.error(f"window {self.window.id}: drafter failed: {event.text}")
+        return event
 
 
 def _median(values: Iterable[float]) -> float | None:

@@ -1,28 +1,29 @@
 """A verifier's window decisions, pure: what the verifier node runs, without ROS.
 
-Frames, drafts and the clock come in; captions (``sync/captions.py``) and confirmed tokens go
-out through the two callbacks its owner gives, in the order they must be published:
+Frames, drafts and the time (its owner's ``clock``) come in; captions (``sync/captions.py``)
+and confirmed tokens go out through the two callbacks its owner gives, in the order they must
+be published:
 
     add_frame(frame) --> the synchronizer --closed windows--> [queue] --step()--> the engine
          \\--frame selections--> the live-prefill scheduler (prefilled by step() while the
                                  window is open; early start captions a window whose frames
                                  are all in before it closes, held for the close)
     on_draft(...)    --> the caption book (DRAFT/PARTIAL) and the window's draft channel
-    tick(now)        --> closes by time; the book's patience with windows nobody verifies
+    tick()           --> closes by the clock; the book's patience with windows nobody verifies
 
 ``step()`` is the worker's unit of work (one window, or the live prefill of queued frames and
-an early start); everything else comes from the executor. Every change of the caption book and
-its publication happen under one lock, so captions leave in order. The verifier node
-(``nodes/verifier_node.py``) converts messages and publishes what this hands it.
+an early start); everything else comes from the executor. The loop owns no thread and never
+waits: its owner runs ``step`` on a worker (speculative/worker.py), wakes it through
+``wake_worker`` and gives the lock under which every change of the caption book and its
+publication happen, so captions leave in order. The verifier node (``nodes/verifier_node.py``)
+converts messages and publishes what this hands it.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -32,7 +33,9 @@ from crossspec_ros.speculative.early_start import HeldCaption, HeldCaptions, pro
 from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.events import EngineEvent, EventKind
 from crossspec_ros.speculative.live_scheduler import LivePrefillScheduler
+from crossspec_ros.speculative.loop_clock import LoopClock
 from crossspec_ros.speculative.stats import WindowStats
+from crossspec_ros.speculative.worker import UNTIL_WOKEN
 from crossspec_ros.sync.agreement import AgreementTally
 from crossspec_ros.sync.captions import (
     CaptionBook,
@@ -53,14 +56,18 @@ ConfirmedOut = Callable[[Any, EngineEvent, WindowStats | None], None]
 class VerifierLoop:
     """See the module docstring. ``on_captions(captions)``: publish them (called with the lock
     held, in order); ``on_confirmed(window, event, stats)``: publish a CONFIRMED event's tokens
-    (after its captions); ``warn(text)``: a warning for the log."""
+    (after its captions); ``warn(text)``: a warning for the log; ``clock``: the time it decides
+    by; ``lock``: held over the caption book's changes (a ``threading.Lock`` where the executor
+    and a worker call in; ``nullcontext()`` for one thread)."""
 
     def __init__(self, *, patience_s: float, max_queued: int, on_captions: CaptionsOut,
-                 on_confirmed: ConfirmedOut, warn: Callable[[str], None] = lambda _t: None,
+                 on_confirmed: ConfirmedOut, clock: LoopClock, lock: AbstractContextManager,
+                 warn: Callable[[str], None] = lambda _t: None,
                  on_result: Callable[[Any, WindowResult], None] | None = None) -> None:
         self.on_captions, self.on_confirmed, self.warn = on_captions, on_confirmed, warn
         self.on_result = on_result
-        self.lock = threading.Lock()
+        self.clock, self.lock = clock, lock
+        self.wake_worker: Callable[[], None] = lambda: None  # new work: the owner's worker
         self.book = CaptionBook(patience_s=patience_s)
         self.agreement = AgreementTally()  # the drafts against their FINAL captions
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
@@ -134,19 +141,20 @@ class VerifierLoop:
             selected = self.sync.take_frame_selections()
             if selected:  # the worker encodes and prefills them while the window is open
                 self.live.add(selected)
-                self.queue.wake()
+                self.wake_worker()
         self.enqueue(closed)
 
     def enqueue(self, windows: Iterable[Any]) -> None:
-        now = time.monotonic()
+        now = self.clock.now()
         for window in windows:
             dropped = self.queue.put(window, now)
+            self.wake_worker()
             if dropped is not None:
                 self.warn(f"verifier busy: dropped window {dropped.id} ({self.queue.dropped} "
                           "so far); its draft is published as UNVERIFIED")
                 with self.lock:
                     self.publish(self.book.on_verifier_gave_up(
-                        dropped.key, dropped.t0, dropped.t1, time.monotonic(),
+                        dropped.key, dropped.t0, dropped.t1, self.clock.now(),
                         UnverifiedReason.VERIFIER_BUSY))
 
     def on_draft(self, key: WindowKey, t0: int, t1: int, *, text: str, first_token_ms: float,
@@ -154,7 +162,7 @@ class VerifierLoop:
                  window_state: Any = None) -> None:
         """A draft of window ``key`` (``window_state``: the drafter's, for a draft head)."""
         with self.lock:
-            now = time.monotonic()
+            now = self.clock.now()
             captions = self.book.on_draft(key, t0, t1, text, first_token_ms, done, now,
                                           cut_short=cut_short)
             if not self.running:  # stopped: the draft is the caption (UNVERIFIED once final)
@@ -175,36 +183,41 @@ class VerifierLoop:
         """The clock: windows closed by time, and the book's patience."""
         if not self.running:  # windows given up at the stop wait for their drafts
             with self.lock:
-                self.publish(self.book.expire(time.monotonic(), set(), None))
+                self.publish(self.book.expire(self.clock.now(), set(), None))
             return
-        self.enqueue(self.sync.poll(time.monotonic_ns()))
+        self.enqueue(self.sync.poll(self.clock.now_ns()))
         waiting = {(self.sync.epoch, wid) for wid in self.sync.pending_ids()}
         waiting |= set(self.queue.keys())
         closed = self.sync.closed_before
         with self.lock:
             self.publish(self.book.expire(
-                time.monotonic(), waiting, None if closed is None else (self.sync.epoch, closed)))
+                self.clock.now(), waiting, None if closed is None else (self.sync.epoch, closed)))
 
     # ------------------------------------------------------------ the worker
-    def step(self) -> None:
+    def step(self) -> float:
         """One unit of the worker's work: the oldest closed window, or (none waiting) the
-        queued frames' live prefill and an early start."""
+        queued frames' live prefill and an early start. Returns how long the worker may wait
+        for new work before the next step (0: step again at once)."""
         item = self.queue.get()
         if item is None:
             if self.live is not None:
                 self.live.prefill_queued()
                 if self.early_start():
                     self._start_early()
-            return
+            return UNTIL_WOKEN
+        self._verify(*item)
+        return 0.0
+
+    def _verify(self, window: Any, t_close: float) -> None:
+        """Caption the closed ``window`` (closed at ``t_close``), or publish its held one."""
         self._take_config()
-        window, t_close = item
         key = window.key
         held = self.held.claim(window)
         if held is not None:
             self._release(held, window, t_close)
             return
         with self.lock:
-            started = self.book.on_verifier_start(key, window.t0, window.t1, time.monotonic())
+            started = self.book.on_verifier_start(key, window.t0, window.t1, self.clock.now())
             channel = self.channels.setdefault(key, DraftChannel()) if started else \
                 self.channels.pop(key, None)
         if not started:
@@ -222,7 +235,7 @@ class VerifierLoop:
                 self.channels.pop(key, None)
                 if not self.book.is_finished(key):  # the engine failed mid-window
                     self.publish(self.book.on_verifier_gave_up(
-                        key, window.t0, window.t1, time.monotonic(),
+                        key, window.t0, window.t1, self.clock.now(),
                         UnverifiedReason.VERIFIER_FAILED))
         self._finish(window, result)
 
@@ -256,7 +269,7 @@ class VerifierLoop:
         self._take_config()
         held = HeldCaption(window)
         try:
-            held.done(self._run_engine(window, channel, live, time.monotonic(), held.keep))
+            held.done(self._run_engine(window, channel, live, self.clock.now(), held.keep))
         finally:
             with self.lock:
                 self.channels.pop(key, None)
@@ -264,7 +277,7 @@ class VerifierLoop:
 
     def _release(self, held: HeldCaption, window: Any, t_close: float) -> None:
         """Publish the held caption of the closed ``window`` (it read the same frames)."""
-        key, now = window.key, time.monotonic()
+        key, now = window.key, self.clock.now()
         with self.lock:
             if not self.book.on_verifier_start(key, window.t0, window.t1, now):
                 return  # its caption already finished without RGB: one caption per window
@@ -282,7 +295,7 @@ class VerifierLoop:
         with self.lock:
             self.publish(self.book.on_confirmed(
                 window.key, event.text, event.done, event.t_ms,
-                stats.acceptance if stats is not None else NAN, time.monotonic(),
+                stats.acceptance if stats is not None else NAN, self.clock.now(),
                 acceptance_rule=stats.acceptance_rule if stats is not None else ""))
         self.on_confirmed(window, event, stats)
 
@@ -298,9 +311,10 @@ class VerifierLoop:
 
     # ------------------------------------------------------------ stopping
     def stop_taking(self) -> None:
-        """Take no more windows: the queue's waiting get ends, drafts on their way stop."""
+        """Take no more windows: drafts on their way stop, the worker is woken."""
         self.running = False
         self.queue.close()
+        self.wake_worker()
         with self.lock:
             for channel in self.channels.values():
                 channel.stop()
@@ -314,7 +328,7 @@ class VerifierLoop:
             self.live.clear()  # their KV caches go with them
         self.held.clear()
         with self.lock:
-            now, stopped = time.monotonic(), []
+            now, stopped = self.clock.now(), []
             epoch = self.sync.epoch
             left = [(w.key, w.t0, w.t1) for w in self.queue.drain()]
             left += [((epoch, wid), t0, t1) for wid, t0, t1 in self.sync.abandon_pending()]
