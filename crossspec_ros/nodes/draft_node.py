@@ -20,6 +20,7 @@ from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
 from event_camera_msgs.msg import EventPacket
 
+from crossspec_ros.composition import share_turns
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.packet import from_msg
 from crossspec_ros.models.static_runtime import runtime_counters
@@ -102,8 +103,7 @@ class DraftNode(ManagedNode):
         if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
             self.add_timer(0.5, follow_clock(self))
         if self.verifier_first is not None:
-            self.verifier_first.add_drafter(self.loop.hold, self.loop.release_hold,
-                                            self.loop.on_finished)
+            share_turns(self.verifier_first, self.loop)
         self.get_logger().info(
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
             f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')}, "

@@ -25,6 +25,7 @@ from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CompressedImage, Image
 
+from crossspec_ros.composition import build_engine, verifier_loop
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
 from crossspec_ros.models.static_runtime import runtime_counters
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
@@ -47,11 +48,10 @@ from crossspec_ros.params import (
     combination_problem,
     engine_config,
 )
-from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
+from crossspec_ros.speculative.engine import WindowResult
 from crossspec_ros.speculative.events import EngineEvent
 from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.verifier_first import VerifierFirst
-from crossspec_ros.speculative.verifier_loop import VerifierLoop
 from crossspec_ros.sync.agreement import text_to_ids
 from crossspec_ros.sync.captions import (
     WindowCaption,
@@ -82,12 +82,10 @@ class VerifierNode(ManagedNode):
         self.worker: Worker | None = None
         # the window decisions (speculative/verifier_loop.py): captions leave through
         # _publish_captions with its lock held, so they leave in order
-        self.loop = VerifierLoop(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5,
-                                 max_queued=p["max_queued_windows"],
-                                 on_captions=self._publish_captions,
-                                 on_confirmed=self._publish_confirmed,
-                                 clock=MONOTONIC, lock=threading.Lock(),
-                                 warn=self.get_logger().warning, on_result=on_result)
+        self.loop = verifier_loop(p, on_captions=self._publish_captions,
+                                  on_confirmed=self._publish_confirmed, clock=MONOTONIC,
+                                  lock=threading.Lock(), warn=self.get_logger().warning,
+                                  on_result=on_result)
         self._node_counters = {"bad_frames": 0, "errors": 0}
         self.counters = ChainMap(self._node_counters, self.loop.counters)
         self.sync: Any = None  # the RGB synchronizer (configure); its timeline outlives it
@@ -102,24 +100,8 @@ class VerifierNode(ManagedNode):
             from crossspec_ros.models.pair import load_from_params
 
             verifier = load_from_params(p, drafter=False)[0]
-        config = engine_config(p, verifier, where=f"node '{self.get_name()}' parameters")
-        from crossspec_ros.models.static_runtime import prepare_runtime
-
-        self.get_logger().info(prepare_runtime(verifier, p, "verifier", p["max_new_tokens"]))
-        head = None
-        if p["draft_head"]:
-            from crossspec_ros.models.pair import load_draft_head
-
-            head = load_draft_head(p["draft_head"])
-            self.get_logger().info(f"draft head {p['draft_head']}: proposes from the window "
-                                   f"state the draft node publishes on {p['draft_topic']}")
-        from crossspec_ros.speculative.corpus import load_corpus
-
-        corpus = load_corpus(p["caption_corpus"], verifier)
-        if corpus is not None:
-            self.get_logger().info(f"caption corpus: {corpus.summary()}")
-        engine = SpeculativeEngine(verifier, drafter, config, head=head,
-                                   corpus=corpus.captions if corpus else ())
+        engine = build_engine(p, verifier, drafter, where=f"node '{self.get_name()}' parameters",
+                              say=self.get_logger().info)
         self.loop.agreement.tokenize = text_to_ids(verifier.tokenizer)
         self.live_prefill = self.loop.configure_from_params(
             p, engine, previous_sync=self.sync, verifier_first=self.verifier_first)

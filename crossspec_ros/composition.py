@@ -1,0 +1,93 @@
+"""The captioning graph, composed once from parameters: the speculative engine over a loaded
+pair, the verifier's and the drafter's loops, and how they share one process. Pure (no rclpy):
+the verifier and draft nodes, ``crossspec caption`` and the bench's live replay all build
+through here, so a graph means the same wherever it runs.
+
+    build_engine(p, verifier, drafter)  the engine: its config (checked against the
+                                        verifier's vocabulary), draft head and caption corpus
+    verifier_loop(p, ...)               the verifier's window decisions, with the caption
+                                        book's patience (caption_patience_s)
+    share_turns(verifier_first, loop)   composed in one process: the drafter pauses while the
+                                        verifier works on a closed window, and hears at once
+                                        when it finished one
+
+Model loading (models/pair.py) stays with the caller: a node loads on configure, ``caption``
+at its start, the bench once for all its graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from crossspec_ros.speculative.draft_loop import DraftLoop
+from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
+from crossspec_ros.speculative.loop_clock import LoopClock
+from crossspec_ros.speculative.verifier_first import VerifierFirst
+from crossspec_ros.speculative.verifier_loop import CaptionsOut, ConfirmedOut, VerifierLoop
+
+Say = Callable[[str], None]
+
+
+def build_engine(p: Mapping[str, Any], verifier: Any, drafter: Any = None, *, where: str,
+                 runtimes: Sequence[str] = ("verifier",),
+                 corpus: Sequence[Sequence[int]] | None = None,
+                 say: Say = lambda _line: None) -> SpeculativeEngine:
+    """The speculative engine the verifier parameters ``p`` describe, over the loaded
+    ``verifier`` (and ``drafter``: the vocabulary bridge and the engine's own drafter, when in
+    this process). ``runtimes``: the roles whose runtime is prepared here, as the parameters
+    say (a draft node prepares its own drafter; the bench has prepared both). ``corpus``: the
+    caption corpus as token lists (None: the one ``caption_corpus`` names, loaded here). A
+    parameter that does not fit the verifier raises ParameterError naming ``where``, before
+    anything compiles; a bad head or corpus file, ModelLoadError or CorpusError: each one
+    line. ``say``: what was prepared and loaded, for the log."""
+    from crossspec_ros.models.static_runtime import prepare_runtime
+    from crossspec_ros.params import engine_config
+
+    config = engine_config(dict(p), verifier, where=where)
+    for role in runtimes:
+        model = verifier if role == "verifier" else drafter
+        if model is not None:
+            say(prepare_runtime(model, p, role, p["max_new_tokens"]))
+    head = None
+    if p["draft_head"]:
+        from crossspec_ros.models.pair import load_draft_head
+
+        head = load_draft_head(p["draft_head"])
+        say(f"draft head {p['draft_head']}: proposes from the window state the draft node "
+            f"publishes on {p['draft_topic']}")
+    if corpus is None:
+        from crossspec_ros.speculative.corpus import load_corpus
+
+        loaded = load_corpus(p["caption_corpus"], verifier)
+        if loaded is not None:
+            say(f"caption corpus: {loaded.summary()}")
+        corpus = loaded.captions if loaded is not None else ()
+    return SpeculativeEngine(verifier, drafter, config, head=head, corpus=corpus)
+
+
+def caption_patience_s(p: Mapping[str, Any]) -> float:
+    """How long the caption book waits for what a window still lacks (its RGB, a draft, the
+    verifier): the lateness the synchronizer allows, one window, and half a second for the
+    messages on their way."""
+    return p["max_lateness_s"] + p["window_length_s"] + 0.5
+
+
+def verifier_loop(p: Mapping[str, Any], *, on_captions: CaptionsOut,
+                  on_confirmed: ConfirmedOut, clock: LoopClock, lock: AbstractContextManager,
+                  warn: Say = lambda _t: None,
+                  on_result: Callable[[Any, WindowResult], None] | None = None
+                  ) -> VerifierLoop:
+    """The verifier's window decisions for the verifier parameters ``p`` (its engine comes
+    with ``VerifierLoop.configure_from_params``)."""
+    return VerifierLoop(patience_s=caption_patience_s(p), max_queued=p["max_queued_windows"],
+                        on_captions=on_captions, on_confirmed=on_confirmed, clock=clock,
+                        lock=lock, warn=warn, on_result=on_result)
+
+
+def share_turns(verifier_first: VerifierFirst, loop: DraftLoop) -> None:
+    """The drafter of ``loop`` and the verifier in this process share the device: it pauses
+    while the verifier works on a closed window, and hears at once when the verifier finished
+    one (not only when its confirmed tokens come round)."""
+    verifier_first.add_drafter(loop.hold, loop.release_hold, loop.on_finished)
