@@ -26,6 +26,7 @@ from typing import Any
 
 from crossspec_ros import summaries
 from crossspec_ros.summaries import against_close as _where
+from crossspec_ros.summaries import median_ms, shown_ms
 
 TEXT_PROPOSERS = "history_ngram,corpus_ngram"  # every proposer that reads no drafter
 
@@ -156,17 +157,17 @@ def _pass_summary(graph: ComparedGraph, rounds: list[list[dict]], changes: set[i
     drafted = [r for r in finals if r.get("draft_first_token_ms") is not None]
     summary: dict[str, Any] = {
         "graph": list(graph.kinds), "about": graph.about, "final": len(finals),
-        "confirmed_ms_median": _median(v for d in values for v in d.values()),
-        "confirmed_ms_median_rounds": [_median(d.values()) for d in values],
+        "confirmed_ms_median": median_ms(v for d in values for v in d.values()),
+        "confirmed_ms_median_rounds": [median_ms(d.values()) for d in values],
         "changes": {"windows": sum(len(changes & set(d)) for d in values),
-                    "confirmed_ms_median": _median(v for d in values for w, v in d.items()
+                    "confirmed_ms_median": median_ms(v for d in values for w, v in d.items()
                                                    if w in changes)},
         # early start: how long before the close the captions complete before it were (one
         # that started early and completed after the close is not among them)
-        "ready_before_close_ms_median": _median(
+        "ready_before_close_ms_median": median_ms(
             r["ready_before_close_ms"] for r in finals
             if (r.get("ready_before_close_ms") or 0) > 0),
-        "draft_first_token_ms_median": _median(r["draft_first_token_ms"] for r in drafted),
+        "draft_first_token_ms_median": median_ms(r["draft_first_token_ms"] for r in drafted),
         "draft_came_first": sum(
             r["draft_first_token_ms"] < r["confirmed_done_ms"] for r in drafted
             if r.get("confirmed_done_ms") is not None)}
@@ -185,7 +186,7 @@ def draft_summary(rows: Iterable[dict]) -> dict[str, Any]:
     with_draft = [r for r in rows if r.get("draft_text")]
     complete = [r.get("draft_complete_ms") for r in with_draft]
     return {"windows": len(with_draft),
-            "complete_ms_median": _median(complete),
+            "complete_ms_median": median_ms(complete),
             "complete_before_close": sum(ms is not None and ms <= 0 for ms in complete),
             "before_confirmed": sum(bool(r.get("draft_before_confirmed")) for r in rows
                                     if r["status"] == "FINAL"),
@@ -240,21 +241,21 @@ def compare_line(compare: dict[str, Any]) -> str:
                      f"{_where(draft['complete_ms_median'])} the close (median), before the "
                      f"confirmed caption in {draft['before_confirmed']} of {ours['final']}")
     parts.append("confirmed after the close (median): " + ", ".join(
-        f"{name} {_shown_ms(p['confirmed_ms_median'])}" for name, p in passes.items()))
+        f"{name} {shown_ms(p['confirmed_ms_median'])}" for name, p in passes.items()))
     changes = compare["scene_changes"]
     if changes:
         parts.append(f"at the {len(changes)} scene changes: " + ", ".join(
-            f"{name} {_shown_ms(p['changes']['confirmed_ms_median'])}"
+            f"{name} {shown_ms(p['changes']['confirmed_ms_median'])}"
             for name, p in passes.items()))
     for base in passes:
         minus = compare.get(f"crossspec_minus_{base}")
         if minus is None or base == ALONE.name:
             continue
-        text = (f"crossspec minus {base}, paired: {_shown_ms(minus['ms_median'])} (IQR "
-                f"{_shown_ms(minus['ms_q25'])} to {_shown_ms(minus['ms_q75'])}, "
+        text = (f"crossspec minus {base}, paired: {shown_ms(minus['ms_median'])} (IQR "
+                f"{shown_ms(minus['ms_q25'])} to {shown_ms(minus['ms_q75'])}, "
                 f"{minus['pairs']} windows")
         if changes:
-            text += f"; at scene changes {_shown_ms(minus['changes']['ms_median'])}"
+            text += f"; at scene changes {shown_ms(minus['changes']['ms_median'])}"
         parts.append(text + ")")
     ahead = {name: p["ready_before_close_ms_median"] for name, p in passes.items()
              if p.get("ready_before_close_ms_median") is not None}
@@ -287,19 +288,11 @@ def print_comparison(results: Results, compare: dict[str, Any], out: Any = sys.s
           f"{compare['rounds']} round(s); * a scene change):", file=out)
     print(f"{'window':>13} " + " ".join(f"{n:>10}" for n in names), file=out)
     for w in sorted(per_window):
-        cells = [_median(per_window[w].get(n, [])) for n in names]
+        cells = [median_ms(per_window[w].get(n, [])) for n in names]
         shown = [f"{'--':>10}" if c is None else f"{c:>10.1f}" for c in cells]
         print(f"{w:>12}{'*' if w in changes else ' '} " + " ".join(shown), file=out)
     for name in names:
         print(f"{name}: {BY_NAME[name].about if name in BY_NAME else ''}", file=out)
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    return summaries.rounded(summaries.median(values), 1)
-
-
-def _shown_ms(value: float | None) -> str:
-    return summaries.shown(value, ".1f", " ms")
 
 
 def _x(value: float | None) -> str:

@@ -12,6 +12,7 @@ distribution is what test_speculative_* prove). Pure: no ROS, no models of its o
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from crossspec_ros.sync.captions import CaptionStatus, DraftState, UnverifiedReason
@@ -99,3 +100,11 @@ class LosslessTally:
             out.update(lossy_windows=self.lossy, lossy_same_as_verifier=self.lossy_same,
                        acceptance_rules=sorted(self.rules))
         return out
+
+
+def lossy_words(lossless: Mapping[str, Any]) -> str:
+    """The captions made under a relaxed acceptance rule, in the words every command's summary
+    line uses; ``lossless``: a summary with ``LosslessTally.summary``'s lossy keys."""
+    return (f"LOSSY ({', '.join(lossless['acceptance_rules'])}): {lossless['lossy_windows']} "
+            f"captions under a relaxed acceptance rule, {lossless['lossy_same_as_verifier']} "
+            "of them the verifier's own")

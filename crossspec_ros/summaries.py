@@ -61,6 +61,26 @@ def shown(value: float | None, spec: str = ".1f", unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def shown_percent(value: float) -> str:
+    """A share as a whole percentage ("50%"), or "--" for NaN (not measured)."""
+    return "--" if math.isnan(value) else f"{100 * value:.0f}%"
+
+
+def median_ms(values: Iterable[float | None]) -> float | None:
+    """A latency median as the JSON and the terminal give it: to 0.1 ms, None when none."""
+    return rounded(median(values), 1)
+
+
+def percentile_ms(values: Iterable[float | None], q: float) -> float | None:
+    """A latency's q-th percentile to 0.1 ms, None when none."""
+    return rounded(percentile(values, q), 1)
+
+
+def shown_ms(value: float | None) -> str:
+    """A latency as the terminal prints it: "12.3 ms", or "n/a"."""
+    return shown(value, ".1f", " ms")
+
+
 def against_close(ms: float | None) -> str:
     """A time against a window's close, in words: "12.0 ms before" or "3.1 ms after" (< 0
     and 0: before)."""

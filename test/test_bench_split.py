@@ -380,3 +380,26 @@ def test_a_draft_that_reaches_the_robot_after_its_caption_is_counted():
     robot = [draft(1, 10.0), final(1, 10.2), final(2, 11.1), draft(2, 11.3), final(3, 12.0)]
     row = split.summarize(robot, {})
     assert (row["final"], row["drafted"], row["drafts_after_final"]) == (3, 2, 1)
+
+
+def test_the_robots_first_finished_caption_per_window_is_counted_by_the_run_records_tally():
+    from crossspec_ros.bench import split
+
+    def caption(window, status, done_ms, t):
+        return {"kind": "caption", "window": window, "status": status, "t": t,
+                "confirmed_done_ms": done_ms, "confirmed_text": "a", "draft_text": "d"}
+
+    robot = [{"kind": "draft", "window": 1, "epoch": 0, "t": 1.0, "first_token_ms": 4.0},
+             caption(1, split.FINAL, 10.0, 1.1), caption(1, split.FINAL, 99.0, 1.2),  # twice
+             {"kind": "draft", "window": 2, "epoch": 0, "t": 2.0, "first_token_ms": 8.0},
+             caption(2, split.UNVERIFIED, None, 2.5),
+             caption(3, split.FINAL, 30.0, 3.1),
+             {"kind": "draft", "window": 4, "epoch": 0, "t": 4.0, "first_token_ms": 6.0}]
+    rows = split.window_rows([1, 2, 3, 4], {1: robot[1:3], 2: [robot[4]], 3: [robot[5]]},
+                             {1: robot[0], 2: robot[3], 4: robot[6]})
+    assert [r["status"] for r in rows] == ["FINAL", "UNVERIFIED", "FINAL", "DRAFT"]
+    row = split.summarize(robot, {})
+    assert (row["windows"], row["final"], row["unverified"]) == (4, 2, 1)
+    assert (row["stuck"], row["published_twice"]) == (1, 1)
+    assert row["confirmed_ms_median"] == 20.0  # the first FINAL of each window
+    assert row["draft_ms_p95"] == 7.8

@@ -79,7 +79,7 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
     assert isinstance(summary["drafts_after_final"], int) and summary["drafts_after_final"] >= 0
     # how close each complete draft came to its final caption, per window and in the summary;
     # a draft that completes only after its window's FINAL is not scored, and under load that
-    # can be all three windows (the scoring itself: test_drive_monitor_scores_...)
+    # can be all three windows (the scoring itself: test_run_rows.py's test_a_complete_draft_...)
     scored = [r for r in final if r.get("complete_draft")]
     for row in scored:
         assert 0.0 <= row["draft_token_agreement"] <= 1.0 and row["draft_word_error_rate"] >= 0
@@ -91,94 +91,6 @@ def test_drive_compares_the_verifier_node_alone_with_crossspec_and_checks_lossle
     if scored:
         assert 0.0 <= summary["draft_token_agreement_median"] <= 1.0
         assert "; draft: token agreement " in result.stdout
-
-
-def _caption(wid: int, status: int, draft: str, draft_done_ms: float, confirmed: str = "",
-             done_ms: float = float("nan"), acceptance_rule: str = "", epoch: int = 0):
-    from types import SimpleNamespace
-
-    stamp = SimpleNamespace(sec=wid, nanosec=0)
-    end = SimpleNamespace(sec=wid + 1, nanosec=0)
-    return SimpleNamespace(window_id=wid, epoch=epoch, status=status, window_start=stamp,
-                           window_end=end,
-                           draft_text=draft, draft_first_token_ms=5.0,
-                           draft_done_ms=draft_done_ms, confirmed_text=confirmed,
-                           confirmed_done_ms=done_ms, acceptance=0.5, unverified_reason=0,
-                           draft_state=3, acceptance_rule=acceptance_rule)
-
-
-def test_drive_monitor_scores_a_complete_draft_against_its_final_caption_and_skips_a_late_one():
-    import io
-
-    from crossspec_ros.cli.drive_cmd import DriveMonitor, summarize
-
-    out = io.StringIO()
-    monitor = DriveMonitor(out=out)
-    monitor.tokenize = lambda text: text.split()
-    nan = float("nan")
-    # window 1: the draft completes (draft_done_ms set) before the FINAL caption
-    monitor.on_caption(_caption(1, 0, "the ego car waits", nan))
-    monitor.on_caption(_caption(1, 0, "the ego car waits at a light", 12.0))
-    monitor.on_caption(_caption(1, 2, "the ego car waits at a light", 12.0,
-                                "the ego car waits at a red light", 20.0))
-    # window 2: FINAL before the draft was complete: nothing to score
-    monitor.on_caption(_caption(2, 0, "a truck", nan))
-    monitor.on_caption(_caption(2, 2, "a truck", nan, "a truck turns left", 9.0))
-    first, second = monitor.rows[(0, 1)], monitor.rows[(0, 2)]
-    assert first["complete_draft"] == "the ego car waits at a light"
-    assert first["draft_word_error_rate"] == pytest.approx(1 / 8, abs=0.01)  # one word missing
-    assert 0.0 < first["draft_token_agreement"] < 1.0
-    assert "complete_draft" not in second and "draft_token_agreement" not in second
-    assert "; draft: token agreement " in out.getvalue()
-    summary = summarize([first, second])
-    assert summary["draft_agreement_windows"] == 1
-    assert summary["draft_word_error_rate_median"] == pytest.approx(first["draft_word_error_rate"],
-                                                                    abs=0.001)
-    assert "complete drafts against their final captions (1 windows)" in summary["line"]
-    assert summary["early_started"] == 0 and "early start" not in summary["line"]
-
-
-def test_a_lossy_caption_is_marked_in_the_terminal_and_the_json_and_checked_apart(capsys):
-    import io
-    from types import SimpleNamespace
-
-    from crossspec_ros.cli.drive_cmd import DriveMonitor, _check_lossless, summarize
-
-    out = io.StringIO()
-    monitor = DriveMonitor(out=out)
-    monitor.on_caption(_caption(1, 2, "", float("nan"), "a car turns", 3.0))
-    monitor.on_caption(_caption(2, 2, "", float("nan"), "a car waits", 3.0,
-                                acceptance_rule="top_k:3"))
-    assert "[1] confirmed " in out.getvalue() and "[2] LOSSY (top_k:3) " in out.getvalue()
-    rows = [monitor.rows[(0, 1)], monitor.rows[(0, 2)]]
-    assert [r["acceptance_rule"] for r in rows] == ["", "top_k:3"]
-    # the verifier alone says "a car turns" for both windows (token ids 7 and 8)
-    for wid, tokens in ((1, [7]), (2, [8])):
-        monitor.awaiting_check[(0, wid)] = (object(), tokens)
-    engine = SimpleNamespace(config=SimpleNamespace(mode="greedy"), verifier_only=lambda w: [7],
-                             verifier=SimpleNamespace(tokenizer=SimpleNamespace(
-                                 decode=lambda ids, skip_special_tokens: "a car turns")))
-    _check_lossless(engine, monitor, rows)
-    assert rows[0]["lossless"] is True and "lossless" not in rows[1]
-    assert rows[1]["lossy_same_as_verifier"] is False
-    assert "NOT LOSSLESS" not in capsys.readouterr().out  # lossy by choice, not a fault
-    summary = summarize(rows)
-    assert (summary["lossless"], summary["lossless_checked"]) == (1, 1)
-    assert summary["lossy_windows"] == 1 and summary["acceptance_rules"] == ["top_k:3"]
-    assert "LOSSY (top_k:3): 1 captions under a relaxed acceptance rule, 0 of them the " \
-        "verifier's own" in summary["line"]
-
-
-def test_the_summary_says_how_many_captions_were_decoded_before_their_close():
-    from crossspec_ros.cli.drive_cmd import summarize
-
-    rows = [{"window": w, "status": "FINAL", "draft_first_token_ms": 8.0,
-             "confirmed_done_ms": 0.3, "ready_before_close_ms": ahead}
-            for w, ahead in ((1, 30.0), (2, 10.0), (3, None))]
-    summary = summarize(rows)
-    assert summary["early_started"] == 2 and summary["ready_before_close_ms_median"] == 20.0
-    assert "2 of 3 captions decoded before the close (early start), complete a median " \
-        "20.0 ms before it" in summary["line"]
 
 
 def test_loop_replays_the_bag_again_with_each_passes_windows_in_an_epoch_of_their_own(
@@ -467,18 +379,6 @@ def test_compare_splits_out_the_scene_changes_and_says_first_when_the_draft_was_
     assert line.index("paired speedup") > line.index("draft")  # the ratio comes last
 
 
-def test_check_lossless_with_sampling_says_it_compares_greedy_only(capsys):
-    from types import SimpleNamespace
-
-    from crossspec_ros.cli.drive_cmd import _check_lossless
-
-    engine = SimpleNamespace(config=SimpleNamespace(mode="sampling"))
-    rows = [{"window": 1, "status": "FINAL"}]
-    _check_lossless(engine, SimpleNamespace(awaiting_check={}), rows)
-    assert "only greedy decoding" in capsys.readouterr().err
-    assert "lossless" not in rows[0]  # nothing claimed either way
-
-
 def test_record_without_the_viz_node_is_refused_at_once(tmp_path, capsys):
     from crossspec_ros.cli.main import main
 
@@ -524,181 +424,6 @@ def test_record_with_overwrite_replaces_an_existing_out_with_the_new_recording(
     assert run.code == 0, run.stderr
     assert out.is_dir() and (out / "metadata.yaml").is_file()
     assert any(topic == "/crossspec/caption" for topic, _, _ in read_bag(out))
-
-
-# -- bounded memory under --loop (issue 45, item 22) -------------------------------------------
-
-class _Window:
-    """A verified window as the verifier node hands it over; its frames are the bulk."""
-
-    def __init__(self, epoch: int, wid: int) -> None:
-        self.epoch, self.id, self.key = epoch, wid, (epoch, wid)
-        self.t0, self.t1 = wid * 10**9, (wid + 1) * 10**9
-        self.frames = bytearray(256 * 1024)
-
-
-def _result(tokens: tuple[int, ...] = (7,), rule: str = ""):
-    from types import SimpleNamespace
-
-    stats = SimpleNamespace(confirmed_done_ms=3.0, total_accepted=2, total_proposed=4, rounds=1,
-                            verifier_prefill_ms=1.0, confirmed_first_ms=1.0,
-                            live_prefill_frames=8, ready_before_close_ms=float("nan"),
-                            acceptance_rule=rule)
-    return SimpleNamespace(text="a car turns", tokens=list(tokens), draft_text="a car",
-                           stats=stats)
-
-
-def _finish_window(monitor, epoch: int, wid: int, result_first: bool, tokens=(7,)):
-    """One window's DRAFT caption, then its engine result and FINAL caption in either order
-    (they come on different threads); returns a weak reference to the window."""
-    import weakref
-
-    window = _Window(epoch, wid)
-    monitor.on_caption(_caption(wid, 0, "a car", float("nan"), epoch=epoch))
-    final = _caption(wid, 2, "a car", 5.0, "a car turns", 3.0, epoch=epoch)
-    if result_first:
-        monitor.on_result(window, _result(tokens))
-        monitor.on_caption(final)
-    else:
-        monitor.on_caption(final)
-        monitor.on_result(window, _result(tokens))
-    return weakref.ref(window)
-
-
-def test_a_drive_without_the_lossless_check_keeps_no_verified_window():
-    import gc
-    import io
-
-    from crossspec_ros.cli.drive_cmd import DriveMonitor
-
-    streamed: list[dict] = []
-    monitor = DriveMonitor(out=io.StringIO(), on_row=streamed.append)
-    windows = [_finish_window(monitor, 0, wid, wid % 2 == 0) for wid in range(24)]
-    gc.collect()
-    assert [r["window"] for r in streamed] == list(range(24))
-    assert all(ref() is None for ref in windows)  # frames and events let go at once
-
-
-def test_a_looped_drive_lets_go_of_every_finished_window_however_long_it_runs():
-    import gc
-    import io
-
-    from crossspec_ros.cli.drive_cmd import DriveMonitor
-
-    streamed: list[dict] = []
-    monitor = DriveMonitor(out=io.StringIO(), on_row=streamed.append, keep_rows=False)
-    windows = [_finish_window(monitor, *divmod(n, 24), result_first=n % 2 == 0)
-               for n in range(600)]  # 25 passes over a 24-window bag
-    gc.collect()
-    # every row went out once, complete, in order; nothing of it stayed behind
-    assert [(r["epoch"], r["window"]) for r in streamed] == [divmod(n, 24) for n in range(600)]
-    assert all(r["status"] == "FINAL" and r["confirmed_text"] for r in streamed)
-    assert all(ref() is None for ref in windows)
-    assert not monitor.rows
-    summary = monitor.summary()
-    assert (summary["windows"], summary["final"]) == (600, 600)
-    # a late caption of a window that finished long ago opens no row again
-    monitor.on_caption(_caption(3, 0, "a car", float("nan"), epoch=24))
-    assert not monitor.rows
-
-
-def test_a_looped_drive_keeps_a_bounded_number_of_unfinished_windows():
-    import io
-
-    from crossspec_ros.cli.drive_cmd import OPEN_ROWS_KEPT, DriveMonitor
-
-    streamed: list[dict] = []
-    monitor = DriveMonitor(out=io.StringIO(), on_row=streamed.append, keep_rows=False)
-    for n in range(3 * OPEN_ROWS_KEPT):  # windows whose caption never finishes
-        epoch, wid = divmod(n, 24)
-        monitor.on_caption(_caption(wid, 0, "a car", float("nan"), epoch=epoch))
-    assert len(monitor.rows) == OPEN_ROWS_KEPT
-    # the oldest went out as they stood, unfinished, and count in the summary as such
-    assert [(r["epoch"], r["window"]) for r in streamed] == \
-        [divmod(n, 24) for n in range(2 * OPEN_ROWS_KEPT)]
-    assert {r["status"] for r in streamed} == {"DRAFT"}
-    summary = monitor.summary()
-    assert (summary["windows"], summary["unfinished"]) == (3 * OPEN_ROWS_KEPT,) * 2
-
-
-def test_a_looped_drive_checks_each_window_as_it_finishes_and_keeps_only_the_verdict():
-    import gc
-    import io
-
-    from crossspec_ros.cli.drive_cmd import DriveMonitor
-
-    checked: list[tuple[int, int]] = []
-
-    def check(window, tokens, lossy):  # the verifier alone says token 7 for every window
-        checked.append(window.key)
-        return {"verifier_only_ms": 1.0, "verifier_only_text": "a car turns",
-                "lossy_same_as_verifier" if lossy else "lossless": tokens == [7]}
-
-    out, streamed = io.StringIO(), []
-    monitor = DriveMonitor(out=out, on_row=streamed.append, keep_rows=False, check=check)
-    windows = [_finish_window(monitor, 0, 1, True), _finish_window(monitor, 0, 2, False, (8,))]
-    gc.collect()
-    assert checked == [(0, 1), (0, 2)]
-    assert [r["lossless"] for r in streamed] == [True, False]
-    assert all(ref() is None for ref in windows)
-    assert "[2] NOT LOSSLESS: verifier alone says a car turns" in out.getvalue()
-    summary = monitor.summary()
-    assert (summary["lossless"], summary["lossless_checked"]) == (1, 2)
-
-
-# -- the summary's numbers (item 27) ----------------------------------------------------------
-
-def test_only_captions_complete_before_the_close_count_as_decoded_before_it():
-    from crossspec_ros.cli.drive_cmd import summarize
-
-    rows = [{"window": w, "status": "FINAL", "draft_first_token_ms": 8.0,
-             "confirmed_done_ms": 0.3, "ready_before_close_ms": ahead}
-            for w, ahead in ((1, 30.0), (2, -300.0), (3, None))]
-    summary = summarize(rows)
-    assert (summary["early_started"], summary["ready_before_close"]) == (2, 1)
-    assert summary["ready_before_close_ms_median"] == 30.0
-    assert summary["early_started_done_after_close_ms_median"] == 300.0
-    line = summary["line"]
-    assert "1 of 3 captions decoded before the close (early start), complete a median " \
-        "30.0 ms before it" in line
-    assert "1 started early completed only after the close (a median 300.0 ms after it)" \
-        in line
-    assert "-300" not in line
-
-
-def test_the_summary_names_each_nodes_dropped_windows_apart():
-    from crossspec_ros.cli.drive_cmd import DroppedWindows, summarize
-
-    rows = [{"window": 1, "status": "UNVERIFIED", "draft_first_token_ms": None}]
-    summary = summarize(rows, DroppedWindows(verifier=22, drafter=5))
-    assert (summary["verifier_dropped_windows"], summary["drafter_dropped_windows"]) == (22, 5)
-    assert "dropped by the busy verifier 22, by the busy drafter 5" in summary["line"]
-    assert "27" not in summary["line"]
-
-
-def test_the_summary_counts_drafts_that_came_after_their_caption_was_finished():
-    from crossspec_ros.cli.drive_cmd import DroppedWindows, summarize
-
-    rows = [{"window": 1, "status": "FINAL", "draft_first_token_ms": 5.0}]
-    quiet = summarize(rows)
-    assert quiet["drafts_after_final"] == 0 and "after their caption" not in quiet["line"]
-    late = summarize(rows, DroppedWindows(late_drafts=3))
-    assert late["drafts_after_final"] == 3
-    assert "3 drafts came after their caption was finished" in late["line"]
-
-
-def test_a_summary_without_measurements_says_n_a():
-    from crossspec_ros.cli.drive_cmd import summarize
-    from crossspec_ros.comparison import compare_graphs, compare_line
-
-    rows = [{"window": 1, "status": "UNVERIFIED", "draft_first_token_ms": None},
-            {"window": 2, "status": "DRAFT", "draft_first_token_ms": None}]
-    summary = summarize(rows)
-    assert summary["unfinished"] == 1
-    assert "None" not in summary["line"] and "p50 n/a, p95 n/a" in summary["line"]
-    assert "confirmed after the close median n/a" in summary["line"]
-    results = {(name, 0): rows for name in ("alone", "live_alone", "text_only", "crossspec")}
-    assert "None" not in compare_line(compare_graphs(results, range(1)))
 
 
 # -- one line for a bad option (item 28) ------------------------------------------------------
@@ -753,18 +478,18 @@ def _sigterm_now() -> None:
 
 
 def _finished_pass(rows: list[dict], interrupted_too: bool = False, **fields):
-    """A stand-in for ``_drive_once``: a pass that left ``rows`` (a signal ended it, with
+    """A stand-in for ``run_pass``: a pass that left ``rows`` (a signal ended it, with
     ``interrupted_too``)."""
-    from crossspec_ros.cli import drive_cmd
+    from crossspec_ros.nodes.drive_pass import PassResult
+    from crossspec_ros.run_summary import DroppedWindows
 
-    def drive_once(args, graph, models, on_row=None, label="", **_):
+    def run_pass(args, graph, models, on_row=None, label="", **_):
         for row in rows:  # streamed as they finished
             if row["status"] in ("FINAL", "UNVERIFIED"):
                 on_row(dict(row))
-        return drive_cmd.PassResult(rows=rows, monitor=None, engine=None,
-                                    dropped=drive_cmd.DroppedWindows(),
-                                    interrupted=interrupted_too, **fields)
-    return drive_once
+        return PassResult(rows=rows, window_rows=None, engine=None, dropped=DroppedWindows(),
+                          interrupted=interrupted_too, **fields)
+    return run_pass
 
 
 def test_a_stop_signal_during_the_lossless_check_still_writes_the_rows_and_a_summary(
@@ -776,12 +501,12 @@ def test_a_stop_signal_during_the_lossless_check_still_writes_the_rows_and_a_sum
     rows = [{"window": w, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
              "draft_first_token_ms": 8.0, "confirmed_done_ms": 3.0} for w in (1, 2, 3)]
 
-    def check_lossless(engine, monitor, rows):  # SIGTERM while the second window is checked
+    def check_lossless(engine, window_rows, rows):  # SIGTERM while the second window is checked
         rows[0].update(lossless=True, verifier_only_ms=1.0)
         _sigterm_now()
 
-    monkeypatch.setattr(drive_cmd, "_drive_once", _finished_pass(rows))
-    monkeypatch.setattr(drive_cmd, "_check_lossless", check_lossless)
+    monkeypatch.setattr(drive_cmd, "run_pass", _finished_pass(rows))
+    monkeypatch.setattr(drive_cmd, "check_held_windows", check_lossless)
     out = tmp_path / "rows.jsonl"
     args = argparse.Namespace(compare=False, rounds=1, json=out, check_lossless=True,
                               loop=False)
@@ -808,7 +533,7 @@ def test_a_pass_a_signal_ended_writes_its_rows_and_an_interrupted_summary(tmp_pa
     rows = [{"window": 1, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
              "draft_first_token_ms": 8.0, "confirmed_done_ms": 3.0},
             {"window": 2, "epoch": 0, "status": "DRAFT", "draft_first_token_ms": 9.0}]
-    monkeypatch.setattr(drive_cmd, "_drive_once", _finished_pass(rows, interrupted_too=True))
+    monkeypatch.setattr(drive_cmd, "run_pass", _finished_pass(rows, interrupted_too=True))
     out = tmp_path / "rows.jsonl"
     args = argparse.Namespace(compare=False, rounds=1, json=out, check_lossless=True,
                               loop=False)
@@ -837,7 +562,7 @@ def test_a_stop_signal_while_a_pass_shuts_down_lets_the_shutdown_finish(signal_h
 def test_a_graph_thread_that_ends_on_an_exception_is_named_in_one_line():
     import threading
 
-    from crossspec_ros.cli.drive_cmd import NodeDeaths
+    from crossspec_ros.nodes.drive_pass import NodeDeaths
 
     def spin() -> None:
         raise ValueError("cannot concat batches of sensors 320x240 and 160x120")
@@ -863,7 +588,7 @@ def test_drive_exits_1_with_the_rows_and_says_which_node_died(tmp_path, monkeypa
     rows = [{"window": 1, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
              "draft_first_token_ms": 8.0, "confirmed_done_ms": 3.0}]
     died = ["thread crossspec_spin ended on ValueError: boom"]
-    monkeypatch.setattr(drive_cmd, "_drive_once", _finished_pass(rows, died=died))
+    monkeypatch.setattr(drive_cmd, "run_pass", _finished_pass(rows, died=died))
     out = tmp_path / "rows.jsonl"
     args = argparse.Namespace(compare=False, rounds=1, json=out, check_lossless=False,
                               loop=False)
@@ -878,15 +603,15 @@ def test_drive_exits_1_with_the_rows_and_says_which_node_died(tmp_path, monkeypa
 def test_wait_ends_as_soon_as_a_node_died():
     from types import SimpleNamespace
 
-    from crossspec_ros.cli.drive_cmd import _wait
+    from crossspec_ros.nodes.drive_pass import wait_for_windows
 
     never = SimpleNamespace(is_set=lambda: False)
     player = SimpleNamespace(done=never, stop=lambda: None)
     verifier = SimpleNamespace(params={"max_lateness_s": 0.2, "window_length_s": 1.0})
-    monitor = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic())
+    window_rows = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic())
     deaths = SimpleNamespace(found=lambda: ["thread crossspec_spin ended on ValueError: x"])
     started = time.monotonic()
-    _wait(player, verifier, monitor, 0, deaths)  # would wait for the bag forever otherwise
+    wait_for_windows(player, verifier, window_rows, 0, deaths)  # else it waits for the bag forever
     assert time.monotonic() - started < 60
 
 
@@ -896,24 +621,24 @@ def test_a_bag_shorter_than_the_models_loading_still_waits_for_its_last_windows_
     import threading
     from types import SimpleNamespace
 
-    from crossspec_ros.cli.drive_cmd import _wait
+    from crossspec_ros.nodes.drive_pass import wait_for_windows
 
     done = threading.Event()
     done.set()  # the replay is over
     player = SimpleNamespace(done=done, stop=lambda: None)
     verifier = SimpleNamespace(params={"max_lateness_s": 0.0, "window_length_s": 0.1},
                                loop=SimpleNamespace(queue=[], book=SimpleNamespace(windows={})))
-    monitor = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic() - 100.0)
-    caption = threading.Timer(0.5, lambda: setattr(monitor, "last_activity",
+    window_rows = SimpleNamespace(finished=lambda: 0, last_activity=time.monotonic() - 100.0)
+    caption = threading.Timer(0.5, lambda: setattr(window_rows, "last_activity",
                                                    time.monotonic()))
     caption.start()  # its window closes by the synchronizer's idle timeout, then captioned
     try:
-        _wait(player, verifier, monitor, 0)
+        wait_for_windows(player, verifier, window_rows, 0)
         returned = time.monotonic()
     finally:
         caption.cancel()
-    assert monitor.last_activity > time.monotonic() - 60  # the caption came, and then
-    assert returned > monitor.last_activity  # the wait ended only after it
+    assert window_rows.last_activity > time.monotonic() - 60  # the caption came, and then
+    assert returned > window_rows.last_activity  # the wait ended only after it
 
 
 # -- the drive's own view of the captions (item 24) --------------------------------------------
@@ -923,8 +648,8 @@ def test_the_drive_watcher_takes_a_burst_of_captions_the_executor_was_too_busy_t
     from crossspec import msg as cs_msg
     from rclpy.executors import SingleThreadedExecutor
 
-    from crossspec_ros.cli.drive_cmd import watch_captions
     from crossspec_ros.nodes.common import reliable_qos
+    from crossspec_ros.nodes.drive_pass import watch_captions
 
     context = rclpy.Context()
     rclpy.init(context=context)

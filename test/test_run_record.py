@@ -12,6 +12,7 @@ from crossspec_ros.run_record import (
     LosslessTally,
     checkable,
     lossless_verdict,
+    lossy_words,
     status_name,
     verdict,
 )
@@ -57,3 +58,11 @@ def test_the_verdict_runs_the_verifier_alone_and_compares_tokens():
     assert lossy["lossy_same_as_verifier"] is True and "lossless" not in lossy
     assert checkable(engine) and not checkable(SimpleNamespace(
         config=SimpleNamespace(mode="sample")))
+
+
+def test_every_command_says_lossy_captions_in_the_same_words():
+    tally = LosslessTally()
+    for same in (True, False):
+        tally.add({"window": 1, "acceptance_rule": "top_k:2", **verdict(same, "top_k:2")})
+    assert lossy_words(tally.summary()) == ("LOSSY (top_k:2): 2 captions under a relaxed "
+                                            "acceptance rule, 1 of them the verifier's own")

@@ -55,3 +55,11 @@ def test_a_bounded_sample_keeps_every_value_up_to_its_capacity_then_a_uniform_sa
     # a uniform sample of 0..99999: its median near the true one, values from the whole range
     assert abs(summaries.median(sample.values) - 50_000) < 5_000
     assert min(sample.values) < 5_000 and max(sample.values) > 95_000
+
+
+def test_a_latency_is_given_to_a_tenth_of_a_millisecond_and_a_share_as_a_whole_percentage():
+    assert summaries.median_ms([10.04, None, 20.0, math.nan]) == 15.0
+    assert summaries.median_ms([]) is None and summaries.percentile_ms([None], 95) is None
+    assert summaries.percentile_ms([1.0, 2.0, 3.0, 4.0, 5.0], 95) == 4.8
+    assert summaries.shown_ms(12.34) == "12.3 ms" and summaries.shown_ms(None) == "n/a"
+    assert summaries.shown_percent(0.5) == "50%" and summaries.shown_percent(math.nan) == "--"

@@ -42,7 +42,6 @@ import random
 import re
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -51,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from crossspec_ros.paths import sample_bag
-from crossspec_ros.run_record import LosslessTally, verdict
+from crossspec_ros.run_record import LosslessTally, lossy_words, status_name, verdict
+from crossspec_ros.run_summary import tally_of
 from crossspec_ros.stamps import seconds_to_ns
 from crossspec_ros.streaming import (
     STOP_SIGNALS,
@@ -59,6 +59,7 @@ from crossspec_ros.streaming import (
     signals_deferred,
     sigterm_as_interrupt,
 )
+from crossspec_ros.summaries import median_ms
 from crossspec_ros.sync.captions import CaptionStatus
 
 LINK_DOWN_S = 3.0
@@ -419,24 +420,23 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
     windows = sorted({c["window"] for c in captions} | set(drafts))
     finals = {w: cs[0] for w, cs in terminal.items() if cs[0]["status"] == FINAL}
     unverified = [cs[0] for cs in terminal.values() if cs[0]["status"] == UNVERIFIED]
-    first_ms = [d["first_token_ms"] for d in drafts.values() if d["first_token_ms"] is not None]
-    done_ms = [c["confirmed_done_ms"] for c in finals.values()
-               if c["confirmed_done_ms"] is not None]
+    # the counts and latencies every command reports, from the run record's tally
+    tally = tally_of(window_rows(windows, terminal, drafts)).summary()
     # at the robot: its own window close (the draft's arrival less its first-token latency,
     # on the robot's clock) to the FINAL caption's arrival: the link's delays both ways in it
     at_robot = [(c["t"] - drafts[w]["t"]) * 1e3 + drafts[w]["first_token_ms"]
                 for w, c in finals.items()
                 if w in drafts and drafts[w]["first_token_ms"] is not None]
     row: dict[str, Any] = {
-        "windows": len(windows), "final": len(finals), "unverified": len(unverified),
+        "windows": tally["windows"], "final": tally["final"],
+        "unverified": tally["unverified"],
         "unverified_with_draft": sum(bool(c["draft_text"]) for c in unverified),
         "stuck": sum(1 for w in windows if w in drafts and w not in terminal),
         "uncaptioned": sum(1 for w in windows if w not in terminal),
         "published_twice": sum(1 for cs in terminal.values() if len(cs) > 1),
-        "confirmed_ms_median": _round(statistics.median(done_ms)) if done_ms else None,
-        "confirmed_at_robot_ms_median": _round(statistics.median(at_robot)) if at_robot
-        else None,
-        "draft_ms_p95": _round(_percentile(first_ms, 95)) if first_ms else None,
+        "confirmed_ms_median": tally["confirmed_done_ms_median"],
+        "confirmed_at_robot_ms_median": median_ms(at_robot),
+        "draft_ms_p95": tally["draft_first_token_ms_p95"],
         "drafted": len(drafts),
         # a window's first draft that reached the robot after its FINAL caption: the caption
         # crossed the link while the draft node had not heard it yet (issue 44's target: 0)
@@ -467,6 +467,22 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
                    fault_final_after=sum(1 for w in finals
                                          if back is not None and drafted_at.get(w, 0) >= back))
     return row
+
+
+def window_rows(windows: list[int], terminal: dict[int, list[dict[str, Any]]],
+                drafts: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The robot's records as a run's rows (run_rows.py's fields), one per window: the status
+    and confirmed latency of its first FINAL or UNVERIFIED caption (DRAFT where none came)
+    and its first draft's first-token latency."""
+    rows = []
+    for window in windows:
+        caption = terminal[window][0] if window in terminal else None
+        draft = drafts.get(window)
+        rows.append({"window": window,
+                     "status": status_name(caption["status"]) if caption else "DRAFT",
+                     "confirmed_done_ms": caption["confirmed_done_ms"] if caption else None,
+                     "draft_first_token_ms": draft["first_token_ms"] if draft else None})
+    return rows
 
 
 class ReferenceVerifier:
@@ -560,9 +576,7 @@ def row_line(row: dict[str, Any]) -> str:
             f"robot's; draft first token p95 {_ms(row['draft_ms_p95'], 'no draft')}; link "
             f"{row['link_mb_per_s']} MB/s of bag time, {speed}")
     if row.get("lossy_windows"):
-        line += (f"; LOSSY ({', '.join(row['acceptance_rules'])}): {row['lossy_windows']} "
-                 f"captions under a relaxed acceptance rule, {row['lossy_same_as_verifier']} "
-                 "of them the verifier's own")
+        line += "; " + lossy_words(row)
     if "fault_s" in row:
         line += (f"; from the fault until a caption came again ({row['fault_recovery_s']} s) "
                  f"the robot drafted {row['fault_windows_drafted']} windows; "
@@ -584,18 +598,6 @@ def emulation_verdict(nodes: dict[str, dict[str, Any]]) -> str:
         return f"the emulation held on {', '.join(sorted(nodes))}"
     return "the emulation did NOT hold: " + ", ".join(
         f"{node} {calls} calls over their cost" for node, calls in over.items())
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def _round(x: float) -> float:
-    return round(float(x), 1)
 
 
 def jpeg_bag(bag: Path, out: Path, duration_s: float | None = None, quality: int = 90

@@ -16,11 +16,9 @@ from typing import Any
 
 from crossspec_ros.cli.model_args import add_model_arguments, model_overrides
 from crossspec_ros.paths import sample_bag
-from crossspec_ros.run_record import (
-    LosslessTally,
-    checkable,
-    lossless_verdict,
-)
+from crossspec_ros.run_record import checkable, lossless_verdict
+from crossspec_ros.run_rows import draft_line, not_lossless_line
+from crossspec_ros.run_summary import captioned_line
 from crossspec_ros.sync.captions import CaptionStatus
 
 
@@ -172,7 +170,7 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
     draft_error = None
     for event in engine.stream(window):
         if event.kind is EventKind.DRAFT and event.done and not draft_shown:
-            print(f"[{window.id}] draft     {event.t_ms:6.1f} ms  {event.text}", flush=True)
+            print(draft_line(str(window.id), event.t_ms, event.text), flush=True)
             draft_shown = True
         elif event.kind is EventKind.DRAFT_ERROR and draft_error is None:
             draft_error = event.text  # e.g. a window without events: the verifier goes on
@@ -194,8 +192,7 @@ def caption_window(engine, window, truth: str | None, args: argparse.Namespace) 
     if args.check_lossless and checkable(engine):
         row.update(lossless_verdict(engine, window, result.tokens, stats.acceptance_rule))
         if row.get("lossless") is False:
-            print(f"[{window.id}] NOT LOSSLESS: verifier alone says {row['verifier_only_text']}",
-                  flush=True)
+            print(not_lossless_line(str(window.id), row["verifier_only_text"]), flush=True)
     return row
 
 
@@ -206,34 +203,5 @@ def _num(x: float) -> float | None:
 
 
 def print_summary(rows: list[dict]) -> None:
-    """One line over the captioned windows. A window may have no draft latency (no events,
-    or the verifier confirmed the caption before the drafter's first token, which load
-    makes likelier; the adaptive gate also runs windows without the drafter): the medians
-    are over the windows that have one, "n/a" over none."""
-    from crossspec_ros.summaries import median, shown
-
-    final = [r for r in rows if r["status"] == CaptionStatus.FINAL.name]
-    if not final:
-        print("no window with RGB was captioned")
-        return
-    done = [r["confirmed_done_ms"] for r in final]
-    first = [r["draft_first_token_ms"] for r in final if r["draft_first_token_ms"] is not None]
-    accepted = sum(r["accepted"] for r in final)
-    proposed = sum(r["proposed"] for r in final)
-    without = len(final) - len(first)
-    line = (f"{len(final)} windows captioned: confirmed median "
-            f"{shown(median(done), unit=' ms')}, draft first token median "
-            f"{shown(median(first), unit=' ms')}")
-    if without:
-        line += (f" ({without} of {len(final)} windows without a draft token: no events, the "
-                 "drafter off or failing, or the caption confirmed first)")
-    line += f", acceptance {accepted}/{proposed}"
-    tally = LosslessTally()
-    for row in final:
-        tally.add(row)
-    if tally.checked:
-        line += f", lossless {tally.lossless}/{tally.checked}"
-    if tally.lossy:
-        line += (f", LOSSY ({', '.join(sorted(tally.rules))}): {tally.lossy} captions under a "
-                 f"relaxed acceptance rule, {tally.lossy_same} of them the verifier's own")
-    print(line)
+    """One line over the captioned windows (run_summary.captioned_line)."""
+    print(captioned_line(rows))
