@@ -186,7 +186,7 @@ def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
             node.queue.put(random_window(1), 0.0)
             node._step()
             assert node.engine.config.mode == "sampling"
-            assert node.engine.config.acceptance == "exact"
+            assert node.engine.config.acceptance.lossless
             assert node.counters["errors"] == 0 and node.counters["windows_verified"] == 1
         finally:
             node.destroy_node()
