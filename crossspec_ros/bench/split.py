@@ -486,7 +486,7 @@ class ReferenceVerifier:
     def engine(self) -> Any:
         if self._engine is None:
             from crossspec_ros.models.pair import load_from_params
-            from crossspec_ros.models.static_runtime import prepare_runtime
+            from crossspec_ros.models.runtime_setup import prepare_runtime
             from crossspec_ros.process_tuning import tune_process_for_models
             from crossspec_ros.speculative.engine import SpeculativeEngine
 

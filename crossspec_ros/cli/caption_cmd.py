@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     if rows is None:
         return 1
     print_summary(rows)
-    device = getattr(verifier, "emulated_on", None)
+    from crossspec_ros.models.emulated import emulation_of
+
+    device = emulation_of(verifier)
     if device is not None:  # the latencies above are the profile's, not this machine's
         print(f"EMULATED {device.profile.label}: {device.verdict()}")
     return 0 if all(r.get("lossless", True) for r in rows) else 1
@@ -104,7 +106,7 @@ def _build_engine(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Any
     verifier; None, said in one line, where a model, the corpus or the config is bad."""
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_from_params
-    from crossspec_ros.models.static_runtime import prepare_runtime
+    from crossspec_ros.models.runtime_setup import prepare_runtime
     from crossspec_ros.params import ParameterError, engine_config
     from crossspec_ros.speculative.corpus import CorpusError, load_corpus
     from crossspec_ros.speculative.engine import SpeculativeEngine

@@ -503,10 +503,10 @@ def _describe_run(args: argparse.Namespace, inputs: Any) -> None:
     if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
         print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
     if args.model_params.get("emulate"):
-        from crossspec_ros.models.emulated import shared_device
+        from crossspec_ros.models.emulated import CostProfile
 
         print(f"crossspec drive: EMULATED target, not this machine's costs: "
-              f"{shared_device(args.model_params['emulate']).describe()}", file=sys.stderr)
+              f"{CostProfile.load(args.model_params['emulate']).describe()}", file=sys.stderr)
 
 
 def _start_foxglove(args: argparse.Namespace) -> Any:
@@ -598,11 +598,10 @@ def _end_run(args: argparse.Namespace, stream: JsonLinesFile | None,
     if args.compare and not ended:
         extra["compare"] = compare_graphs(results, range(args.rounds), args.graphs)
         print_comparison(results, extra["compare"])
-    profile = getattr(args, "model_params", {}).get("emulate")
-    if profile:  # never a measurement of this machine: the summary and the JSON say so
-        from crossspec_ros.models.emulated import shared_device
+    from crossspec_ros.models.emulated import emulation_of
 
-        device = shared_device(profile)
+    device = emulation_of(outcome.engine.verifier) if outcome.engine is not None else None
+    if device is not None:  # never a measurement of this machine: the summary and JSON say so
         summary["emulation"] = device.report()
         summary["line"] = (f"[EMULATED {device.profile.label}] {summary['line']}; "
                            f"{device.verdict()}")

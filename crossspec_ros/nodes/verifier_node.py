@@ -25,7 +25,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CompressedImage, Image
 
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
-from crossspec_ros.models.static_runtime import runtime_counters
+from crossspec_ros.models.runtime_setup import runtime_counters
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
     NS,
@@ -115,7 +115,7 @@ class VerifierNode(ManagedNode):
 
             verifier = load_from_params(p, drafter=False)[0]
         config = engine_config(p, verifier, where=f"node '{self.get_name()}' parameters")
-        from crossspec_ros.models.static_runtime import prepare_runtime
+        from crossspec_ros.models.runtime_setup import prepare_runtime
 
         self.get_logger().info(prepare_runtime(verifier, p, "verifier", p["max_new_tokens"]))
         head = None
