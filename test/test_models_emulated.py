@@ -240,12 +240,12 @@ def test_an_emulated_prefill_is_charged_at_the_targets_prompt_length(tmp_path):
         max(device.profile.verifier.pass_ms(32), 2066 * 0.001))
 
 
-def test_the_gpu_reports_profile_is_the_bundled_one_with_the_prompts_layout(tmp_path):
-    from crossspec_ros.bench.gpu_report import emulation_profile
+def test_the_profile_the_kit_measures_is_the_bundled_one_with_the_prompts_layout(tmp_path):
+    from crossspec_ros.bench.kit_profile import measured_profile
 
     stages = json.loads((ROOT / "docs" / "gpu-h200-2026-11-27.json").read_text())
-    written = emulation_profile(stages, "h200-bf16-static-2026-11-27",
-                                "docs/gpu-h200-2026-11-27.md")
+    written = measured_profile(stages, "h200-bf16-static-2026-11-27",
+                               "docs/gpu-h200-2026-11-27.md")
     path = tmp_path / "written.json"
     path.write_text(json.dumps(written))
     again, bundled = CostProfile.load(path), CostProfile.load("h200-bf16-static-2026-11-27")
