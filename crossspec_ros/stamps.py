@@ -1,5 +1,7 @@
 """Time stamps, one way everywhere: nanoseconds (int) <-> ROS's (sec, nanosec), seconds ->
-nanoseconds rounded (1.001 s is 1,001,000,000 ns; ``int()`` would give 1,000,999,999)."""
+nanoseconds rounded (1.001 s is 1,001,000,000 ns; ``int()`` would give 1,000,999,999),
+nanoseconds -> seconds. No other module converts by hand or defines its own nanoseconds per
+second."""
 
 from __future__ import annotations
 
@@ -19,3 +21,10 @@ def join_ns(sec: int, nanosec: int) -> int:
 def seconds_to_ns(seconds: float) -> int:
     """A duration or stamp in seconds as whole nanoseconds, rounded."""
     return round(seconds * SECOND_NS)
+
+
+def ns_to_seconds(ns: float) -> float:
+    """Nanoseconds (a stamp or a duration) in seconds, as a float: ``ns / 1e9``, the one way
+    crossspec writes a stamp in seconds (rows' ``t0``/``t1``, logs), so that every place
+    gives the same float for the same stamp."""
+    return ns / 1e9

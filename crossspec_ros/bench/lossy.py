@@ -39,6 +39,7 @@ from typing import Any
 from crossspec_ros import summaries
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.speculative.acceptance import AcceptanceRule  # no torch: a light import
+from crossspec_ros.stamps import ns_to_seconds
 
 DEFAULT_RULES = ("top_k:2", "top_k:3", "top_k:5", "typical:0.3", "typical:0.1", "cosine:0.8",
                  "cosine:0.6")
@@ -151,7 +152,7 @@ def live_arrivals(window: Any, slack_ns: int = REORDER_SLACK_NS) -> list[tuple[f
     for k, frame in enumerate(window.frames):
         target = window.t0 + (2 * k + 1) * (window.t1 - window.t0) / (2 * n)
         decided = target + abs(frame.stamp_ns - target) + slack_ns
-        out.append(((max(decided, frame.stamp_ns + slack_ns) - window.t0) / 1e9, frame))
+        out.append((ns_to_seconds(max(decided, frame.stamp_ns + slack_ns) - window.t0), frame))
     return out
 
 
@@ -170,7 +171,7 @@ def live_runner(verifier: Any, engine: Any) -> Any:
 
     def run(window: Any) -> tuple[list[int], float, Any]:
         key = (0, int(window.id))
-        start, length = time.monotonic(), (window.t1 - window.t0) / 1e9
+        start, length = time.monotonic(), ns_to_seconds(window.t1 - window.t0)
         for slot, (offset, frame) in enumerate(live_arrivals(window)):
             if offset >= length:
                 break

@@ -52,7 +52,7 @@ from typing import Any
 
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.run_record import LosslessTally, verdict
-from crossspec_ros.stamps import seconds_to_ns
+from crossspec_ros.stamps import ns_to_seconds, seconds_to_ns
 from crossspec_ros.streaming import (
     STOP_SIGNALS,
     exit_code_for,
@@ -394,7 +394,7 @@ def bag_seconds(bag: Path) -> float:
     from crossspec_ros.bagfile import any_reader
 
     with any_reader(bag) as reader:
-        return (reader.end_time - reader.start_time) / 1e9
+        return ns_to_seconds(reader.end_time - reader.start_time)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -614,7 +614,7 @@ def jpeg_bag(bag: Path, out: Path, duration_s: float | None = None, quality: int
 
     with any_reader(bag) as reader, BagWriter(out) as writer:
         last_ns = None if duration_s is None else \
-            reader.start_time + round((duration_s + 1.0) * 1e9)
+            reader.start_time + seconds_to_ns(duration_s + 1.0)
         for conn, log_time, raw in reader.messages():
             if last_ns is not None and log_time > last_ns:  # log-time order: the rest too
                 break

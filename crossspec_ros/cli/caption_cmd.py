@@ -21,6 +21,7 @@ from crossspec_ros.run_record import (
     checkable,
     lossless_verdict,
 )
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.sync.captions import CaptionStatus
 
 
@@ -164,7 +165,8 @@ def _caption_bag(engine: Any, truth: dict[int, str], args: argparse.Namespace) -
 def caption_window(engine, window, truth: str | None, args: argparse.Namespace) -> dict:
     from crossspec_ros.speculative.events import EventKind
 
-    row: dict = {"window": window.id, "t0": window.t0 / 1e9, "t1": window.t1 / 1e9}
+    row: dict = {"window": window.id, "t0": ns_to_seconds(window.t0),
+                 "t1": ns_to_seconds(window.t1)}
     if not window.has_rgb:  # the verifier cannot run (drafting alone comes with the ROS graph)
         row.update(status=CaptionStatus.UNVERIFIED.name, draft_text="", confirmed_text="")
         print(f"[{window.id}] no RGB: UNVERIFIED", flush=True)

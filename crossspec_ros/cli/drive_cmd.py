@@ -59,6 +59,7 @@ from crossspec_ros.run_record import (
     lossless_verdict,
     status_name,
 )
+from crossspec_ros.stamps import join_ns, ns_to_seconds
 from crossspec_ros.streaming import (
     JsonLinesFile,
     exit_code_for,
@@ -345,8 +346,8 @@ class DriveMonitor:
                 self.awaiting_check[key] = (window, list(result.tokens))
             # status FINAL comes with the caption (printed then), which may come after this
             row = self._row(key, lambda: {"window": window.id, "epoch": window.epoch,
-                                          "t0": window.t0 / 1e9,
-                                          "t1": window.t1 / 1e9, "status": "PARTIAL",
+                                          "t0": ns_to_seconds(window.t0),
+                                          "t1": ns_to_seconds(window.t1), "status": "PARTIAL",
                                           "draft_text": result.draft_text,
                                           "draft_first_token_ms": None}, outgoing)
             row.update(confirmed_text=result.text, confirmed_done_ms=_num(s.confirmed_done_ms),
@@ -1174,7 +1175,7 @@ def window_label(epoch: int, window_id: int) -> str:
 
 
 def _sec(t: Any) -> float:
-    return t.sec + t.nanosec / 1e9
+    return ns_to_seconds(join_ns(t.sec, t.nanosec))
 
 
 _num = summaries.rounded  # NaN (a latency not measured) -> None in the JSON
