@@ -42,7 +42,7 @@ def build_engine(p: Mapping[str, Any], verifier: Any, drafter: Any = None, *, wh
     parameter that does not fit the verifier raises ParameterError naming ``where``, before
     anything compiles; a bad head or corpus file, ModelLoadError or CorpusError: each one
     line. ``say``: what was prepared and loaded, for the log."""
-    from crossspec_ros.models.static_runtime import prepare_runtime
+    from crossspec_ros.models.runtime_setup import prepare_runtime
     from crossspec_ros.params import engine_config
 
     config = engine_config(dict(p), verifier, where=where)

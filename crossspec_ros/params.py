@@ -129,8 +129,8 @@ def combination_problem(values: dict[str, Any], vocab_size: int | None = None) -
     """Why parameter values, each valid alone, cannot run together (None: they can), with
     what to do: ``acceptance`` with ``decoding`` and, once the verifier is loaded, with its
     vocabulary (``vocab_size`` tokens). The rule says what it needs
-    (``AcceptanceRule.refusal``, which EngineConfig and the engine ask too): whatever
-    passes here, the engine runs."""
+    (``AcceptanceRule.refusal``, which the engine asks too): whatever passes here, the
+    engine runs."""
     if values.get("emulate") and values.get("drafter_process"):
         return (f"'emulate' = '{values['emulate']}' cannot run with 'drafter_process' = true: "
                 "the emulated device is shared by the models of one process; set "
@@ -139,17 +139,8 @@ def combination_problem(values: dict[str, Any], vocab_size: int | None = None) -
         return None
     from crossspec_ros.speculative.acceptance import AcceptanceRule
 
-    acceptance, decoding = values["acceptance"], values.get("decoding", "greedy")
-    rule = AcceptanceRule.parse(acceptance)
-    refusal = rule.refusal(decoding)
-    if refusal is not None:
-        return (f"'acceptance' = '{acceptance}' cannot run with 'decoding' = '{decoding}': "
-                f"{refusal}; set decoding to greedy or acceptance to exact")
-    refusal = rule.refusal(decoding, vocab_size)
-    if refusal is not None:
-        return (f"'acceptance' = '{acceptance}' cannot run on this verifier: {refusal}; "
-                f"take top_k:K with K <= {vocab_size}, or exact")
-    return None
+    rule = AcceptanceRule.parse(values["acceptance"])
+    return rule.refusal(values.get("decoding", "greedy"), vocab_size)
 
 
 def check_value(param: Param, value: Any, where: str = "parameters") -> Any:
@@ -542,11 +533,13 @@ def engine_config(p: dict[str, Any], verifier: Any = None,
     ``validate``); ``verifier``: the loaded model, whose vocabulary they must fit too, else
     ParameterError naming ``where`` (configure fails in one line, before compiling). The one
     way an engine's config is made from parameters: the verifier node's, the bench's live
-    graphs."""
+    graphs. ``acceptance`` is parsed here, once: the config carries the rule."""
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
     from crossspec_ros.speculative.engine import EngineConfig  # it reads this module's tables
 
+    rule = AcceptanceRule.parse(p["acceptance"])
     if verifier is not None:
-        problem = combination_problem(p, verifier.info.vocab_size)
+        problem = rule.refusal(p["decoding"], verifier.info.vocab_size)
         if problem is not None:
             raise ParameterError(f"{where}: {problem}")
     proposers = tuple(p["proposers"].split(","))
@@ -556,4 +549,4 @@ def engine_config(p: dict[str, Any], verifier: Any = None,
                         temperature=p["temperature"], max_proposal=p["max_proposal"],
                         max_tree_nodes=p["max_tree_nodes"], adaptive=p["adaptive"],
                         proposers=proposers, history_windows=p["history_windows"],
-                        acceptance=p["acceptance"])
+                        acceptance=rule)

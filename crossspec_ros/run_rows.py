@@ -33,7 +33,7 @@ from crossspec_ros.run_record import (
     status_name,
 )
 from crossspec_ros.run_summary import DroppedWindows, RunTally, summarize
-from crossspec_ros.stamps import stamp_seconds
+from crossspec_ros.stamps import ns_to_seconds, stamp_seconds
 from crossspec_ros.summaries import rounded, shown_percent
 from crossspec_ros.sync.agreement import draft_agreement
 
@@ -273,8 +273,8 @@ def _row_opened_by_caption(key: Key, caption: Any) -> dict[str, Any]:
 
 def _row_opened_by_result(window: Any, result: Any) -> dict[str, Any]:
     """A window's row as the engine's result opens it (before any caption of it came)."""
-    return {"window": window.id, "epoch": window.epoch, "t0": window.t0 / 1e9,
-            "t1": window.t1 / 1e9, "status": "PARTIAL", "draft_text": result.draft_text,
+    return {"window": window.id, "epoch": window.epoch, "t0": ns_to_seconds(window.t0),
+            "t1": ns_to_seconds(window.t1), "status": "PARTIAL", "draft_text": result.draft_text,
             "draft_first_token_ms": None}
 
 

@@ -22,10 +22,10 @@ def verifier():
 
 def test_a_parameter_that_does_not_fit_the_verifier_is_refused_before_its_runtime_is_prepared(
         verifier, monkeypatch):
-    import crossspec_ros.models.static_runtime as static_runtime
+    import crossspec_ros.models.runtime_setup as runtime_setup
 
     prepared = []
-    monkeypatch.setattr(static_runtime, "prepare_runtime",
+    monkeypatch.setattr(runtime_setup, "prepare_runtime",
                         lambda model, *a: prepared.append(model) or "prepared")
     vocab = verifier.info.vocab_size
     p = validate({"acceptance": f"top_k:{vocab + 1}", "caption_corpus": "none"},
@@ -36,9 +36,9 @@ def test_a_parameter_that_does_not_fit_the_verifier_is_refused_before_its_runtim
 
 
 def test_the_engine_carries_the_parameters_and_says_what_it_prepared(verifier, monkeypatch):
-    import crossspec_ros.models.static_runtime as static_runtime
+    import crossspec_ros.models.runtime_setup as runtime_setup
 
-    monkeypatch.setattr(static_runtime, "prepare_runtime",
+    monkeypatch.setattr(runtime_setup, "prepare_runtime",
                         lambda model, p, role, n: f"{role}: {n} tokens")
     said = []
     p = validate({"max_new_tokens": 9, "max_proposal": 3, "caption_corpus": "none"},

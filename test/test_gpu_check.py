@@ -68,7 +68,7 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
                  "engine-bfloat16", "fidelity-bfloat16", "drafter", "prefill-compiled",
                  "exactness-float32",
                  "exactness-4bit",
-                 "passes-4bit", "sharing", "tests", "costs"):
+                 "passes-4bit", "sharing", "tests", "profile"):
         assert (out / f"{name}.json").is_file(), name
     # progress: a line per stage as it starts and ends
     assert result.stderr.index("[env] running") < result.stderr.index("[verifier] done") \
@@ -120,23 +120,27 @@ def test_the_report_of_the_rehearsal_has_its_tables_and_the_cost_profile(rehears
                     "## Fidelity: the cost profile against each window's trace"):
         assert heading in text, heading
     assert "Stages not done: none." in text
-    costs = json.loads((out / "costs.json").read_text())
-    bf16 = costs["bfloat16"]
-    assert set(bf16["pass_ms_by_rows"]["static_eager_exact_32"]) == {"1", "8", "32"}
-    assert bf16["vision_ms_per_frame"] > 0 and len(bf16["prefill_ms_by_tokens"]) == 9
-    assert costs["sharing"]["verifier_pass_ms_beside_drafter_process"] > 0
-    assert costs["drafter"]["ms_per_pass"]["1"] > 0
-    # and the run as an emulation profile, every number traced to the report
+    # the kit writes one file of costs, the profile the emulation reads, as it measured it
     from crossspec_ros.models.emulated import CostProfile
 
-    [path] = (out / "profiles").glob("*.json")
-    profile = CostProfile.load(path)
-    assert profile.kind == "measured" and profile.report.endswith(report.name)
-    assert profile.verifier.pass_ms(1) == bf16["pass_ms_by_rows"]["static_eager_exact_32"]["1"]
-    assert profile.drafter.pass_ms(1) == costs["drafter"]["ms_per_pass"]["1"]
+    assert not (out / "costs.json").exists()
+    measured = CostProfile.load(out / "profile.json")
+    passes = json.loads((out / "passes-bfloat16.json").read_text())
+    exact = passes["runtimes"]["static_eager_exact_32"]["ms_per_pass"]
+    assert set(exact) == {"1", "8", "32"}
+    assert measured.kind == "measured" and measured.verifier.pass_ms(1) == exact["1"]
+    assert measured.verifier.vision_ms_per_frame.ms > 0
+    assert measured.verifier.prompt.chunks == tuple(
+        c["tokens"] for c in passes["prefill"]["per_frame_chunk"])
     drafter = json.loads((out / "drafter.json").read_text())
+    assert measured.drafter.pass_ms(1) == drafter["ms_per_pass"]["1"] > 0
     assert drafter["vision_frames"] == 5  # EventGPT's event images: the profile's cost is one's
-    assert profile.drafter.vision_ms(5) == pytest.approx(drafter["vision_ms"], abs=0.01)
+    assert measured.drafter.vision_ms(5) == pytest.approx(drafter["vision_ms"], abs=0.01)
+    # the report files that profile, named for the report: its numbers untouched
+    [path] = (out / "profiles").glob("*.json")
+    filed = CostProfile.load(path)
+    assert filed.kind == "measured" and filed.report.endswith(report.name)
+    assert (filed.verifier, filed.drafter) == (measured.verifier, measured.drafter)
 
 
 @pytest.mark.slow

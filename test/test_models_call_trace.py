@@ -62,6 +62,44 @@ def test_a_windows_calls_are_its_frames_its_prompt_chunks_then_its_passes(
         pass
 
 
+def test_the_call_trace_and_the_emulation_tell_a_prefill_from_a_pass_by_one_rule(
+        verifier_and_window, tmp_path):
+    # the house, item 4: a forward that reaches into the prompt is a prefill, one over
+    # generated tokens only a pass (emulated.forward_kind), for the trace and the emulation
+    import json
+
+    from crossspec_ros.models.emulated import PROFILE_DIR, emulate, forward_kind
+    from crossspec_ros.models.tiny import tiny_verifier
+
+    window = verifier_and_window[1]
+    model = tiny_verifier(seed=0)  # its own modules: the hooks stay on them
+    data = json.loads((PROFILE_DIR / "h100-bf16-limit.json").read_text())
+    for role in ("verifier", "drafter"):  # no waits: only the kinds matter here
+        data[role]["pass_ms_by_rows"] = {"1": {"ms": 0.0, "from": "this test"}}
+        data[role]["prefill_ms_per_token"] = {"ms": 0.0, "from": "this test"}
+        data[role]["vision_ms_per_frame"] = {"ms": 0.0, "from": "this test"}
+        data[role].pop("prompt", None)
+    profile = tmp_path / "free.json"
+    profile.write_text(json.dumps(data))
+    device = emulate(model, "verifier", profile)
+    trace = CallTrace()
+    remove = trace.install(model, "verifier")
+    try:
+        with trace.window("w0") as calls:
+            _decode(model, window, 2)
+    finally:
+        remove()
+    forwards = [c for c in calls if c.kind != "vision"]
+    own_tokens = model.prompt_layout()[0]
+    assert [c.kind for c in forwards] == [forward_kind(c.pos, own_tokens) for c in forwards]
+    assert {f"verifier_{c.kind}" for c in forwards} == \
+        {kind for kind in device.calls if kind != "verifier_vision"} == \
+        {"verifier_prefill", "verifier_pass"}
+    assert device.calls["verifier_pass"] == 2
+    assert (forward_kind(own_tokens - 1, own_tokens), forward_kind(own_tokens, own_tokens)) \
+        == ("prefill", "pass")
+
+
 def _costs(vision: float, step: float) -> ModelCosts:
     return ModelCosts(Cost(vision, "test"), Cost(step / 100, "test"), {1: Cost(step, "test")})
 

@@ -20,6 +20,7 @@ from crossspec_ros.models.emulated import (
     ProfileError,
     available,
     emulate,
+    emulation_of,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,21 +68,27 @@ def test_an_unknown_or_broken_profile_is_one_line_naming_what_there_is(tmp_path)
         CostProfile.load(broken)
 
 
-def _profile(tmp_path, step_ms: float) -> CostProfile:
+def _profile_file(tmp_path, step_ms: float) -> Path:
+    """A profile whose every step costs ``step_ms`` (a file of its own per cost: a process has
+    one emulated device per profile)."""
     data = json.loads((PROFILE_DIR / "h100-bf16-limit.json").read_text())
     for role in ("verifier", "drafter"):
         data[role]["pass_ms_by_rows"] = {"1": {"ms": step_ms, "from": "this test"}}
         data[role]["vision_ms_per_frame"] = {"ms": 0.0, "from": "this test"}
-    path = tmp_path / "test-profile.json"
+    path = tmp_path / f"test-profile-{step_ms:g}.json"
     path.write_text(json.dumps(data))
-    return CostProfile.load(path)
+    return path
+
+
+def _profile(tmp_path, step_ms: float) -> CostProfile:
+    return CostProfile.load(_profile_file(tmp_path, step_ms))
 
 
 def test_an_emulated_models_step_lasts_at_least_its_cost_and_an_overrun_is_counted(tmp_path):
     from crossspec_ros.models.tiny import tiny_verifier
 
-    slow = EmulatedDevice(_profile(tmp_path, step_ms=250.0))
-    verifier = emulate(tiny_verifier(seed=0), "verifier", slow)
+    verifier = tiny_verifier(seed=0)
+    slow = emulate(verifier, "verifier", _profile_file(tmp_path, step_ms=250.0))
     lm = verifier.language_model_parts()[0]
     embeds = torch.zeros(1, 1, lm.config.hidden_size)
     # a decoding step: its position is past the prompt (one at 0 would be a prefill)
@@ -92,14 +99,46 @@ def test_an_emulated_models_step_lasts_at_least_its_cost_and_an_overrun_is_count
     assert time.monotonic() - t0 >= 0.25
     assert slow.calls["verifier_pass"] == 1 and slow.held
 
-    free = EmulatedDevice(_profile(tmp_path, step_ms=0.0))  # nothing computes in 0 ms
-    lm_free = emulate(tiny_verifier(seed=0), "verifier", free).language_model_parts()[0]
+    free_verifier = tiny_verifier(seed=0)
+    free = emulate(free_verifier, "verifier", _profile_file(tmp_path, step_ms=0.0))  # nothing
+    lm_free = free_verifier.language_model_parts()[0]  # computes in 0 ms
     with torch.inference_mode():
         lm_free(inputs_embeds=embeds, position_ids=after_prompt)
     assert free.over_budget["verifier_pass"] == 1 and not free.held
     assert free.over_budget_ms["verifier_pass"] > 0
     assert free.overruns().startswith("verifier_pass 1 of 1 calls, +")
     assert free.report()["held"] is False and free.report()["emulated"] is True
+
+
+def test_emulation_is_turned_on_by_one_door_and_read_back_by_one_function(tmp_path):
+    # the house, item 4: emulate(model, role, profile) on the process's one device for the
+    # profile; emulation_of(model) is what every report and diagnostics asks
+    from crossspec_ros.models.runtime_setup import runtime_counters
+    from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_verifier
+
+    profile = _profile_file(tmp_path, step_ms=0.0)
+    verifier, drafter = tiny_verifier(seed=0), tiny_eventgpt_drafter(seed=0)
+    assert emulation_of(verifier) is None and "emulated" not in runtime_counters(verifier)
+    device = emulate(verifier, "verifier", profile)
+    assert emulate(drafter, "drafter", str(profile)) is device  # one device per profile
+    assert emulate(verifier, "verifier", profile) is device  # again: nothing changes
+    assert emulation_of(verifier) is emulation_of(drafter) is device
+    assert emulation_of(verifier.with_runtime(None)) is device  # its twins too
+    counters = runtime_counters(verifier)
+    assert counters["emulated"] == device.profile.label
+    assert counters["emulation_held"] is device.held is True
+    assert counters["emulation_over_budget"] == device.calls_over_budget == 0
+
+
+def test_whoever_reads_a_nodes_diagnostics_takes_the_emulations_verdict_from_its_count():
+    from crossspec_ros.bench.split_monitor import emulation_record
+    from crossspec_ros.models.emulated import emulation_held
+
+    # diagnostics print held for people; the count is what is read back
+    record = emulation_record("v", {"emulated": "p", "emulation_held": "True",
+                                    "emulation_over_budget": "2"})
+    assert record["held"] is False and record["over_budget"] == 2
+    assert emulation_held(0) and not emulation_held(1)
 
 
 def test_two_models_on_one_emulated_device_take_turns(tmp_path):
@@ -171,13 +210,13 @@ def test_a_forward_over_the_prompt_costs_the_rows_it_stands_for_in_the_targets_p
     assert len(own_chunks) == len(layout.chunks) and own_tokens < layout.tokens
     rows_of = target_rows(verifier, profile.verifier)
     # the head's chunk, a frame's chunk, the question's tail: the target's own chunks
-    assert rows_of(0, own_chunks[0]) == (260, True)
-    assert rows_of(own_chunks[0], own_chunks[1]) == (257, True)
+    assert rows_of(0, own_chunks[0]) == (260, "prefill")
+    assert rows_of(own_chunks[0], own_chunks[1]) == (257, "prefill")
     tail = own_tokens - sum(own_chunks)
-    assert rows_of(sum(own_chunks), tail) == (layout.tokens - sum(layout.chunks), True)
-    assert rows_of(0, own_tokens) == (2066, True)  # a one-shot prefill
+    assert rows_of(sum(own_chunks), tail) == (layout.tokens - sum(layout.chunks), "prefill")
+    assert rows_of(0, own_tokens) == (2066, "prefill")  # a one-shot prefill
     # after the prompt a forward is a verification pass of its own rows
-    assert rows_of(own_tokens + 3, 8) == (8, False)
+    assert rows_of(own_tokens + 3, 8) == (8, "pass")
     # a frame's chunk now costs what the 7B's 257-token chunk measured, not a short pass
     assert profile.call_ms("verifier", "prefill", 257) == pytest.approx(257 * 0.133)
     assert profile.call_ms("verifier", "prefill", 257) > 3 * profile.verifier.pass_ms(17)
@@ -190,8 +229,8 @@ def test_an_emulated_prefill_is_charged_at_the_targets_prompt_length(tmp_path):
     data["verifier"]["prefill_ms_per_token"]["ms"] = 0.001  # short waits: 2 ms a prefill
     path = tmp_path / "short.json"
     path.write_text(json.dumps(data))
-    device = EmulatedDevice(CostProfile.load(path))
-    verifier = emulate(tiny_verifier(seed=0), "verifier", device)
+    verifier = tiny_verifier(seed=0)
+    device = emulate(verifier, "verifier", path)
     own_tokens = verifier.prompt_layout()[0]
     lm = verifier.language_model_parts()[0]
     with torch.inference_mode():
@@ -201,12 +240,12 @@ def test_an_emulated_prefill_is_charged_at_the_targets_prompt_length(tmp_path):
         max(device.profile.verifier.pass_ms(32), 2066 * 0.001))
 
 
-def test_the_gpu_reports_profile_is_the_bundled_one_with_the_prompts_layout(tmp_path):
-    from crossspec_ros.bench.gpu_report import emulation_profile
+def test_the_profile_the_kit_measures_is_the_bundled_one_with_the_prompts_layout(tmp_path):
+    from crossspec_ros.bench.kit_profile import measured_profile
 
     stages = json.loads((ROOT / "docs" / "gpu-h200-2026-11-27.json").read_text())
-    written = emulation_profile(stages, "h200-bf16-static-2026-11-27",
-                                "docs/gpu-h200-2026-11-27.md")
+    written = measured_profile(stages, "h200-bf16-static-2026-11-27",
+                               "docs/gpu-h200-2026-11-27.md")
     path = tmp_path / "written.json"
     path.write_text(json.dumps(written))
     again, bundled = CostProfile.load(path), CostProfile.load("h200-bf16-static-2026-11-27")

@@ -98,14 +98,15 @@ def test_pruned_captions_are_marked_and_the_transformers_runtime_refuses_them(
     from synthetic_windows import random_window
 
     from crossspec_ros.models.tiny import tiny_verifier
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
     window = random_window(seed=4)
     config = EngineConfig(max_new_tokens=8, visual_keep=0.5)
     result = SpeculativeEngine(static_verifier, None, config).run_window(window)
     assert result.stats.acceptance_rule == "visual_keep:0.5" and result.tokens
-    assert EngineConfig(acceptance="top_k:3", visual_keep=0.5).lossy_mode == \
-        "top_k:3+visual_keep:0.5"
+    assert EngineConfig(acceptance=AcceptanceRule.parse("top_k:3"),
+                        visual_keep=0.5).lossy_mode == "top_k:3+visual_keep:0.5"
     assert EngineConfig().lossy_mode == ""
     eager = SpeculativeEngine(tiny_verifier(seed=1), None, config)
     with pytest.raises(ValueError, match="static runtime"):

@@ -15,11 +15,8 @@ import torch
 from synthetic_windows import random_window
 
 from crossspec_ros.models.live_prefill import LivePrefill
-from crossspec_ros.models.static_runtime import (
-    RuntimeOptions,
-    StaticLM,
-    prepare_runtime,
-)
+from crossspec_ros.models.runtime_setup import prepare_runtime
+from crossspec_ros.models.static_runtime import RuntimeOptions, StaticLM
 from crossspec_ros.models.streams import inference
 from crossspec_ros.models.tiny import tiny_eventgpt_drafter, tiny_llava_drafter, tiny_verifier
 from crossspec_ros.process_tuning import SWITCH_INTERVAL_S

@@ -186,7 +186,7 @@ def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
             node.loop.queue.put(random_window(1), 0.0)
             node.loop.step()
             assert node.loop.engine.config.mode == "sampling"
-            assert node.loop.engine.config.acceptance == "exact"
+            assert node.loop.engine.config.acceptance.lossless
             assert node.counters["errors"] == 0 and node.counters["windows_verified"] == 1
         finally:
             node.destroy_node()

@@ -371,7 +371,7 @@ def test_a_relaxed_acceptance_with_sampling_is_refused_by_validation_with_the_fi
 
 def test_every_combination_the_engine_refuses_validation_refuses_first():
     # item 16: one statement of the invalid combinations (AcceptanceRule.refusal), asked by
-    # both; nothing validation passes makes EngineConfig raise
+    # both; nothing validation passes makes the engine refuse its config
     from crossspec_ros.params import engine_config
 
     for acceptance in ("exact", "top_k:2", "typical:0.3", "cosine:0.5"):
@@ -381,7 +381,28 @@ def test_every_combination_the_engine_refuses_validation_refuses_first():
                 params = validate(values, VERIFIER_NODE_PARAMS)
             except ParameterError:
                 continue
-            engine_config(params)
+            config = engine_config(params)
+            assert config.acceptance.refusal(config.mode) is None  # what the engine asks
+
+
+def test_a_config_made_from_parameters_carries_the_acceptance_rule_parsed_once():
+    # the house, item 4: the text is parsed where the config is made; every later reader
+    # (the engine, its captions' mark, the verification) reads the rule the config carries
+    from crossspec_ros.params import engine_config
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
+
+    config = engine_config(validate({"acceptance": "typical:.30"}, VERIFIER_NODE_PARAMS))
+    assert config.acceptance == AcceptanceRule("typical", epsilon=0.3)
+    assert config.acceptance.text == "typical:0.3" and config.lossy_mode == "typical:0.3"
+    assert engine_config(validate({}, VERIFIER_NODE_PARAMS)).acceptance == AcceptanceRule()
+
+
+def test_an_acceptance_rule_reads_back_from_its_own_text():
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
+
+    for text in ("exact", "top_k:3", "typical:0.3", "cosine:0.8"):
+        rule = AcceptanceRule.parse(text)
+        assert rule.text == text and AcceptanceRule.parse(rule.text) == rule
 
 
 def test_top_k_beyond_the_verifiers_vocabulary_is_a_combination_refused_once_it_is_known():

@@ -26,9 +26,10 @@ import pytest
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from crossspec_ros.bags.replay import NS, BagError, BagReplay, Pacer
+from crossspec_ros.bags.replay import BagError, BagReplay, Pacer
 from crossspec_ros.cli import play_cmd
 from crossspec_ros.paths import sample_bag
+from crossspec_ros.stamps import SECOND_NS as NS
 
 SAMPLE = sample_bag()
 EVENTS, IMAGES, TRUTH = "/event_camera/events", "/camera/image_raw", "/crossspec/ground_truth"

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy_models import ToyModel, ToyWindow
 
+from crossspec_ros.speculative.acceptance import AcceptanceRule
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.events import EventKind
@@ -216,7 +217,8 @@ def test_sampling_with_a_proposal_on_the_prefill_keeps_the_first_token_distribut
 def test_a_relaxed_acceptance_rule_accepts_more_marks_its_captions_and_exact_stays_lossless():
     verifier, drafter = ToyModel(), ToyModel(noise=1.5)
     exact, relaxed = (SpeculativeEngine(verifier, drafter, EngineConfig(
-        max_new_tokens=16, proposers=("draft_stream",), adaptive=False, acceptance=rule))
+        max_new_tokens=16, proposers=("draft_stream",), adaptive=False,
+        acceptance=AcceptanceRule.parse(rule)))
         for rule in ("exact", "top_k:4"))
     accepted = {"exact": 0, "relaxed": 0}
     differs = 0
@@ -234,11 +236,25 @@ def test_a_relaxed_acceptance_rule_accepts_more_marks_its_captions_and_exact_sta
     assert differs >= 1  # lossy: that is why it is marked
 
 
-def test_a_relaxed_rule_with_sampling_is_refused():
+def test_a_relaxed_rule_with_sampling_is_refused_by_the_engine_before_any_window():
+    config = EngineConfig(mode="sampling", acceptance=AcceptanceRule.parse("top_k:2"))
+    with pytest.raises(ValueError, match="needs greedy") as refused:
+        SpeculativeEngine(ToyModel(), None, config)
+    assert str(refused.value).endswith("set decoding to greedy or acceptance to exact")
+    engine = SpeculativeEngine(ToyModel(), None, EngineConfig())
     with pytest.raises(ValueError, match="needs greedy"):
-        EngineConfig(mode="sampling", acceptance="top_k:2")
+        engine.reconfigure(config)
     with pytest.raises(ValueError, match="'exact', 'top_k:K'"):
-        EngineConfig(acceptance="top_k")
+        AcceptanceRule.parse("top_k")
+
+
+def test_a_config_carries_its_acceptance_rule_parsed_not_its_text():
+    # the text is parsed once where the config is made; a config handed the text is refused
+    with pytest.raises(TypeError, match=r"AcceptanceRule\.parse"):
+        EngineConfig(acceptance="top_k:2")
+    config = EngineConfig(acceptance=AcceptanceRule.parse("top_k:2"))
+    assert config.acceptance == AcceptanceRule("top_k", k=2) and config.lossy_mode == "top_k:2"
+    assert EngineConfig().acceptance.lossless
 
 
 def test_a_top_k_beyond_the_verifiers_vocabulary_is_refused_before_any_window():
@@ -246,11 +262,12 @@ def test_a_top_k_beyond_the_verifiers_vocabulary_is_refused_before_any_window():
     verifier = ToyModel()
     k = verifier.info.vocab_size + 1
     with pytest.raises(ValueError, match=f"vocabulary holds {verifier.info.vocab_size}"):
-        SpeculativeEngine(verifier, None, EngineConfig(acceptance=f"top_k:{k}"))
+        SpeculativeEngine(verifier, None, EngineConfig(acceptance=AcceptanceRule.parse(
+            f"top_k:{k}")))
     engine = SpeculativeEngine(verifier, None, EngineConfig())
     with pytest.raises(ValueError, match="vocabulary holds"):
-        engine.reconfigure(EngineConfig(acceptance=f"top_k:{k}"))
-    assert engine.config.acceptance == "exact"  # refused: the engine keeps its config
+        engine.reconfigure(EngineConfig(acceptance=AcceptanceRule.parse(f"top_k:{k}")))
+    assert engine.config.acceptance.lossless  # refused: the engine keeps its config
 
 
 def test_a_nan_temperature_is_refused():

@@ -242,13 +242,17 @@ def test_event_aware_windows_keep_every_caption_the_verifiers_own_at_both_change
 def test_cosine_acceptance_reads_the_verifiers_token_features_and_marks_its_captions():
     from toy_models import ToyModel
 
+    from crossspec_ros.speculative.acceptance import AcceptanceRule
+
     verifier = model("verifier", 0)
     engine = SpeculativeEngine(verifier, None, EngineConfig(
-        max_new_tokens=12, acceptance="cosine:0.5", proposers=("history_ngram",)))
+        max_new_tokens=12, acceptance=AcceptanceRule.parse("cosine:0.5"),
+        proposers=("history_ngram",)))
     assert engine.features.shape[0] == verifier.info.vocab_size
     rng = np.random.default_rng(7)
     for k in range(3):
         result = engine.run_window(random_window(rng, k))
         assert result.stats.acceptance_rule == "cosine:0.5" and result.tokens
     with pytest.raises(ValueError, match="needs a transformers verifier"):
-        SpeculativeEngine(ToyModel(), None, EngineConfig(acceptance="cosine:0.5"))
+        SpeculativeEngine(ToyModel(), None, EngineConfig(
+            acceptance=AcceptanceRule.parse("cosine:0.5")))

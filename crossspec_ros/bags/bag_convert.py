@@ -42,6 +42,7 @@ from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE
 from crossspec_ros.bags.writer import BagWriter, output_problem
 from crossspec_ros.events.errors import EventSourceError
 from crossspec_ros.events.event_array import EVENT_ARRAY_TYPES
+from crossspec_ros.stamps import ns_to_seconds
 
 EVENT_TOPIC = "/event_camera/events"
 IMAGE_TOPIC = "/camera/image_raw"
@@ -179,7 +180,7 @@ def _write(bag: BagWriter, report: BagConvertReport, progress: bool) -> None:
             bag.write_raw(wanted[topic], EVENT_PACKET_TYPE, data, last)
             report.event_messages += 1
         report.events = conversion.counts.get(report.event_topic, EventCounts())
-        report.duration_s = 0.0 if first is None else (last - first) / 1e9
+        report.duration_s = 0.0 if first is None else ns_to_seconds(last - first)
     except BagConvertError:
         raise
     except Exception as exc:  # damaged chunks: no bag rather than a silently short one

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from crossspec_ros.bags.writer import BagWriter
+from crossspec_ros.stamps import SECOND_NS, join_ns
 
 # Message types whose first field is a std_msgs/Header (all that drive records): in CDR the
 # 4-byte encapsulation header comes first, then the stamp's int32 sec and uint32 nanosec.
@@ -38,9 +39,9 @@ def header_stamp_ns(data: bytes) -> int | None:
         return None
     order = "<" if data[1] & 1 else ">"  # encapsulation 0x0001/0x0003: little-endian
     sec, nanosec = struct.unpack_from(order + "iI", data, 4)
-    if sec <= 0 or nanosec >= 1_000_000_000:
+    if sec <= 0 or nanosec >= SECOND_NS:
         return None
-    return sec * 1_000_000_000 + nanosec
+    return join_ns(sec, nanosec)
 
 
 def staging_path(path: str | Path) -> Path:

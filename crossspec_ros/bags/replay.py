@@ -32,10 +32,10 @@ from rosbags.rosbag2 import Reader
 from crossspec_ros.bagfile import cannot_open, is_ros1_bag, one_line, raw_reader
 from crossspec_ros.bags.ros2_conversion import ConversionError, EventCounts, Ros2Conversion
 from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE
+from crossspec_ros.stamps import ns_to_seconds, seconds_to_ns
 
 log = logging.getLogger(__name__)
 
-NS = 1_000_000_000
 
 
 class BagError(Exception):
@@ -108,17 +108,17 @@ class BagReplay:
             raise BagError(f"{self.path}: nothing to replay (no CDR messages"
                            f"{' on ' + str(list(self.topics)) if topics else ''})")
         # rosbags' end_time is one past the last message: the replayed window is [start, stop).
-        self.start_ns = self.bag_start_ns + round(start_s * NS)
+        self.start_ns = self.bag_start_ns + seconds_to_ns(start_s)
         if self.start_ns >= self.bag_end_ns:
             raise BagError(f"{self.path}: start offset {start_s} s is past the bag's end "
-                           f"({(self.bag_end_ns - self.bag_start_ns) / NS:.3f} s long)")
+                           f"({ns_to_seconds(self.bag_end_ns - self.bag_start_ns):.3f} s long)")
         self.stop_ns = self.bag_end_ns if max_duration_s is None else \
-            min(self.bag_end_ns, self.start_ns + round(max_duration_s * NS))
+            min(self.bag_end_ns, self.start_ns + seconds_to_ns(max_duration_s))
 
     @property
     def duration_s(self) -> float:
         """Bag time replayed per pass."""
-        return (self.stop_ns - self.start_ns) / NS
+        return ns_to_seconds(self.stop_ns - self.start_ns)
 
     def messages(self, stop: threading.Event | None = None) -> Iterator[BagMessage]:
         """Selected messages in log-time order; with ``loop``, pass after pass.
@@ -210,13 +210,13 @@ class Pacer:
         """The monotonic time at which ``bag_ns`` is due (-inf when unpaced)."""
         if self.unpaced:
             return -math.inf
-        return self._wall0 + (bag_ns - self._bag0) / NS / self.rate
+        return self._wall0 + ns_to_seconds(bag_ns - self._bag0) / self.rate
 
     def bag_now(self) -> int:
         """The bag time due now (the anchor when unpaced)."""
         if self.unpaced:
             return self._bag0
-        return self._bag0 + round((self._now() - self._wall0) * self.rate * NS)
+        return self._bag0 + seconds_to_ns((self._now() - self._wall0) * self.rate)
 
     def wait(self, bag_ns: int, stop: threading.Event, tick_s: float = 0.01,
              on_tick: Callable[[], None] | None = None) -> bool:

@@ -46,6 +46,7 @@ from crossspec_ros.events.event_array import (
     EventArrayFormatError,
     parse_event_array,
 )
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.sync.outliers import DEFAULT_THRESHOLD_NS, TimeOutlierGate
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,8 @@ class _EventArrayToEvt3:
         log.log(level, "%s: dropped an EventArray of %d events at %.6f s, %.3f s from the "
                 "topic's time (the next message is back at it): an isolated wild timestamp, "
                 "not a clock jump. Counted in time_outliers; further ones are logged at debug "
-                "level.", self.topic, len(batch), int(batch.t_first) / 1e9,
-                (int(batch.t_first) - (self._recent_ns or int(batch.t_first))) / 1e9)
+                "level.", self.topic, len(batch), ns_to_seconds(int(batch.t_first)),
+                ns_to_seconds(int(batch.t_first) - (self._recent_ns or int(batch.t_first))))
 
     def finish(self) -> list[bytes]:
         """End of the topic: a message still held is written if it agrees with the topic's

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.stamps import SECOND_NS, ns_to_seconds, seconds_to_ns
 
 BACKGROUND, SQUARE, BAR = 96, 230, 20
 NS_PER_MS = 1_000_000
@@ -29,7 +30,7 @@ class TestPattern:
 
     width: int = 320
     height: int = 240
-    start_ns: int = 1_700_000_000 * 1_000_000_000
+    start_ns: int = 1_700_000_000 * SECOND_NS
     square_side: int = 40
     square_speed_px_s: float = 150.0
     bar_height: int = 12
@@ -37,7 +38,7 @@ class TestPattern:
 
     def intensity(self, t_ns: int) -> np.ndarray:
         """H x W uint8 grey levels at time t."""
-        s = (t_ns - self.start_ns) / 1e9
+        s = ns_to_seconds(t_ns - self.start_ns)
         image = np.full((self.height, self.width), BACKGROUND, np.uint8)
         bar_y = _bounce(s * self.bar_speed_px_s, self.height - self.bar_height)
         image[bar_y:bar_y + self.bar_height, :] = BAR
@@ -92,16 +93,16 @@ def write_test_pattern_bag(out: str | Path, duration_s: float = 10.0, *, storage
     from crossspec_ros.events.encode import Evt3PacketEncoder
 
     pattern = pattern or TestPattern()
-    end_ns = pattern.start_ns + round(duration_s * 1e9)
-    frame_period_ns = round(1e9 / rgb_hz)
+    end_ns = pattern.start_ns + seconds_to_ns(duration_s)
+    frame_period_ns = round(SECOND_NS / rgb_hz)
     counts = {"event_packets": 0, "events": 0, "frames": 0}
     encoder = Evt3PacketEncoder(pattern.width, pattern.height,
                                 packet_period_ns=round(packet_ms * 1e6),
                                 epoch_ns=pattern.start_ns, frame_id="event_camera")
     with BagWriter(out, storage=storage) as bag:
         # One second at a time keeps memory flat and messages in log-time order.
-        for t0 in range(pattern.start_ns, end_ns, 1_000_000_000):
-            t1 = min(t0 + 1_000_000_000, end_ns)
+        for t0 in range(pattern.start_ns, end_ns, SECOND_NS):
+            t1 = min(t0 + SECOND_NS, end_ns)
             frames = [t for t in range(t0, t1, frame_period_ns)
                       if not _in_gap(t - pattern.start_ns, rgb_gap_s)]
             batch = pattern.events(t0, t1, seed=seed)
@@ -119,4 +120,4 @@ def write_test_pattern_bag(out: str | Path, duration_s: float = 10.0, *, storage
 
 
 def _in_gap(offset_ns: int, gap_s: tuple[float, float] | None) -> bool:
-    return gap_s is not None and gap_s[0] * 1e9 <= offset_ns < gap_s[1] * 1e9
+    return gap_s is not None and gap_s[0] * SECOND_NS <= offset_ns < gap_s[1] * SECOND_NS

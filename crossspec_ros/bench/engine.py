@@ -30,7 +30,7 @@ from crossspec_ros.process_tuning import settle_heap
 from crossspec_ros.speculative.drafter_process import DrafterProcess
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 from crossspec_ros.speculative.stats import WindowStats
-from crossspec_ros.stamps import seconds_to_ns
+from crossspec_ros.stamps import SECOND_NS, seconds_to_ns
 
 VERIFIER_DEFAULTS = validate({}, VERIFIER_NODE_PARAMS)
 HEAD_PROPOSERS = ("history_ngram", "corpus_ngram", "draft_head")  # the crossspec_head modes
@@ -113,11 +113,11 @@ def pattern_windows(n: int) -> list[BenchWindow]:
     pattern = TestPattern()
     windows = []
     for k in range(n):
-        t0 = pattern.start_ns + k * 1_000_000_000
+        t0 = pattern.start_ns + k * SECOND_NS
         stamps = [t0 + (i * 2 + 1) * 62_500_000 for i in range(8)]
         frames = [StampedFrame(t, pattern.rgb(t)) for t in stamps]
-        windows.append(BenchWindow(k, frames, pattern.events(t0, t0 + 1_000_000_000),
-                                   t0, t0 + 1_000_000_000))
+        windows.append(BenchWindow(k, frames, pattern.events(t0, t0 + SECOND_NS),
+                                   t0, t0 + SECOND_NS))
     return windows
 
 

@@ -175,29 +175,26 @@ def run(args: argparse.Namespace) -> int:
 
     from crossspec_ros.bench import engine as bench
 
-    if not _arguments_valid(args):
+    if not _arguments_valid(args) or (args.emulate and not _profile_loads(args.emulate)):
         return 2
-    emulated = None
-    if args.emulate:
-        emulated = _emulated_device(args.emulate)
-        if emulated is None:
-            return 2
     import datetime
     import platform
 
+    from crossspec_ros.models.emulated import emulation_of
     from crossspec_ros.models.loading import resolve_device
     from crossspec_ros.process_tuning import tune_process_for_models
 
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
-    verifier, drafter, label = _load_pair(args, device, emulated)
+    verifier, drafter, label = _load_pair(args, device)
+    emulated = emulation_of(verifier)
     windows = _windows(args)
     if len(windows) <= args.warmup:
         print(f"crossspec bench engine: {args.bag} has {len(windows)} windows with RGB; "
               f"need more than --warmup {args.warmup}", file=sys.stderr)
         return 2
-    distilled, head = _load_extra_drafters(args, device, emulated)
-    processes = _drafter_processes(args, device, emulated)
+    distilled, head = _load_extra_drafters(args, device)
+    processes = _drafter_processes(args, device)
     corpus = _corpus(args.caption_corpus, verifier)
     try:
         report = bench.run_engine_bench(
@@ -244,18 +241,20 @@ def _arguments_valid(args: argparse.Namespace) -> bool:
     return True
 
 
-def _emulated_device(profile: str) -> Any:
-    """The emulated device of --emulate PROFILE (None, said on stderr, when it won't load)."""
-    from crossspec_ros.models.emulated import CostProfile, EmulatedDevice, ProfileError
+def _profile_loads(profile: str) -> bool:
+    """Whether --emulate PROFILE can be used (said on stderr when not), before any model
+    loads."""
+    from crossspec_ros.models.emulated import CostProfile, ProfileError
 
     try:
-        return EmulatedDevice(CostProfile.load(profile))
+        CostProfile.load(profile)
     except ProfileError as err:
         print(f"crossspec bench engine: --emulate: {err}", file=sys.stderr)
-        return None
+        return False
+    return True
 
 
-def _load_pair(args: argparse.Namespace, device: str, emulated: Any) -> tuple[Any, Any, str]:
+def _load_pair(args: argparse.Namespace, device: str) -> tuple[Any, Any, str]:
     """(verifier, drafter, label) of --models, quantized and emulated as the options say."""
     import torch
 
@@ -270,12 +269,12 @@ def _load_pair(args: argparse.Namespace, device: str, emulated: Any) -> tuple[An
     if args.quantization == "4bit":
         verifier, drafter, label = bench.quantized_4bit(verifier, drafter, label)
     print(f"models: {label} on {device}", file=sys.stderr)
-    if emulated is not None:
+    if args.emulate:  # the nodes' door: both models on the process's device of the profile
         from crossspec_ros.models.emulated import emulate
 
-        emulate(verifier, "verifier", emulated)
-        emulate(drafter, "drafter", emulated)
-        print(emulated.describe(), file=sys.stderr)
+        for model, role in ((verifier, "verifier"), (drafter, "drafter")):
+            emulated = emulate(model, role, args.emulate)
+        print(emulated.profile.describe(), file=sys.stderr)
     return verifier, drafter, label
 
 
@@ -288,18 +287,17 @@ def _windows(args: argparse.Namespace) -> list[Any]:
     return bench.bag_windows(args.bag, args.windows)
 
 
-def _load_extra_drafters(args: argparse.Namespace, device: str, emulated: Any
-                         ) -> tuple[Any, Any]:
+def _load_extra_drafters(args: argparse.Namespace, device: str) -> tuple[Any, Any]:
     """(the --distilled drafter, the --head draft head), each None when not asked for."""
     distilled = None
     if args.distilled is not None:
         from crossspec_ros.models.pair import load_drafter
 
         distilled = load_drafter(str(args.distilled), device=device)
-        if emulated is not None:
+        if args.emulate:
             from crossspec_ros.models.emulated import emulate
 
-            emulate(distilled, "drafter", emulated)
+            emulate(distilled, "drafter", args.emulate)
     head = None
     if args.head is not None:
         from crossspec_ros.models.pair import load_head
@@ -308,8 +306,7 @@ def _load_extra_drafters(args: argparse.Namespace, device: str, emulated: Any
     return distilled, head
 
 
-def _drafter_processes(args: argparse.Namespace, device: str, emulated: Any
-                       ) -> dict[str, Any]:
+def _drafter_processes(args: argparse.Namespace, device: str) -> dict[str, Any]:
     """The drafter processes of the *_process modes, by mode suffix ("" for the default
     drafter's); the caller closes them."""
     from crossspec_ros.speculative.drafter_process import DrafterProcess
@@ -322,7 +319,7 @@ def _drafter_processes(args: argparse.Namespace, device: str, emulated: Any
 
         processes[""] = DrafterProcess(FULL_SIZE_RANDOM, device=device, dtype=args.dtype,
                                        quantization=args.quantization, **child)
-    if args.models == "bundled" and device == "cpu" and emulated is None:
+    if args.models == "bundled" and device == "cpu" and not args.emulate:
         from crossspec_ros.models.pair import drafter_source, head_drafter_source
         from crossspec_ros.params import MODEL_PARAMS, validate
 
@@ -382,7 +379,7 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any], table: str,
 
 def _runtime_options(args: argparse.Namespace, role: str = "verifier") -> Any:
     """The speculative modes' runtime of ``role`` from the options (None: transformers)."""
-    from crossspec_ros.models.static_runtime import runtime_options
+    from crossspec_ros.models.runtime_setup import runtime_options
 
     # with --emulate the steps run eager, as runtime_options decides for the nodes
     return runtime_options({"runtime": args.runtime, "compile": not args.no_compile,

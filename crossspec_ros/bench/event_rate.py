@@ -24,6 +24,7 @@ from typing import Any
 
 from crossspec_ros import summaries
 from crossspec_ros.bench.outputs import save_outputs
+from crossspec_ros.stamps import ns_to_seconds
 
 TARGET_FIRST_TOKEN_MS = 100.0  # the draft node's promise: a draft within tens of ms
 
@@ -92,7 +93,7 @@ def publish_packets(rate_ev_s: float, seconds: float, topic: str, depth: int,
         results.put("start")
         start = time.monotonic()
         for packet, msg in zip(packets, messages, strict=True):
-            ahead = start + (packet.stamp_ns - packets[0].stamp_ns) / 1e9 - time.monotonic()
+            ahead = start + ns_to_seconds(packet.stamp_ns - packets[0].stamp_ns) - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
             else:

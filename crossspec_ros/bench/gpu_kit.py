@@ -36,9 +36,10 @@ stage (``gpu-report`` reads it as it reads a folder). A stage that would not fit
 (judged from the stages before it) is skipped and named; one that fails writes its error and
 the next one runs; one that overruns its own limit is cut (SIGALRM: a kernel that never
 returns is cut by the device call's limit instead, and the stage list still says which stage
-was running). ``costs.json`` gathers what a cost model needs (frame preparation, vision, prefill
-per token count, pass ms per row count, the drafter's costs, the sharing slowdown, compile
-seconds, memory), each number with the stage file and field it comes from.
+was running). ``profile.json`` is the run's cost profile in the layout the emulation reads
+(``bench/kit_profile.py``; ``crossspec drive --emulate OUT/profile.json`` takes it as it is), each
+number with the stage and field it comes from, written once the verifier's passes and the
+drafter's costs are in.
 
 On a CPU (``scripts/gpu_check.sh smoke``) the same kit runs on the tiny random pair with eager
 steps: the rehearsal that fails here, not there.
@@ -52,7 +53,6 @@ import json
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -806,68 +806,25 @@ def run_kit(kit: Kit, only: tuple[str, ...] = (), stages: Sequence[Stage] = STAG
         record.seconds = round(time.perf_counter() - t0, 1)
         kit.log(f"[{stage.name}] {record.status} in {record.seconds:.1f} s"
                 + (f": {record.why}" if record.why else ""))
-        _write_json(kit.out / "costs.json", cost_profile(kit.out))
+        write_profile(kit)
         kit.write_stages()
     return kit.records
 
 
-def cost_profile(out: Path) -> dict[str, Any]:
-    """What a cost model needs, from the stage files in ``out`` (each number names the file
-    and field it comes from; what no stage measured is absent, never guessed)."""
-    def read(name: str) -> dict[str, Any]:
-        path = out / f"{name}.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+def write_profile(kit: Kit) -> None:
+    """OUT/profile.json: the emulation profile of what the stage files in OUT measured (this
+    call's and an earlier one's), once they hold the verifier's passes and the drafter's costs
+    (``kit_profile.measured_profile``): the one file of costs the kit writes."""
+    import datetime
 
-    env, verifier, drafter = read("env"), read("verifier"), read("drafter")
-    profile: dict[str, Any] = {"device": env.get("gpu"), "torch": env.get("torch"),
-                               "sources": {}}
-    for passes_file in sorted(out.glob("passes-*.json")):
-        passes = json.loads(passes_file.read_text())
-        key = passes_file.stem.removeprefix("passes-")
-        prefill = passes.get("prefill", {})
-        profile[key] = {
-            "pass_ms_by_rows": {name: r["ms_per_pass"] for name, r in
-                                passes.get("runtimes", {}).items()},
-            "prepare_ms_per_frame": prefill.get("prepare_ms_per_frame"),
-            "vision_ms_per_frame": _per_frame(prefill),
-            "prefill_ms_by_tokens": [[c["tokens"], c["prefill_ms"]]
-                                     for c in prefill.get("per_frame_chunk", [])]
-            + ([[prefill["whole"]["tokens"], prefill["whole"]["prefill_ms"]]]
-               if "whole" in prefill else []),
-            "memory_gib": passes.get("memory_gib")}
-        profile["sources"][key] = f"{passes_file.name}: runtimes.*.ms_per_pass, prefill"
-    if verifier:
-        profile["compile_s"] = {name: (r or {}).get("warm_up_s_per_shape")
-                                for name, r in verifier.get("runtimes", {}).items()}
-        profile["verifier_load_s"] = verifier.get("load_s")
-        profile["sources"]["compile_s"] = "verifier.json: runtimes.*.warm_up_s_per_shape"
-    compiled_prefill = read("prefill-compiled")
-    if compiled_prefill:
-        prefill = compiled_prefill.get("prefill", {})
-        profile["prefill_compiled"] = {
-            "prefill_ms_by_tokens": [[c["tokens"], c["prefill_ms"]]
-                                     for c in prefill.get("per_frame_chunk", [])],
-            "compile_s": compiled_prefill.get("runtime", {}).get("warm_up_s_per_shape")}
-        profile["sources"]["prefill_compiled"] = "prefill-compiled.json: prefill, runtime"
-    if drafter:
-        profile["drafter"] = {k: drafter.get(k) for k in (
-            "load_s", "prepare_ms", "vision_ms", "prefill_ms", "prompt_tokens", "ms_per_pass",
-            "memory_gib")}
-        profile["drafter"]["compile_s"] = drafter.get("runtime", {}).get("warm_up_s_per_shape")
-        profile["sources"]["drafter"] = "drafter.json"
-    sharing = read("sharing") or drafter.get("sharing")  # in drafter.json before 2026-11-27
-    if sharing:
-        profile["sharing"] = sharing
-        profile["sources"]["sharing"] = "sharing.json"
-    return profile
+    from crossspec_ros.bench.gpu_report import collect  # the stage files, loose or packed
+    from crossspec_ros.bench.kit_profile import PROFILE_STAGE, measured_profile, profile_name
 
-
-def _per_frame(prefill: dict[str, Any]) -> float | None:
-    chunks = prefill.get("per_frame_chunk")
-    if chunks:
-        return round(statistics.median(c["vision_ms"] for c in chunks), 3)
-    whole = prefill.get("whole")
-    return round(whole["vision_ms"] / prefill["frames"], 3) if whole else None
+    stages = collect([kit.out])
+    profile = measured_profile(stages, profile_name(stages, datetime.date.today().isoformat()),
+                               f"the gpu-kit stages in {kit.out}")
+    if profile is not None:
+        _write_json(kit.out / f"{PROFILE_STAGE}.json", profile)
 
 
 # ------------------------------------------------------------------ the command

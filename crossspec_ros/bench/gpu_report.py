@@ -2,9 +2,11 @@
 report, JSON and Markdown, under docs/ (the README's GPU section quotes it).
 
 The kit (``crossspec bench gpu-kit``) leaves ``stages.json`` (every stage: done, skipped or
-failed, and why) and one JSON per stage (``env``, ``verifier``, ``exactness-*``, ``passes-*``,
-``engine-*``, ``drafter``, ``tests``, ``costs``); this reads whatever came back, names the
-stages that were skipped, failed or never reached, and writes the tables: the verifier's
+failed, and why), one JSON per stage (``env``, ``verifier``, ``exactness-*``, ``passes-*``,
+``engine-*``, ``drafter``, ``tests``) and the run's cost profile (``profile``:
+``bench/kit_profile.py``); this reads whatever came back, names the stages that were skipped,
+failed or never reached, files the kit's profile under the bundled ones (named for this
+report) and writes the tables: the verifier's
 costs per runtime against the physical limits (FACTS.md:
 prefill >= ~30 ms, decode >= ~4.4 ms per token in bf16 and >= ~1.5 ms in 4-bit on an H100),
 pass cost for 1/4/8/16 tokens, memory, exactness per runtime and float type, and the engine's
@@ -16,19 +18,18 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
-import statistics
 import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.bench.kit_profile import PROFILE_STAGE, device_tag, profile_name
 from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
                "engine-4bit", "fidelity-bfloat16", "fidelity-float32", "drafter",
-               "prefill-compiled", "sharing", "costs")
+               "prefill-compiled", "sharing", PROFILE_STAGE)
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -76,92 +77,18 @@ def _packed(pack: Path) -> dict[str, Any]:
     return stages
 
 
-def emulation_profile(stages: dict[str, Any], name: str, report: str) -> dict[str, Any] | None:
-    """The run's costs as an emulation profile (``models/emulated.py``'s layout; every number
-    names the report and field it comes from), or None when the run lacks the verifier's
-    passes on an exact static runtime or the drafter's costs. Sharing stays "serial": in one
-    process compiled CUDA steps take turns (``static_runtime.CUDA_GRAPH_REPLAY``)."""
-    env = stages.get("env", {})
-    where = f"{report.removesuffix('.md')}.json"
-    dtype, verifier = verifier_costs(stages, where)
-    drafter = _drafter_costs(stages.get("drafter", {}), where)
-    if verifier is None or drafter is None:
-        return None
-    return {
-        "name": name, "kind": "measured", "device": env.get("gpu", "?"), "dtype": dtype,
-        "runtime": "crossspec's static runtime (" + (
-            "steps compiled" if stages.get("verifier", {}).get("runtimes", {}).get(
-                "exact", {}).get("compiled") else "steps eager") + ", the prompt's chunks eager)",
-        "models": "Video-LLaVA-7B and EventGPT-7B architectures, random weights",
-        "report": report,
-        "sharing": {"rule": "serial", "about": "one call on the device at a time: in one "
-                    "process the runtimes' compiled CUDA steps take turns "
-                    "(static_runtime.CUDA_GRAPH_REPLAY)"},
-        "verifier": verifier, "drafter": drafter}
-
-
-def verifier_costs(stages: dict[str, Any], where: str
-                   ) -> tuple[str | None, dict[str, Any] | None]:
-    """(dtype, the verifier's part of a profile) from the passes stage on the exact runtime,
-    or (dtype, None) without it."""
-    dtype = next((k.removeprefix("passes-") for k in stages if k.startswith("passes-")), None)
-    passes = stages.get(f"passes-{dtype}", {})
-    exact = next((r for key, r in passes.get("runtimes", {}).items()
-                  if key.startswith("static_") and "_exact_" in key), None)
-    chunks = passes.get("prefill", {}).get("per_frame_chunk", [])
-    if not (exact and chunks):
-        return dtype, None
-    per_token = statistics.median(c["prefill_ms"] / c["tokens"] for c in chunks)
-    return dtype, {
-        "vision_ms_per_frame": {"ms": round(statistics.median(
-            c["vision_ms"] for c in chunks), 3), "from": f"{where}: passes-{dtype}.prefill"
-            ".per_frame_chunk[].vision_ms, median (each frame encoded alone)"},
-        "prefill_ms_per_token": {"ms": round(per_token, 4), "from": f"{where}: passes-"
-                                 f"{dtype}.prefill.per_frame_chunk[], median prefill_ms "
-                                 "/ tokens"},
-        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: passes-{dtype}.runtimes"
-                                   f".*_exact_*.ms_per_pass[{rows}]"}
-                            for rows, ms in exact["ms_per_pass"].items()},
-        "prompt": {"tokens": passes["prefill"]["prompt_tokens"],
-                   "chunks": [c["tokens"] for c in chunks],
-                   "from": f"{where}: passes-{dtype}.prefill.prompt_tokens and "
-                   "per_frame_chunk[].tokens"}}
-
-
-def _drafter_costs(drafter: dict[str, Any], where: str) -> dict[str, Any] | None:
-    if not (drafter.get("ms_per_pass") and drafter.get("prompt_tokens")):
-        return None
-    images = drafter.get("vision_frames")
-    images_from = "drafter.vision_frames"
-    if images is None:  # runs before the kit recorded it: EventGPT encodes a fixed number
-        from crossspec_ros.models.eventgpt_drafter import NUM_EVENT_IMAGES
-
-        images, images_from = NUM_EVENT_IMAGES, "EventGPT's NUM_EVENT_IMAGES: every window"
-    return {
-        "vision_ms_per_frame": {
-            "ms": round(drafter["vision_ms"] / images, 3),
-            "from": f"{where}: drafter.vision_ms / {images} event images ({images_from})"},
-        "prefill_ms_per_token": {
-            "ms": round(drafter["prefill_ms"] / drafter["prompt_tokens"], 4),
-            "from": f"{where}: drafter.prefill_ms / drafter.prompt_tokens"},
-        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{where}: drafter.ms_per_pass[{rows}]"}
-                            for rows, ms in drafter["ms_per_pass"].items()},
-        "prompt": {"tokens": drafter["prompt_tokens"], "chunks": [drafter["prompt_tokens"]],
-                   "from": f"{where}: drafter.prompt_tokens, one chunk"}}
-
-
 def fidelity_of(stages: dict[str, Any]) -> dict[str, Any] | None:
-    """The fidelity stage's windows against the verifier's costs measured in the same run
-    (``bench/fidelity.py``), or None when the run lacks either."""
+    """The fidelity stage's windows against the verifier's costs the same run measured (its
+    profile: ``bench/fidelity.py``), or None when the run lacks either."""
     from crossspec_ros.bench.fidelity import fidelity
     from crossspec_ros.models.emulated import model_costs
 
-    dtype, verifier = verifier_costs(stages, "this run")
-    traced = stages.get(f"fidelity-{dtype}")
-    if verifier is None or not traced:
+    profile = stages.get(PROFILE_STAGE)
+    traced = stages.get(f"fidelity-{profile['dtype']}") if profile else None
+    if not traced:
         return None
-    return fidelity(traced["windows"], {"verifier": model_costs(verifier)},
-                    f"the verifier's costs measured in this run (passes-{dtype})")
+    return fidelity(traced["windows"], {"verifier": model_costs(profile["verifier"])},
+                    f"the verifier's costs measured in this run (passes-{profile['dtype']})")
 
 
 def _f(value: Any, unit: str = "", places: int = 1) -> str:
@@ -374,20 +301,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"crossspec bench gpu-report: no stage JSON in {', '.join(map(str, args.dirs))}",
               file=sys.stderr)
         return 2
-    found = re.search(r"\b[A-Z]\d{2,4}\b", stages.get("env", {}).get("gpu", ""))
-    device = found.group(0).lower() if found else "gpu"
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"gpu-{device}-{args.date}"
+    stem = args.out / f"gpu-{device_tag(stages.get('env', {}).get('gpu', ''))}-{args.date}"
     stem.with_suffix(".json").write_text(json.dumps({"date": args.date, **stages}, indent=2))
     stem.with_suffix(".md").write_text(markdown(stages, args.date))
     print(f"wrote {stem}.md and {stem}.json")
-    dtype = "bf16" if "passes-bfloat16" in stages else "fp32"
-    name = f"{device}-{dtype}-static-{args.date}"
-    profile = emulation_profile(stages, name, f"{args.out.name}/{stem.name}.md")
-    if profile is None:
+    if PROFILE_STAGE not in stages:
         print("no emulation profile: the run lacks the verifier's passes on the exact runtime "
               "or the drafter's costs", file=sys.stderr)
         return 0
+    # the kit's profile as it measured it, named for this report, which holds its stages
+    name = profile_name(stages, args.date)
+    profile = {**stages[PROFILE_STAGE], "name": name, "report": f"{args.out.name}/{stem.name}.md"}
     args.profiles.mkdir(parents=True, exist_ok=True)
     (args.profiles / f"{name}.json").write_text(json.dumps(profile, indent=2) + "\n")
     print(f"wrote {args.profiles / name}.json (crossspec drive --emulate {name})")

@@ -41,6 +41,7 @@ from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.verifier_first import VerifierFirst
 from crossspec_ros.speculative.verifier_loop import VerifierLoop
 from crossspec_ros.speculative.worker import Worker
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.sync.captions import CaptionStatus, WindowCaption, WindowKey
 from crossspec_ros.sync.synchronizer import sync_from_params
 from crossspec_ros.sync.window import StampedFrame
@@ -128,7 +129,7 @@ def window_keys(windows: Sequence[Any], window_len_ns: int) -> dict[WindowKey, A
     for w in windows:
         if w.t0 % window_len_ns or w.t1 - w.t0 != window_len_ns:
             raise ValueError(f"window [{w.t0}, {w.t1}) is not on the live graph's "
-                             f"{window_len_ns / 1e9:g} s grid")
+                             f"{ns_to_seconds(window_len_ns):g} s grid")
         keys[(0, w.t0 // window_len_ns)] = w
     return keys
 
@@ -243,7 +244,7 @@ class LiveReplay:
         t_first = messages[0][0]
         start = time.monotonic()
         for stamp, kind, payload in messages:
-            self._executor_until(start + (stamp - t_first) / 1e9 / self.rate, vloop, dloop)
+            self._executor_until(start + ns_to_seconds(stamp - t_first) / self.rate, vloop, dloop)
             if kind == "rgb":
                 vloop.add_frame(payload)
             elif dloop is not None:

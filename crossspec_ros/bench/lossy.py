@@ -38,6 +38,8 @@ from typing import Any
 
 from crossspec_ros import summaries
 from crossspec_ros.paths import sample_bag
+from crossspec_ros.speculative.acceptance import AcceptanceRule  # no torch: a light import
+from crossspec_ros.stamps import ns_to_seconds
 
 DEFAULT_RULES = ("top_k:2", "top_k:3", "top_k:5", "typical:0.3", "typical:0.1", "cosine:0.8",
                  "cosine:0.6")
@@ -150,7 +152,7 @@ def live_arrivals(window: Any, slack_ns: int = REORDER_SLACK_NS) -> list[tuple[f
     for k, frame in enumerate(window.frames):
         target = window.t0 + (2 * k + 1) * (window.t1 - window.t0) / (2 * n)
         decided = target + abs(frame.stamp_ns - target) + slack_ns
-        out.append(((max(decided, frame.stamp_ns + slack_ns) - window.t0) / 1e9, frame))
+        out.append((ns_to_seconds(max(decided, frame.stamp_ns + slack_ns) - window.t0), frame))
     return out
 
 
@@ -169,7 +171,7 @@ def live_runner(verifier: Any, engine: Any) -> Any:
 
     def run(window: Any) -> tuple[list[int], float, Any]:
         key = (0, int(window.id))
-        start, length = time.monotonic(), (window.t1 - window.t0) / 1e9
+        start, length = time.monotonic(), ns_to_seconds(window.t1 - window.t0)
         for slot, (offset, frame) in enumerate(live_arrivals(window)):
             if offset >= length:
                 break
@@ -185,11 +187,12 @@ def live_runner(verifier: Any, engine: Any) -> Any:
     return run
 
 
-def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
+def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[AcceptanceRule],
               max_new_tokens: int, warmup: int, corpus: Any = (), log: Any = print,
               keeps: tuple[float, ...] = (), compile_steps: bool = True
               ) -> dict[str, RuleRun]:
-    """Every window through ``exact``, each rule and each pruning share (``keeps``, with
+    """Every window through ``exact``, each rule (named by its text: ``top_k:3``) and each
+    pruning share (``keeps``, with
     ``exact_after_close``), shuffled per window; warm-up windows are not kept.
     ``compile_steps``: the static runtimes compiled (what a user runs) or eager."""
     from crossspec_ros.bench.engine import bench_runtimes
@@ -209,8 +212,8 @@ def run_rules(verifier: Any, drafter: Any, windows: list[Any], rules: list[str],
             return result.tokens, result.stats.confirmed_done_ms, result.stats
         return run
 
-    runners = {name: live_runner(runtimes.verifier, engine(acceptance=name))
-               for name in ("exact", *rules)}
+    runners = {rule.text: live_runner(runtimes.verifier, engine(acceptance=rule))
+               for rule in (AcceptanceRule(), *rules)}
     if keeps:
         runners[AFTER_CLOSE] = after_close(engine())
         for keep in keeps:
@@ -291,14 +294,13 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.process_tuning import tune_process_for_models
     from crossspec_ros.sim.captions import parse_caption
     from crossspec_ros.speculative.corpus import load_corpus
-    from crossspec_ros.speculative.verify import AcceptanceRule
 
     try:
-        rules = [AcceptanceRule.parse(r).name for r in args.rules]
+        rules = [AcceptanceRule.parse(r) for r in args.rules]
     except ValueError as err:
         print(f"crossspec bench lossy: {err}", file=sys.stderr)
         return 2
-    if "" in rules:
+    if any(rule.lossless for rule in rules):
         print("crossspec bench lossy: exact is always measured; list relaxed rules only",
               file=sys.stderr)
         return 2

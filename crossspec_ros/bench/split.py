@@ -52,7 +52,7 @@ from typing import Any
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.run_record import LosslessTally, lossy_words, status_name, verdict
 from crossspec_ros.run_summary import tally_of
-from crossspec_ros.stamps import seconds_to_ns
+from crossspec_ros.stamps import ns_to_seconds, seconds_to_ns
 from crossspec_ros.streaming import (
     STOP_SIGNALS,
     exit_code_for,
@@ -395,7 +395,7 @@ def bag_seconds(bag: Path) -> float:
     from crossspec_ros.bagfile import any_reader
 
     with any_reader(bag) as reader:
-        return (reader.end_time - reader.start_time) / 1e9
+        return ns_to_seconds(reader.end_time - reader.start_time)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -502,7 +502,7 @@ class ReferenceVerifier:
     def engine(self) -> Any:
         if self._engine is None:
             from crossspec_ros.models.pair import load_from_params
-            from crossspec_ros.models.static_runtime import prepare_runtime
+            from crossspec_ros.models.runtime_setup import prepare_runtime
             from crossspec_ros.process_tuning import tune_process_for_models
             from crossspec_ros.speculative.engine import SpeculativeEngine
 
@@ -616,7 +616,7 @@ def jpeg_bag(bag: Path, out: Path, duration_s: float | None = None, quality: int
 
     with any_reader(bag) as reader, BagWriter(out) as writer:
         last_ns = None if duration_s is None else \
-            reader.start_time + round((duration_s + 1.0) * 1e9)
+            reader.start_time + seconds_to_ns(duration_s + 1.0)
         for conn, log_time, raw in reader.messages():
             if last_ns is not None and log_time > last_ns:  # log-time order: the rest too
                 break

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crossspec_ros.models.emulated import emulation_held
+from crossspec_ros.stamps import join_ns
 from crossspec_ros.summaries import rounded
 
 
@@ -107,7 +109,7 @@ def _callbacks(write: Callable[[dict[str, Any]], None]
             return
         framed.add(key)
         write({"kind": "frames", "window": key[1], "epoch": key[0],
-               "stamps_ns": [int(sec) * 1_000_000_000 + int(nsec) for sec, nsec in
+               "stamps_ns": [join_ns(sec, nsec) for sec, nsec in
                              zip(msg.frame_stamps_sec, msg.frame_stamps_nanosec, strict=True)]})
 
     emulation: dict[str, tuple[bool, int]] = {}  # node -> its last verdict written
@@ -127,12 +129,12 @@ def _callbacks(write: Callable[[dict[str, Any]], None]
 
 def emulation_record(node: str, values: dict[str, str]) -> dict[str, Any] | None:
     """A node's emulation verdict from its /diagnostics values (``runtime_counters``: the
-    profile's label, held, calls over budget), or None when it emulates nothing."""
-    if "emulation_held" not in values:
+    profile's label, calls over budget), or None when it emulates nothing."""
+    if "emulation_over_budget" not in values:
         return None
+    over_budget = int(values["emulation_over_budget"])
     return {"kind": "emulation", "node": node, "profile": values.get("emulated", ""),
-            "held": values["emulation_held"] == "True",
-            "over_budget": int(values.get("emulation_over_budget", "0"))}
+            "held": emulation_held(over_budget), "over_budget": over_budget}
 
 
 _num = rounded  # NaN (a latency not measured) -> None in the records

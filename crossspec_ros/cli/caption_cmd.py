@@ -19,6 +19,7 @@ from crossspec_ros.paths import sample_bag
 from crossspec_ros.run_record import checkable, lossless_verdict
 from crossspec_ros.run_rows import draft_line, not_lossless_line
 from crossspec_ros.run_summary import captioned_line
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.sync.captions import CaptionStatus
 
 
@@ -62,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if rows is None:
         return 1
     print_summary(rows)
-    device = getattr(verifier, "emulated_on", None)
+    from crossspec_ros.models.emulated import emulation_of
+
+    device = emulation_of(verifier)
     if device is not None:  # the latencies above are the profile's, not this machine's
         print(f"EMULATED {device.profile.label}: {device.verdict()}")
     return 0 if all(r.get("lossless", True) for r in rows) else 1
@@ -102,7 +105,7 @@ def _build_engine(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Any
     verifier; None, said in one line, where a model, the corpus or the config is bad."""
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_from_params
-    from crossspec_ros.models.static_runtime import prepare_runtime
+    from crossspec_ros.models.runtime_setup import prepare_runtime
     from crossspec_ros.params import ParameterError, engine_config
     from crossspec_ros.speculative.corpus import CorpusError, load_corpus
     from crossspec_ros.speculative.engine import SpeculativeEngine
@@ -160,7 +163,8 @@ def _caption_bag(engine: Any, truth: dict[int, str], args: argparse.Namespace) -
 def caption_window(engine, window, truth: str | None, args: argparse.Namespace) -> dict:
     from crossspec_ros.speculative.events import EventKind
 
-    row: dict = {"window": window.id, "t0": window.t0 / 1e9, "t1": window.t1 / 1e9}
+    row: dict = {"window": window.id, "t0": ns_to_seconds(window.t0),
+                 "t1": ns_to_seconds(window.t1)}
     if not window.has_rgb:  # the verifier cannot run (drafting alone comes with the ROS graph)
         row.update(status=CaptionStatus.UNVERIFIED.name, draft_text="", confirmed_text="")
         print(f"[{window.id}] no RGB: UNVERIFIED", flush=True)

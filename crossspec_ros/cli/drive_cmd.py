@@ -235,10 +235,10 @@ def _describe_run(args: argparse.Namespace, inputs: Any) -> None:
     if args.topic_params or inputs.events_type in EVENT_ARRAY_TYPES:
         print(f"crossspec drive: inputs {_describe_inputs(inputs)}", file=sys.stderr)
     if args.model_params.get("emulate"):
-        from crossspec_ros.models.emulated import shared_device
+        from crossspec_ros.models.emulated import CostProfile
 
         print(f"crossspec drive: EMULATED target, not this machine's costs: "
-              f"{shared_device(args.model_params['emulate']).describe()}", file=sys.stderr)
+              f"{CostProfile.load(args.model_params['emulate']).describe()}", file=sys.stderr)
 
 
 def _start_foxglove(args: argparse.Namespace) -> Any:
@@ -356,11 +356,10 @@ def _run_summary(args: argparse.Namespace, outcome: PassResult,
         summary["foreign_publishers"] = foreign
         summary["line"] += (f"; ANOTHER GRAPH published on {len(foreign)} of this run's "
                             f"topics ({', '.join(sorted(foreign))}): captions may be mixed")
-    profile = getattr(args, "model_params", {}).get("emulate")
-    if profile:  # never a measurement of this machine: the summary and the JSON say so
-        from crossspec_ros.models.emulated import shared_device
+    from crossspec_ros.models.emulated import emulation_of
 
-        device = shared_device(profile)
+    device = emulation_of(outcome.engine.verifier) if outcome.engine is not None else None
+    if device is not None:  # never a measurement of this machine: the summary and JSON say so
         summary["emulation"] = device.report()
         summary["line"] = (f"[EMULATED {device.profile.label}] {summary['line']}; "
                            f"{device.verdict()}")

@@ -16,6 +16,7 @@ from crossspec_ros.params import (
     load_yaml_params,
     validate,
 )
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.sync.synchronizer import sync_from_params
 from crossspec_ros.sync.window import Window
 
@@ -89,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
 def window_summary(window: Window) -> dict:
     p1 = int(window.events.p.sum()) if len(window.events) else 0
-    return {"window": window.id, "epoch": window.epoch, "t0": window.t0 / 1e9,
-            "t1": window.t1 / 1e9, "events": len(window.events),
+    return {"window": window.id, "epoch": window.epoch, "t0": ns_to_seconds(window.t0),
+            "t1": ns_to_seconds(window.t1), "events": len(window.events),
             "events_p0": len(window.events) - p1, "events_p1": p1,
             "frames": len(window.frames), "distinct_frames": window.n_distinct_frames,
             "flags": list(window.flags), "closed_by": window.closed_by}

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import logging
 
+from crossspec_ros.stamps import SECOND_NS, ns_to_seconds
+
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_JUMP_NS = 1_000_000_000
+DEFAULT_MAX_JUMP_NS = SECOND_NS
 
 
 class SensorClock:
@@ -47,7 +49,7 @@ class SensorClock:
             self.resets += 1
             msg = ("event clock jumped by %.3f s (sensor reset or bag loop?): re-estimating the "
                    "sensor->ROS offset from this packet (resets so far: %d)")
-            jump_s = (implied - self.offset_ns) / 1e9
+            jump_s = ns_to_seconds(implied - self.offset_ns)
             if not self._warned:
                 log.warning(msg, jump_s, self.resets)
                 self._warned = True

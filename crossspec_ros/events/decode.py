@@ -51,6 +51,7 @@ from crossspec_ros.events.packet import (
 )
 from crossspec_ros.events.triggers import TriggerWordCounter
 from crossspec_ros.events.words import WordEvents
+from crossspec_ros.stamps import ns_to_seconds
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,8 @@ class EventPacketDecoder:
                       "format, so it is damaged or mislabelled (a real change shows in two "
                       "packets in a row). Counted in size_mismatch; further ones are logged "
                       "at debug level. If this repeats, check the driver's width, height and "
-                      "encoding.", held.stamp_ns / 1e9, held.seq, enc, w, h, self._encoding,
-                      *self._size)
+                      "encoding.", ns_to_seconds(held.stamp_ns), held.seq, enc, w, h,
+                      self._encoding, *self._size)
 
     def finish(self) -> None:
         """End of the stream: a packet still held (its format never confirmed) is dropped."""

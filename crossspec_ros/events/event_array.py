@@ -38,13 +38,13 @@ import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import DecodeStats
+from crossspec_ros.stamps import SECOND_NS, join_ns
 
 log = logging.getLogger(__name__)
 
 DVS_EVENT_ARRAY = "dvs_msgs/msg/EventArray"
 PROPHESEE_EVENT_ARRAY = "prophesee_event_msgs/msg/EventArray"
 EVENT_ARRAY_TYPES = (DVS_EVENT_ARRAY, PROPHESEE_EVENT_ARRAY)
-NS = 1_000_000_000
 
 # CDR encapsulation identifiers (first two bytes of a ROS 2 message): plain CDR, big or little
 # endian. rosbag2 and every rmw write little endian; big endian is read for completeness.
@@ -118,7 +118,7 @@ def _parse_ros1(buffer: memoryview) -> EventArrayData:
         raise EventArrayFormatError(f"{count} events of 13 bytes do not fit the message's "
                                     f"{len(buffer)} bytes")
     events = np.frombuffer(buffer, dtype=ROS1_EVENT, count=count, offset=pos)
-    return _data(sec * NS + nsec, frame_id, width, height, events)
+    return _data(join_ns(sec, nsec), frame_id, width, height, events)
 
 
 def _parse_cdr(buffer: memoryview) -> EventArrayData:
@@ -134,7 +134,7 @@ def _parse_cdr(buffer: memoryview) -> EventArrayData:
     pos += 12
     if count == 0:
         empty = np.empty(0, dtype=CDR_EVENT[order])
-        return _data(sec * NS + nanosec, frame_id, width, height, empty)
+        return _data(join_ns(sec, nanosec), frame_id, width, height, empty)
     end = pos - 2 + (count - 1) * CDR_STRIDE + CDR_EVENT[order].itemsize
     if end > len(body):
         raise EventArrayFormatError(f"{count} events do not fit the message's "
@@ -142,13 +142,13 @@ def _parse_cdr(buffer: memoryview) -> EventArrayData:
     events = np.ndarray((count,), dtype=CDR_EVENT[order], buffer=body, offset=pos - 2,
                         strides=(CDR_STRIDE,))
     first_xy = struct.unpack_from(f"{order}2H", body, pos)
-    return _data(sec * NS + nanosec, frame_id, width, height, events, first_xy)
+    return _data(join_ns(sec, nanosec), frame_id, width, height, events, first_xy)
 
 
 def _data(stamp_ns: int, frame_id: str, width: int, height: int, events: np.ndarray,
           first_xy: tuple[int, int] | None = None) -> EventArrayData:
     t = events["sec"].astype(np.int64)
-    t *= NS
+    t *= SECOND_NS  # join_ns, over every event at once
     t += events["nsec"]
     x = events["x"].astype(np.uint16)  # a copy in native order, free of the message's bytes
     y = events["y"].astype(np.uint16)

@@ -8,8 +8,9 @@ compiled CUDA-graph replays fire no module hooks), on the transformers runtime t
 model's forwards. ``window(key)`` files the calls made inside it under ``key``.
 
 The kinds are the emulation's (``models/emulated.py``): "vision" (frames), "prefill" (a forward
-that reaches into the prompt) and "pass" (a forward over generated tokens only), so
-``CostProfile.call_ms(role, kind, count)`` prices a traced call as the emulation would.
+that reaches into the prompt) and "pass" (a forward over generated tokens only), told apart by
+the emulation's own rule (``emulated.forward_kind``), so ``CostProfile.call_ms(role, kind,
+count)`` prices a traced call as the emulation would.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossspec_ros.models.emulated import forward_position, forward_rows, wrap_vision
+from crossspec_ros.models.emulated import (
+    forward_kind,
+    forward_position,
+    forward_rows,
+    wrap_vision,
+)
 from crossspec_ros.models.streams import synchronize
 
 
@@ -90,21 +96,21 @@ class CallTrace:
                 return out
             return call
 
-        def forward_kind(pos: int, rows: int) -> tuple[str, int, int]:
-            return ("prefill" if pos < own_tokens else "pass"), rows, pos
+        def forward_call(pos: int, rows: int) -> tuple[str, int, int]:
+            return forward_kind(pos, own_tokens), rows, pos
 
         runtime = getattr(model, "runtime", None)
         if runtime is not None:  # the static runtime's steps: (slot, pos, embeds [1, q, d])
             chain = runtime.chain
             runtime.chain = timed(
-                lambda _slot, pos, embeds, **_kw: forward_kind(int(pos), int(embeds.shape[1])),
+                lambda _slot, pos, embeds, **_kw: forward_call(int(pos), int(embeds.shape[1])),
                 chain)
             undo.append(lambda: runtime.__dict__.pop("chain", None))
         else:
             lm = model.language_model_parts()[0]
             forward = lm.forward
             lm.forward = timed(
-                lambda *a, **kw: forward_kind(forward_position(kw), forward_rows(a, kw)), forward)
+                lambda *a, **kw: forward_call(forward_position(kw), forward_rows(a, kw)), forward)
             undo.append(lambda: lm.__dict__.pop("forward", None))
         undo += wrap_vision(model, lambda method, frames_of: timed(
             lambda *a, **kw: ("vision", frames_of(a, kw), 0), method))

@@ -16,8 +16,15 @@ report lacks are ``filled`` and say how. Two models on one emulated device follo
 sharing rule; the one rule so far is "serial": one call on the device at a time, in the order
 they come; a call's compute here never overlaps the other model's (``EmulatedDevice.acquire``).
 
-Everything emulated says so: ``EmulatedDevice.describe`` and ``report`` name the profile and
-its kind, and the numbers of a run on it are never a measurement of the machine it ran on.
+Everything emulated says so: ``CostProfile.describe`` and ``EmulatedDevice.report`` name the
+profile and its kind, and the numbers of a run on it are never a measurement of the machine it
+ran on.
+
+One door turns the emulation on for a model: ``emulate(model, role, profile)`` (the nodes'
+parameter ``emulate`` through ``runtime_setup.prepare_runtime``, ``bench engine --emulate``),
+on the one device of the process for that profile; one function reads it back:
+``emulation_of(model)``. Which calls are a prefill and which a pass is one rule,
+``forward_kind``, which the call trace (call_trace.py) files calls by too.
 """
 
 from __future__ import annotations
@@ -137,6 +144,11 @@ class CostProfile:
         """How every output names it: "emulated: NAME (a measured profile, REPORT)"."""
         what = "a measured profile" if self.kind == "measured" else "a bound, not measured"
         return f"emulated: {self.name} ({what}; {self.report})"
+
+    def describe(self) -> str:
+        """One line for a log: the label, the target and its sharing rule."""
+        return f"{self.label}: {self.device}, {self.dtype}, {self.runtime}; sharing " \
+               f"{self.sharing}"
 
     def costs(self, role: str) -> ModelCosts:
         return self.verifier if role == "verifier" else self.drafter
@@ -273,9 +285,13 @@ class EmulatedDevice:
             time.sleep(done - now)
 
     @property
+    def calls_over_budget(self) -> int:
+        """The calls whose compute here ended after their emulated end, all kinds together."""
+        return sum(self.over_budget.values())
+
+    @property
     def held(self) -> bool:
-        """No call's compute here ended after its emulated end."""
-        return not sum(self.over_budget.values())
+        return emulation_held(self.calls_over_budget)
 
     def overruns(self) -> str:
         """The calls that overran, by kind, and by how much in all: "verifier_vision 435
@@ -291,10 +307,6 @@ class EmulatedDevice:
             f"the emulation did NOT hold: calls whose compute here overran their cost there: " \
             f"{self.overruns()}"
         return f"{held}; not yet checked against a GPU"
-
-    def describe(self) -> str:
-        return f"{self.profile.label}: {self.profile.device}, {self.profile.dtype}, " \
-               f"{self.profile.runtime}; sharing {self.profile.sharing}"
 
     def report(self) -> dict[str, Any]:
         """What a run's JSON says about its emulation."""
@@ -328,18 +340,32 @@ def forward_position(kwargs: dict[str, Any]) -> int:
     return int(cache.get_seq_length()) if cache is not None else 0
 
 
-def target_rows(model: Any, costs: ModelCosts) -> Callable[[int, int], tuple[int, bool]]:
+def emulation_held(calls_over_budget: int) -> bool:
+    """The emulation's verdict: it held when no call's compute here ended after its emulated
+    end (``EmulatedDevice.held``; a node's diagnostics print the count, whoever reads them
+    asks this)."""
+    return calls_over_budget == 0
+
+
+def forward_kind(pos: int, prompt_tokens: int) -> str:
+    """A language model forward after ``pos`` cached positions of a model whose prompt holds
+    ``prompt_tokens``: "prefill" when it reaches into the prompt, else "pass" (generated
+    tokens only). The one rule: the emulation charges by it, the call trace files by it."""
+    return "prefill" if pos < prompt_tokens else "pass"
+
+
+def target_rows(model: Any, costs: ModelCosts) -> Callable[[int, int], tuple[int, str]]:
     """For a forward of ``rows`` rows after ``pos`` cached positions of ``model``: the rows it
-    stands for on the target (through the profile's prompt layout) and whether it reaches
-    into the prompt (a prefill) rather than only generated tokens (a pass)."""
+    stands for on the target (through the profile's prompt layout) and its kind
+    (``forward_kind``: a prefill or a pass)."""
     own_tokens, own_chunks = model.prompt_layout()
     at = costs.prompt.positions(own_tokens, own_chunks) if costs.prompt is not None else None
 
-    def rows_of(pos: int, rows: int) -> tuple[int, bool]:
-        prefill = pos < own_tokens
+    def rows_of(pos: int, rows: int) -> tuple[int, str]:
+        kind = forward_kind(pos, own_tokens)
         if at is None:
-            return rows, prefill
-        return max(1, round(at(pos + rows) - at(pos))), prefill
+            return rows, kind
+        return max(1, round(at(pos + rows) - at(pos))), kind
     return rows_of
 
 
@@ -372,23 +398,37 @@ _SHARED: dict[str, EmulatedDevice] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_device(profile: str) -> EmulatedDevice:
-    """The one emulated device of this process for ``profile`` (a name or a file): the graph's
-    models in one process share it, as they share one GPU there."""
+def _device_of_process(profile: str | Path) -> EmulatedDevice:
+    """The one emulated device of this process for ``profile`` (a name or a file): the models
+    emulated in one process share it, as they share one GPU there."""
     with _SHARED_LOCK:
-        if profile not in _SHARED:
-            _SHARED[profile] = EmulatedDevice(CostProfile.load(profile))
-        return _SHARED[profile]
+        key = str(profile)
+        if key not in _SHARED:
+            _SHARED[key] = EmulatedDevice(CostProfile.load(profile))
+        return _SHARED[key]
 
 
-def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
+def emulation_of(model: Any) -> EmulatedDevice | None:
+    """The emulated device ``model``'s calls are timed on (None: its own machine's costs):
+    what every report, summary and diagnostics asks."""
+    return getattr(model, "_emulated_on", None)
+
+
+def emulate(model: Any, role: str, profile: str | Path) -> EmulatedDevice:
     """Make ``model``'s device calls (its language model's forward, its vision encoder) last
-    what ``device``'s profile says for ``role`` ("verifier" or "drafter"). Install before
-    taking twins of the model (``with_runtime``): they share its modules and copy its
-    attributes. Again on the same device: nothing changes; on another: that one instead.
-    Returns the model."""
-    if getattr(model, "emulated_on", None) is device:
-        return model
+    what ``profile`` (a bundled profile's name or a profile file; ProfileError when it cannot
+    be used) says for ``role`` ("verifier" or "drafter"), on the one emulated device of this
+    process for that profile. Install before taking twins of the model (``with_runtime``):
+    they share its modules and copy its attributes. Again on the same device: nothing
+    changes; on another: that one instead. Returns the device."""
+    device = _device_of_process(profile)
+    if emulation_of(model) is not device:
+        _install(model, role, device)
+    return device
+
+
+def _install(model: Any, role: str, device: EmulatedDevice) -> None:
+    """``emulate``'s hooks on ``model``, in place of any it had."""
     for undo in model.__dict__.pop("_emulation_undo", ()):
         undo()
     costs = device.profile.costs(role)
@@ -403,8 +443,7 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
 
     def after(_module: Any, args: tuple, kwargs: dict, _out: Any) -> None:
         begun, pos = started.pop(threading.get_ident(), (time.monotonic(), 0))
-        rows, prefill = rows_of(pos, forward_rows(args, kwargs))
-        kind = "prefill" if prefill else "pass"
+        rows, kind = rows_of(pos, forward_rows(args, kwargs))
         device.occupy(f"{role}_{kind}", begun, device.profile.call_ms(role, kind, rows))
 
     # always_call: a forward that raises gives the device back too
@@ -426,6 +465,5 @@ def emulate(model: Any, role: str, device: EmulatedDevice) -> Any:
         return call
 
     undo_steps += wrap_vision(model, timed)
-    model.emulated_on = device
+    model._emulated_on = device
     model._emulation_undo = undo_steps
-    return model

@@ -131,18 +131,6 @@ def _compiled(fn: Any, device: torch.device) -> Any:
                          options={**options, "guard_filter_fn": _kept_guards})
 
 
-def runtime_options(params: dict[str, Any], role: str) -> RuntimeOptions | None:
-    """The runtime a node's ``role`` ("verifier" or "drafter") model runs, from validated
-    RUNTIME_PARAMS values (None: the transformers runtime). A drafter's tokens are proposals,
-    checked anyway: it steps in two shapes, one token at a time and re-syncs."""
-    if params["runtime"] != "static":
-        return None
-    rows = (int(params["step_rows"]),) if role == "verifier" else DRAFTER_STEP_ROWS
-    # an emulated target times each forward from outside it: compiled graphs cannot carry that
-    compiled = bool(params["compile"]) and compile_allowed() and not params.get("emulate")
-    return RuntimeOptions(compile=compiled, step_rows=rows)
-
-
 def use_static_runtime(model: CaptionModel, options: RuntimeOptions | None,
                        max_new_tokens: int | None = None) -> dict[str, float]:
     """Step ``model``'s language model through a static runtime from now on (None: back to
@@ -176,55 +164,6 @@ def _runtimes(model: CaptionModel) -> dict[Any, Any]:
     if registry is None:
         registry = model._static_runtimes = {}
     return registry
-
-
-def prepare_runtime(model: Any, params: dict[str, Any], role: str,
-                    max_new_tokens: int) -> str:
-    """Give ``model`` the runtime the node parameters ask for (compiling and warming up its
-    shapes, or taking one built before); returns the line a node logs about it."""
-    options = runtime_options(params, role)
-    t0 = time.perf_counter()
-    timings = use_static_runtime(model, options, max_new_tokens)
-    runtime = model.runtime
-    if runtime is None:
-        return f"{model.info.name}: transformers runtime (eager, a DynamicCache per " \
-               f"window){_emulation(model, params, role)}"
-    line = runtime.describe()
-    if timings:
-        shapes = ", ".join(f"{shape} {s:.1f} s" for shape, s in timings.items())
-        line += f"; ready in {time.perf_counter() - t0:.1f} s ({shapes})"
-    else:
-        line += " (built before: reused)"
-    if runtime.compiled:
-        line += f"; compiled kernels cached in {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}"
-    if runtime.compile_failed:
-        line += f"; compiling failed ({runtime.compile_failed}): eager steps"
-    return line + _emulation(model, params, role)
-
-
-def _emulation(model: Any, params: dict[str, Any], role: str) -> str:
-    """The emulated target the parameter ``emulate`` asks for, on ``model`` (shared by every
-    model of this process); the words a node logs about it."""
-    if not params.get("emulate"):
-        return ""
-    from crossspec_ros.models.emulated import emulate, shared_device
-
-    device = shared_device(params["emulate"])
-    emulate(model, role, device)
-    return f"; EMULATED {device.describe()}"
-
-
-def runtime_counters(model: Any) -> dict[str, Any]:
-    """``model``'s static runtime counters for a node's diagnostics (``StaticLM.counters``;
-    none on the transformers runtime), and on an emulated target what it is and whether the
-    emulation held."""
-    runtime = getattr(model, "runtime", None)
-    counters: dict[str, Any] = runtime.counters() if runtime is not None else {}
-    device = getattr(model, "emulated_on", None)
-    if device is not None:
-        counters.update(emulated=device.profile.label, emulation_held=device.held,
-                        emulation_over_budget=sum(device.over_budget.values()))
-    return counters
 
 
 def use_compile_cache(directory: str | Path | None = None) -> Path:

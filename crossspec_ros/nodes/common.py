@@ -22,8 +22,6 @@ from crossspec_ros.speculative.worker import Worker  # noqa: F401 (the nodes')
 from crossspec_ros.stamps import join_ns, split_ns
 from crossspec_ros.sync.synchronizer import sync_from_params  # noqa: F401 (the nodes')
 
-NS = 1_000_000_000
-
 
 def declare_params(node: Node, spec: list[Param],
                    on_change: Callable[[dict[str, Any]], None] | None = None,

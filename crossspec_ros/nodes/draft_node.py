@@ -23,7 +23,7 @@ from event_camera_msgs.msg import EventPacket
 from crossspec_ros.composition import share_turns
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.packet import from_msg
-from crossspec_ros.models.static_runtime import runtime_counters
+from crossspec_ros.models.runtime_setup import runtime_counters
 from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.nodes.common import (
     Worker,
@@ -71,7 +71,7 @@ class DraftNode(ManagedNode):
 
             self.drafter = load_from_params(p, verifier=False)[1]
         assign_cuda_streams(self.drafter)  # its own CUDA stream, also when composed
-        from crossspec_ros.models.static_runtime import prepare_runtime, runtime_options
+        from crossspec_ros.models.runtime_setup import prepare_runtime, runtime_options
 
         if p["drafter_process"] and p["device"] == "cpu":
             from crossspec_ros.models.pair import drafter_source

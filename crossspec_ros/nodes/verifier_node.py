@@ -27,10 +27,9 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from crossspec_ros.composition import build_engine, verifier_loop
 from crossspec_ros.images import UnsupportedImageError, compressed_to_rgb, image_to_rgb
-from crossspec_ros.models.static_runtime import runtime_counters
+from crossspec_ros.models.runtime_setup import runtime_counters
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
-    NS,
     Worker,
     declare_params,
     diagnostics,
@@ -52,6 +51,7 @@ from crossspec_ros.speculative.engine import WindowResult
 from crossspec_ros.speculative.events import EngineEvent
 from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.verifier_first import VerifierFirst
+from crossspec_ros.stamps import split_ns
 from crossspec_ros.sync.agreement import text_to_ids
 from crossspec_ros.sync.captions import (
     WindowCaption,
@@ -210,8 +210,8 @@ class VerifierNode(ManagedNode):
             window_end=ns_to_msg(window.t1), base_index=event.base,
             new_token_ids=[int(t) for t in event.tokens], text=event.text, done=event.done,
             acceptance_rule=stats.acceptance_rule if stats is not None else "",
-            frame_stamps_sec=[int(f.stamp_ns // NS) for f in window.frames],
-            frame_stamps_nanosec=[int(f.stamp_ns % NS) for f in window.frames],
+            frame_stamps_sec=[split_ns(f.stamp_ns)[0] for f in window.frames],
+            frame_stamps_nanosec=[split_ns(f.stamp_ns)[1] for f in window.frames],
             stats=stats_msg(stats) if stats is not None else cs_msg.WindowStats())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.pub_confirmed.publish(msg)

@@ -33,8 +33,9 @@ from crossspec_ros.sim.captions import caption
 from crossspec_ros.sim.events import EventConfig, simulate
 from crossspec_ros.sim.render import render_log, render_rgb
 from crossspec_ros.sim.scene import Drive
-from crossspec_ros.sim.stream import DRIVE_START_NS, NS_PER_S, WINDOW_NS, frame_stamps
+from crossspec_ros.sim.stream import DRIVE_START_NS, WINDOW_NS, frame_stamps
 from crossspec_ros.sim.visibility import seen_facts, visible_attributes
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.sync.window import StampedFrame, Window, sample_frames
 
 TRAIN_SEEDS = range(0, 10_000)
@@ -105,11 +106,11 @@ def make_window(seed: int, index: int, *, image_size: int | tuple[int, int] = 96
     width, height = _size(image_size)
     grid = [StampedFrame(t, None) for t in frame_stamps(t0, t1, DRIVE_START_NS, rgb_hz)]
     stamps = [f.stamp_ns for f in sample_frames(grid, t0, t1, n_frames)]
-    frames = [render_rgb(d.state((t - DRIVE_START_NS) / NS_PER_S), width, height)
+    frames = [render_rgb(d.state(ns_to_seconds(t - DRIVE_START_NS)), width, height)
               for t in stamps]
     ew, eh = event_size
     if events:
-        batch = simulate(lambda t: render_log(d.state((t - DRIVE_START_NS) / NS_PER_S), ew, eh),
+        batch = simulate(lambda t: render_log(d.state(ns_to_seconds(t - DRIVE_START_NS)), ew, eh),
                          ew, eh, t0, t1, config, np.random.default_rng([seed, index, 0xE7]))
     else:
         batch = EventBatch.empty(ew, eh)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
+from crossspec_ros.stamps import SECOND_NS
 
 NS_PER_US = 1000
 
@@ -158,7 +159,7 @@ class EventSimulator:
         return keep
 
     def _noise(self, t0: int, t1: int) -> tuple[np.ndarray, ...] | None:
-        rate = self.config.noise_rate_hz * self.width * self.height * (t1 - t0) / 1e9
+        rate = self.config.noise_rate_hz * self.width * self.height * (t1 - t0) / SECOND_NS
         if rate <= 0:
             return None
         n = int(self.rng.poisson(rate))
@@ -186,7 +187,7 @@ def simulate(render_log: Callable[[int], np.ndarray], width: int, height: int, t
         simulator.start(render_log(t0_ns), t0_ns)
     elif simulator.t_ns != t0_ns:
         raise ValueError(f"simulator is at {simulator.t_ns} ns, not at t0 = {t0_ns} ns")
-    step_ns = max(NS_PER_US, round(1e9 / config.render_hz / NS_PER_US) * NS_PER_US)
+    step_ns = max(NS_PER_US, round(SECOND_NS / config.render_hz / NS_PER_US) * NS_PER_US)
     batches = []
     t = t0_ns
     while t < t1_ns:

@@ -19,10 +19,10 @@ from crossspec_ros.sim.events import EventConfig, EventSimulator, simulate
 from crossspec_ros.sim.render import render_log, render_rgb
 from crossspec_ros.sim.scene import Drive, Facts
 from crossspec_ros.sim.visibility import seen_facts
+from crossspec_ros.stamps import SECOND_NS, ns_to_seconds
 
-DRIVE_START_NS = 1_700_000_000 * 1_000_000_000
-WINDOW_NS = 1_000_000_000
-NS_PER_S = 1e9
+DRIVE_START_NS = 1_700_000_000 * SECOND_NS
+WINDOW_NS = SECOND_NS
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,7 +41,7 @@ class Chunk:
 
 def frame_stamps(t0: int, t1: int, start_ns: int, rgb_hz: float) -> list[int]:
     """Stamps of the RGB frames in [t0, t1) on the grid start_ns + k * period (whole us)."""
-    period = max(1, round(1e9 / rgb_hz / 1000)) * 1000
+    period = max(1, round(SECOND_NS / rgb_hz / 1000)) * 1000
     k = max(0, -(-(t0 - start_ns) // period))  # first grid index at or after t0
     return list(range(start_ns + k * period, t1, period))
 
@@ -60,15 +60,15 @@ def record(seed: int, duration_s: float, *, event_size: tuple[int, int] = (320, 
     end = start_ns + round(duration_s * 1e6) * 1000
 
     def log_frame(t: int) -> np.ndarray:
-        return render_log(drive.state((t - start_ns) / NS_PER_S), ew, eh)
+        return render_log(drive.state(ns_to_seconds(t - start_ns)), ew, eh)
 
     sim = EventSimulator(ew, eh, config, np.random.default_rng([seed, 0xE7E7]))
     sim.start(log_frame(start_ns), start_ns)
     for index, t0 in enumerate(range(start_ns, end, WINDOW_NS)):
         t1 = min(t0 + WINDOW_NS, end)
         events = simulate(log_frame, ew, eh, t0, t1, simulator=sim)
-        frames = [(t, render_rgb(drive.state((t - start_ns) / NS_PER_S), *rgb_size))
+        frames = [(t, render_rgb(drive.state(ns_to_seconds(t - start_ns)), *rgb_size))
                   for t in frame_stamps(t0, t1, start_ns, rgb_hz)]
-        facts = seen_facts(drive.state(((t0 + t1) / 2 - start_ns) / NS_PER_S))
+        facts = seen_facts(drive.state(ns_to_seconds((t0 + t1) / 2 - start_ns)))
         yield Chunk(index, t0, t1, events, frames, facts, caption(facts, "verifier"),
                     caption(facts, "drafter"))

@@ -1,6 +1,9 @@
 """Which proposed tokens greedy verification accepts: ``AcceptanceRule`` (exact, or a relaxed,
-lossy rule). Parsing and checking a rule needs no torch, so the parameter checks (params.py,
-a launch file's config check) stay light; only ``accepted`` computes with it."""
+lossy rule). The parameter's text is parsed into the rule once where a config is made
+(``params.engine_config``) and the config carries the rule (``EngineConfig.acceptance``);
+what a rule cannot run with is said in one place (``AcceptanceRule.refusal``). Parsing and
+checking a rule needs no torch, so the parameter checks (params.py, a launch file's config
+check) stay light; only ``accepted`` computes with it."""
 
 from __future__ import annotations
 
@@ -61,20 +64,30 @@ class AcceptanceRule:
 
     def refusal(self, decoding: str = "greedy", vocab_size: int | None = None) -> str | None:
         """Why this rule cannot verify under ``decoding`` ("greedy" or "sampling") or for a
-        verifier of ``vocab_size`` tokens (None: not known yet), or None when it can: the one
-        statement of these limits, asked by the parameters' validation (params.py), by
-        EngineConfig and by the engine."""
+        verifier of ``vocab_size`` tokens (None: not known yet), in one line with what to do,
+        or None when it can: the one statement of these limits, asked by the parameters'
+        validation (``params.combination_problem``) and by the engine for every config it
+        runs (``SpeculativeEngine``)."""
         if not self.lossless and decoding != "greedy":
-            return ("a relaxed rule widens greedy verification's argmax test and needs greedy "
-                    "decoding (sampling keeps the verifier's distribution by a test of its own)")
+            return (f"'acceptance' = '{self.text}' cannot run with 'decoding' = '{decoding}': "
+                    "a relaxed rule widens greedy verification's argmax test and needs greedy "
+                    "decoding (sampling keeps the verifier's distribution by a test of its "
+                    "own); set decoding to greedy or acceptance to exact")
         if self.kind == "top_k" and vocab_size is not None and self.k > vocab_size:
-            return (f"{self.name} asks for the verifier's {self.k} likeliest tokens, but its "
-                    f"vocabulary holds {vocab_size}")
+            return (f"'acceptance' = '{self.text}' cannot run on this verifier: {self.name} "
+                    f"asks for the verifier's {self.k} likeliest tokens, but its vocabulary "
+                    f"holds {vocab_size}; take top_k:K with K <= {vocab_size}, or exact")
         return None
 
     @property
     def lossless(self) -> bool:
         return self.kind == "exact"
+
+    @property
+    def text(self) -> str:
+        """The rule as the parameter writes it (``exact``, ``top_k:3``): ``parse`` reads it
+        back to this rule."""
+        return self.name or "exact"
 
     @property
     def name(self) -> str:

@@ -66,6 +66,7 @@ from typing import Any
 
 from crossspec_ros.events.change import STEADY
 from crossspec_ros.speculative.adaptive import DrafterGate
+from crossspec_ros.stamps import SECOND_NS, ns_to_seconds
 
 LEAD_WINDOWS = 8  # drafts whose durations set the measured lead
 LEAD_MARGIN = 1.25  # the measured lead: this times the drafter's median caption time ...
@@ -128,7 +129,7 @@ class DataClock:
 
     def observe(self, t_ns: int, now: float) -> None:
         """Data up to ``t_ns`` came at ``now``."""
-        if self.latest_ns is not None and t_ns < self.latest_ns - 10**9:
+        if self.latest_ns is not None and t_ns < self.latest_ns - SECOND_NS:
             self._since = None  # time went back (a bag loop): measure the rate afresh
         elif self.latest_ns is not None and t_ns <= self.latest_ns:
             return
@@ -138,18 +139,19 @@ class DataClock:
             return
         t0, at0 = self._since
         if now - at0 >= self.span_s and t_ns > t0:
-            self.rate = (t_ns - t0) / 1e9 / (now - at0)
+            self.rate = ns_to_seconds(t_ns - t0) / (now - at0)
             self._since = (t_ns, now)
 
     def now_ns(self, now: float) -> int | None:
         """Data time at ``now``: the latest stamp, advanced at the rate since it came."""
         if self.latest_ns is None:
             return None
-        return self.latest_ns + int((now - self.latest_at) * self.rate * 1e9)
+        return self.latest_ns + int((now - self.latest_at) * self.rate * SECOND_NS)
 
     def at(self, t_ns: int) -> float:
         """When (local clock) data time reaches ``t_ns``."""
-        return self.latest_at + (t_ns - (self.latest_ns or t_ns)) / 1e9 / max(self.rate, 1e-9)
+        ahead_s = ns_to_seconds(t_ns - (self.latest_ns or t_ns))
+        return self.latest_at + ahead_s / max(self.rate, 1e-9)
 
 
 @dataclass
@@ -159,7 +161,7 @@ class DraftSchedule:
     as ahead while its captions come within max(this, the drafter's first token) of their
     close (0: never step aside)."""
 
-    window_len_ns: int = 10**9
+    window_len_ns: int = SECOND_NS
     lead_ms: float = -1.0
     step_aside_ms: float = 30.0
     counts: Counter = field(default_factory=Counter)

@@ -90,9 +90,9 @@ class EngineConfig:
     drafter_gate: bool = True            # with adaptive: a local drafter runs only while it
     #                                      measurably pays (DrafterGate)
     keep_sessions: bool = False          # keep both KV caches on the result (tests, debugging)
-    acceptance: str = "exact"            # greedy: "exact" (lossless), or a lossy relaxed rule
-    #                                      "top_k:K" / "typical:EPS" / "cosine:T"
-    #                                      (verify.AcceptanceRule)
+    # greedy: exact (lossless), or a lossy relaxed rule top_k:K / typical:EPS / cosine:T;
+    # parsed once where the config is made (AcceptanceRule.parse, params.engine_config)
+    acceptance: AcceptanceRule = field(default_factory=AcceptanceRule)
     visual_keep: float = 1.0             # < 1: lossy, the verifier reads that share of each
     #                                      frame's patches, where events fired
     #                                      (models/pruning.py; static runtime, no live prefill)
@@ -116,19 +116,16 @@ class EngineConfig:
                              f"{', '.join(EVENT_CHOICES)}")
         if not 0.0 < self.visual_keep <= 1.0:
             raise ValueError(f"visual_keep must be in (0, 1], got {self.visual_keep}")
-        refusal = AcceptanceRule.parse(self.acceptance).refusal(self.mode)
-        if refusal is not None:
-            raise ValueError(f"acceptance {self.acceptance} with {self.mode} decoding: {refusal}")
-
-    @property
-    def acceptance_rule(self) -> AcceptanceRule:
-        return AcceptanceRule.parse(self.acceptance)
+        if not isinstance(self.acceptance, AcceptanceRule):  # the text is parsed where the
+            # config is made, never again at each read
+            raise TypeError(f"acceptance must be an AcceptanceRule (AcceptanceRule.parse of "
+                            f"the text), got {self.acceptance!r}")
 
     @property
     def lossy_mode(self) -> str:
         """How its captions are marked: "" (lossless: the verifier's own), else each lossy
         choice, joined by "+" (``top_k:5``, ``visual_keep:0.5``)."""
-        parts = [self.acceptance_rule.name,
+        parts = [self.acceptance.name,
                  f"visual_keep:{self.visual_keep:g}" if self.visual_keep < 1.0 else ""]
         return "+".join(p for p in parts if p)
 
@@ -161,8 +158,7 @@ class SpeculativeEngine:
         self.verifier, self.drafter, self.head = verifier, drafter, head
         self.config = config or EngineConfig()
         self._check_fits(self.config)
-        self.rule = self.config.acceptance_rule  # parsed once: read in every verification
-        self.features = self._features(self.rule)
+        self.features = self._features(self.config.acceptance)
         assign_cuda_streams(verifier, drafter)
         self.bridge: VocabularyBridge = make_bridge(verifier, drafter)
         cfg = self.config
@@ -190,15 +186,15 @@ class SpeculativeEngine:
         self.policy.max_depth, self.policy.max_nodes = config.max_proposal, config.max_tree_nodes
         self.policy.adaptive = config.adaptive
         self.history.max_sources = config.history_windows
-        self.config, self.rule = config, config.acceptance_rule
-        self.features = self._features(self.rule)
+        self.config = config
+        self.features = self._features(config.acceptance)
 
     def _check_fits(self, config: EngineConfig) -> None:
-        """ValueError for a config this verifier cannot run (top_k beyond its vocabulary:
-        every window would fail), before any window runs."""
-        refusal = config.acceptance_rule.refusal(config.mode, self.verifier.info.vocab_size)
+        """ValueError for a config this verifier cannot run (a relaxed rule with sampling;
+        top_k beyond its vocabulary: every window would fail), before any window runs."""
+        refusal = config.acceptance.refusal(config.mode, self.verifier.info.vocab_size)
         if refusal is not None:
-            raise ValueError(f"acceptance {config.acceptance}: {refusal}")
+            raise ValueError(refusal)
 
     def _features(self, rule: AcceptanceRule) -> torch.Tensor | None:
         """The verifier's token features, for cosine acceptance only."""
@@ -406,7 +402,7 @@ class SpeculativeEngine:
         # one: in a one-shot prefill the mask takes every prompt row off attention's causal
         # fast path (bundled pair: +0.3-0.5 ms a window on 146 rows, while make bench saw
         # 0 of 38 branch tokens taken there), and the search for branches costs ~0.3 ms
-        branches = live_finish and cfg.mode == "greedy" and self.rule.lossless and \
+        branches = live_finish and cfg.mode == "greedy" and cfg.acceptance.lossless and \
             self.verifier.supports_tree_prefill
         first = self.policy.propose_first(draft, base, self.history, cfg.max_new_tokens,
                                           self.verifier.info.proposable_ids,
@@ -445,7 +441,7 @@ class SpeculativeEngine:
                                    self._model_chains(head_run, confirmed))
         t_round = time.perf_counter()
         branching = session.supports_tree and self.config.mode == "greedy" and \
-            self.rule.lossless and not tree.is_chain()
+            self.config.acceptance.lossless and not tree.is_chain()
         if not branching:
             tree = tree.best_path()
             if session.max_rows is not None:
@@ -481,9 +477,10 @@ class SpeculativeEngine:
 
     def _verify_chain(self, proposal: list[int], rows: torch.Tensor,
                       generator: torch.Generator | None) -> Verdict:
+        rule = self.config.acceptance
         if self.config.mode == "greedy":
-            return verify_greedy(proposal, rows) if self.rule.lossless else \
-                verify_relaxed(proposal, rows, self.rule, self.verifier.info.eos_token_id,
+            return verify_greedy(proposal, rows) if rule.lossless else \
+                verify_relaxed(proposal, rows, rule, self.verifier.info.eos_token_id,
                                self.features)
         return verify_sampling(proposal, rows, temperature=self.config.temperature,
                                generator=generator)

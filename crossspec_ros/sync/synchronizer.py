@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from crossspec_ros.events.batch import EventBatch
-from crossspec_ros.stamps import SECOND_NS, seconds_to_ns
+from crossspec_ros.stamps import SECOND_NS, ns_to_seconds, seconds_to_ns
 from crossspec_ros.sync.outliers import GateVerdict, TimeOutlierGate
 from crossspec_ros.sync.window import (
     StampedFrame,
@@ -453,7 +453,7 @@ class WindowSynchronizer:
             self._stale[stream] = None  # the stream is on the new timeline already
             return flushed
         logger.info("sync: %s time jumped forward by %.3f s (two data in a row agree): a gap "
-                    "in the input", stream, (t_new - (front or t_new)) / 1e9)
+                    "in the input", stream, ns_to_seconds(t_new - (front or t_new)))
         return []
 
     def _drop_lone_datum(self, t_new: int) -> None:
@@ -481,14 +481,14 @@ class WindowSynchronizer:
             if t_last - t_first > self.reset_threshold_ns:
                 self._warn_outlier(stream, "a batch of %d events spanning %.3f s (%d to %d ns; "
                                    "no packet spans that: damaged time words)", len(item),
-                                   (t_last - t_first) / 1e9, t_first, t_last)
+                                   ns_to_seconds(t_last - t_first), t_first, t_last)
                 return
         else:
             self._stats.outlier_frames += 1
             t_first = t_last = int(item.stamp_ns)
         what = f"a batch of {len(item)} events" if stream == "events" else "a frame"
         self._warn_outlier(stream, "%s stamped %d ns, %.3f s from the streams' time %s ns (%s)",
-                           what, t_last, (t_last - (front or t_last)) / 1e9, front, why)
+                           what, t_last, ns_to_seconds(t_last - (front or t_last)), front, why)
 
     def _warn_outlier(self, stream: str, msg: str, *args: object) -> None:
         """Warn once per stream (then debug): what was dropped, why, where it is counted."""
@@ -522,7 +522,7 @@ class WindowSynchronizer:
         logger.warning(
             "sync: %s time went backwards from %d ns to %d ns (%.3f s, reset threshold "
             "%.3f s): flushed %d pending window(s), starting epoch %d",
-            stream, old, t_new, (old - t_new) / 1e9, self.reset_threshold_ns / 1e9,
+            stream, old, t_new, ns_to_seconds(old - t_new), ns_to_seconds(self.reset_threshold_ns),
             len(flushed), self._stats.epoch,
         )
         self._stale = {"events": self._ev_max, "rgb": self._rgb_max}

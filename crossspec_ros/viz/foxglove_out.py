@@ -294,10 +294,9 @@ class FoxgloveOutput:
         """
         name = status_name(status)
         reason = int(unverified_reason)
+        sec, nsec = split_ns(stamp_ns)
         message: dict[str, Any] = {
-            "header": {"stamp": {"sec": int(stamp_ns) // 1_000_000_000,
-                                 "nsec": int(stamp_ns) % 1_000_000_000},
-                       "frame_id": frame_id},
+            "header": {"stamp": {"sec": sec, "nsec": nsec}, "frame_id": frame_id},
             "window_id": int(window_id),
             "epoch": int(epoch),
             "unverified_reason": reason,

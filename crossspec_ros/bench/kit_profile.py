@@ -1,0 +1,97 @@
+"""The cost profile a GPU kit run measured, in the layout the emulation reads
+(``models/emulated.py``, ``crossspec_ros/data/cost_profiles/``): the kit writes it into its OUT
+(``profile.json``) after every stage once the verifier's passes on the exact runtime and the
+drafter's costs are in, and ``gpu-report`` files that one under the bundled profiles, named for
+its report. Every number says which stage and field it comes from; nothing a stage did not
+measure is in it."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+PROFILE_STAGE = "profile"  # OUT/profile.json
+
+
+def device_tag(gpu: str) -> str:
+    """A GPU's short name for file names: "h200" for "NVIDIA H200", else "gpu"."""
+    found = re.search(r"\b[A-Z]\d{2,4}\b", gpu)
+    return found.group(0).lower() if found else "gpu"
+
+
+def profile_name(stages: dict[str, Any], date: str) -> str:
+    """The name a run's profile goes by: "h200-bf16-static-2026-11-27"."""
+    dtype = "bf16" if "passes-bfloat16" in stages else "fp32"
+    return f"{device_tag(stages.get('env', {}).get('gpu', ''))}-{dtype}-static-{date}"
+
+
+def measured_profile(stages: dict[str, Any], name: str, report: str) -> dict[str, Any] | None:
+    """The run's costs as an emulation profile named ``name``, its numbers from ``report``
+    (where the stages are: the kit's OUT, or gpu-report's dated report), or None when the run
+    lacks the verifier's passes on an exact static runtime or the drafter's costs. Sharing
+    stays "serial": in one process compiled CUDA steps take turns
+    (``static_runtime.CUDA_GRAPH_REPLAY``)."""
+    dtype, verifier = verifier_costs(stages)
+    drafter = _drafter_costs(stages.get("drafter", {}))
+    if verifier is None or drafter is None:
+        return None
+    compiled = stages.get("verifier", {}).get("runtimes", {}).get("exact", {}).get("compiled")
+    return {
+        "name": name, "kind": "measured", "device": stages.get("env", {}).get("gpu", "?"),
+        "dtype": dtype, "runtime": "crossspec's static runtime (" + (
+            "steps compiled" if compiled else "steps eager") + ", the prompt's chunks eager)",
+        "models": "Video-LLaVA-7B and EventGPT-7B architectures, random weights",
+        "report": report,
+        "sharing": {"rule": "serial", "about": "one call on the device at a time: in one "
+                    "process the runtimes' compiled CUDA steps take turns "
+                    "(static_runtime.CUDA_GRAPH_REPLAY)"},
+        "verifier": verifier, "drafter": drafter}
+
+
+def verifier_costs(stages: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """(dtype, the verifier's part of a profile) from the passes stage on the exact runtime,
+    or (dtype, None) without it."""
+    dtype = next((k.removeprefix("passes-") for k in stages if k.startswith("passes-")), None)
+    passes = stages.get(f"passes-{dtype}", {})
+    exact = next((r for key, r in passes.get("runtimes", {}).items()
+                  if key.startswith("static_") and "_exact_" in key), None)
+    chunks = passes.get("prefill", {}).get("per_frame_chunk", [])
+    if not (exact and chunks):
+        return dtype, None
+    per_token = statistics.median(c["prefill_ms"] / c["tokens"] for c in chunks)
+    stage = f"passes-{dtype}"
+    return dtype, {
+        "vision_ms_per_frame": {"ms": round(statistics.median(
+            c["vision_ms"] for c in chunks), 3), "from": f"{stage}.prefill.per_frame_chunk[]"
+            ".vision_ms, median (each frame encoded alone)"},
+        "prefill_ms_per_token": {"ms": round(per_token, 4), "from": f"{stage}.prefill"
+                                 ".per_frame_chunk[], median prefill_ms / tokens"},
+        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{stage}.runtimes.*_exact_*"
+                                   f".ms_per_pass[{rows}]"}
+                            for rows, ms in exact["ms_per_pass"].items()},
+        "prompt": {"tokens": passes["prefill"]["prompt_tokens"],
+                   "chunks": [c["tokens"] for c in chunks],
+                   "from": f"{stage}.prefill.prompt_tokens and per_frame_chunk[].tokens"}}
+
+
+def _drafter_costs(drafter: dict[str, Any]) -> dict[str, Any] | None:
+    if not (drafter.get("ms_per_pass") and drafter.get("prompt_tokens")):
+        return None
+    images = drafter.get("vision_frames")
+    images_from = "drafter.vision_frames"
+    if images is None:  # runs before the kit recorded it: EventGPT encodes a fixed number
+        from crossspec_ros.models.eventgpt_drafter import NUM_EVENT_IMAGES
+
+        images, images_from = NUM_EVENT_IMAGES, "EventGPT's NUM_EVENT_IMAGES: every window"
+    return {
+        "vision_ms_per_frame": {
+            "ms": round(drafter["vision_ms"] / images, 3),
+            "from": f"drafter.vision_ms / {images} event images ({images_from})"},
+        "prefill_ms_per_token": {
+            "ms": round(drafter["prefill_ms"] / drafter["prompt_tokens"], 4),
+            "from": "drafter.prefill_ms / drafter.prompt_tokens"},
+        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"drafter.ms_per_pass[{rows}]"}
+                            for rows, ms in drafter["ms_per_pass"].items()},
+        "prompt": {"tokens": drafter["prompt_tokens"], "chunks": [drafter["prompt_tokens"]],
+                   "from": "drafter.prompt_tokens, one chunk"}}
