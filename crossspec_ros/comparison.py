@@ -10,7 +10,9 @@ window (pure: `crossspec drive --compare` and `crossspec bench engine --live` re
     crossspec   draft and verifier nodes: the event drafter's caption, complete at the close,
                 and every proposer
 
-The baselines decode in one-row steps (on the static runtime the fastest plain decoder); the
+The step-shape rule, stated once here and kept by every runner (drive's nodes and the bench's
+replay alike): the baselines decode in one-row steps (on the static runtime the fastest plain
+decoder: what a user without crossspec runs, never slowed by crossspec's step shape); the
 speculative graphs' passes hold ``step_rows`` rows, for exactness. A comparison pairs each
 window with itself across graphs within one round, over every window and over the
 **scene-change windows** (whose reference caption differs from the window before's: where a
@@ -40,6 +42,11 @@ class ComparedGraph:
     drafter: bool
     verifier_params: dict[str, Any] = field(default_factory=dict)
     about: str = ""
+
+    @property
+    def one_row_steps(self) -> bool:
+        """A baseline: it decodes in one-row steps, not in the speculative step shape."""
+        return self.verifier_params.get("step_rows") == 1
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -138,6 +138,13 @@ def test_on_the_static_runtime_the_modes_equal_its_plain_decoding_beside_todays_
     assert "verifier_alone_compiled" not in modes  # nothing compiled: the eager baseline
     assert report["baseline"] == "verifier_alone" and report["lossless"] is True
     assert "steps of 8 rows" in report["runtime"]
+    # comparison.py's step-shape rule, as drive's nodes keep it: the baselines decode in
+    # one-row steps (losslessly, against that runtime's own decoding), the others in 8 rows
+    graphs = report["live"]["graphs"]
+    assert {name: graphs[name]["step_rows"] for name in graphs} == {
+        "after_close_alone": 1, "live_alone": 1, "text_only": 8, "crossspec_live": 8,
+        "crossspec_live_transformers": None}
+    assert all(modes[name]["lossless_windows"] == "2/2" for name in graphs)
     assert modes["verifier_alone_exact"]["decode_ms_per_pass_median"] > 0
     assert "Runtime of the speculative modes: video-llava: static runtime" in \
         markdown_table(report)

@@ -17,12 +17,12 @@ import torch
 from crossspec_ros import summaries
 from crossspec_ros.bench.live_replay import (
     LIVE_GRAPHS,
-    LiveGraph,
     LiveReplay,
     ReplayedWindow,
     replay_messages,
     window_keys,
 )
+from crossspec_ros.comparison import ComparedGraph
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.oracle import OracleDrafter
 from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
@@ -50,14 +50,16 @@ class BenchRuntimes:
     """The models a run steps, per runtime: ``verifier``/``drafter`` are what the speculative
     modes run on (the static runtime, unless ``--runtime transformers``); ``eager_*`` the
     transformers runtime (hf_generate, verifier_alone and crossspec_live_transformers: today's
-    path); ``plain`` the fastest plain decoder, a compiled static runtime of one-row steps
-    (None without compiling)."""
+    path); ``plain`` the plain decoder of one-row steps on the static runtime (compiled as
+    the run's options say; None on the transformers runtime), what the live baselines decode
+    on (comparison.py's step-shape rule) and, compiled, the fastest plain decoder."""
 
     verifier: CaptionModel
     drafter: CaptionModel | None
     eager_verifier: CaptionModel
     eager_drafter: CaptionModel | None
     plain: CaptionModel | None = None
+    compiled: bool = False  # the static runtimes compile their steps
 
     @property
     def static(self) -> bool:
@@ -87,13 +89,13 @@ def bench_runtimes(verifier: CaptionModel, drafter: CaptionModel | None,
         static_drafter = drafter.with_runtime(None)
         use_static_runtime(static_drafter, RuntimeOptions(
             compile=options.compile, step_rows=DRAFTER_STEP_ROWS), max_new_tokens)
-    plain = None
-    if options.compile:
-        plain = verifier.with_runtime(None)
-        use_static_runtime(plain, RuntimeOptions(compile=True, step_rows=(1,)), max_new_tokens)
-    log(f"runtimes ready in {time.perf_counter() - t0:.1f} s: {static.runtime.describe()}"
-        + (f"; {plain.runtime.describe()}" if plain is not None else ""))
-    return BenchRuntimes(static, static_drafter, eager_verifier, eager_drafter, plain)
+    plain = verifier.with_runtime(None)
+    use_static_runtime(plain, RuntimeOptions(compile=options.compile, step_rows=(1,)),
+                       max_new_tokens)
+    log(f"runtimes ready in {time.perf_counter() - t0:.1f} s: {static.runtime.describe()}; "
+        f"{plain.runtime.describe()}")
+    return BenchRuntimes(static, static_drafter, eager_verifier, eager_drafter, plain,
+                         compiled=options.compile)
 
 
 @dataclass
@@ -327,7 +329,7 @@ def plain_runners(runtimes: BenchRuntimes, config: EngineConfig, lookup_k: int,
             lambda: eager.reference_generate(eager.prepare(w), max_new)),
         "verifier_alone": engine_runner_alone(SpeculativeEngine(eager, None, config), max_new),
     }
-    if runtimes.plain is not None:
+    if runtimes.plain is not None and runtimes.compiled:
         runners["verifier_alone_compiled"] = engine_runner_alone(
             SpeculativeEngine(runtimes.plain, None, config), max_new)
     if runtimes.static:  # the plain greedy decoding the speculative modes equal bit for bit
@@ -478,7 +480,8 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
             runtimes.verifier, "tokens_per_frame", None) else {}
         if graphs:
             live_runs, live_report = run_live_graphs(
-                graphs, windows, references, warmup=warmup, rounds=live_rounds,
+                graphs, windows, references, exact_verifier=runtimes.verifier,
+                warmup=warmup, rounds=live_rounds,
                 max_new_tokens=max_new_tokens, max_proposal=max_proposal, corpus=corpus,
                 log=log)
             runs.update(live_runs)
@@ -528,11 +531,16 @@ def run_shuffled(runners: dict[str, Runner], oracles: dict[str, OracleDrafter],
 
 
 def live_graphs(runtimes: BenchRuntimes, wanted: Sequence[str] | None
-                ) -> dict[str, tuple[LiveGraph, CaptionModel, CaptionModel | None]]:
-    """The live graphs of a run and the models each runs: every one of ``LIVE_GRAPHS`` on the
-    speculative modes' runtime (the same verifier, with and without crossspec's parts), and
-    crossspec_live on the transformers runtime (today's path) beside a static one."""
-    graphs = {name: (graph, runtimes.verifier, runtimes.drafter)
+                ) -> dict[str, tuple[ComparedGraph, CaptionModel, CaptionModel | None]]:
+    """The live graphs of a run and the models each runs: every one of ``LIVE_GRAPHS`` as
+    comparison.py's step-shape rule says (the baselines on the one-row runtime, the others on
+    the speculative modes' runtime: the same verifier, with and without crossspec's parts;
+    without a one-row runtime, the GPU kit's when its compile did not fit, every graph on the
+    speculative one, which the report says), and crossspec_live on the transformers runtime
+    (today's path) beside a static one."""
+    one_row = runtimes.plain if runtimes.plain is not None else runtimes.verifier
+    graphs = {name: (graph, one_row if graph.one_row_steps else runtimes.verifier,
+                     runtimes.drafter)
               for name, graph in LIVE_GRAPHS.items()}
     if runtimes.static:
         graphs["crossspec_live_transformers"] = (
@@ -541,8 +549,9 @@ def live_graphs(runtimes: BenchRuntimes, wanted: Sequence[str] | None
     return {name: g for name, g in graphs.items() if wanted is None or name in wanted}
 
 
-def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionModel | None]],
+def run_live_graphs(graphs: dict[str, tuple[ComparedGraph, CaptionModel, CaptionModel | None]],
                     windows: list[Any], references: list[tuple[list[int], list[int]]], *,
+                    exact_verifier: CaptionModel | None = None,
                     warmup: int, rounds: int, max_new_tokens: int, max_proposal: int,
                     corpus: Sequence[Sequence[int]] = (), log: Any = print
                     ) -> tuple[dict[str, ModeRun], dict[str, Any]]:
@@ -577,7 +586,8 @@ def run_live_graphs(graphs: dict[str, tuple[LiveGraph, CaptionModel, CaptionMode
     for name in names:
         graph, verifier, _ = graphs[name]
         runs[name], report["graphs"][name] = live_graph_report(
-            graph, verifier, outcomes[name], keys, windows, references, warmup=warmup,
+            graph, verifier, outcomes[name], keys, windows, references,
+            own_reference=verifier is not exact_verifier, warmup=warmup,
             max_new_tokens=max_new_tokens)
         report["graphs"][name].update(drafter=drafting[name],  # every round, warm-up too
                                       errors=errors[name][:5])
@@ -613,9 +623,10 @@ def _by_window(base: ModeRun, run: ModeRun) -> list[tuple[int, float, float]]:
             if w in by_window]
 
 
-def live_graph_report(graph: LiveGraph, verifier: CaptionModel, outcomes: list[dict],
+def live_graph_report(graph: ComparedGraph, verifier: CaptionModel, outcomes: list[dict],
                       keys: list[Any], windows: list[Any],
-                      references: list[tuple[list[int], list[int]]], *, warmup: int,
+                      references: list[tuple[list[int], list[int]]], *,
+                      own_reference: bool = False, warmup: int,
                       max_new_tokens: int) -> tuple[ModeRun, dict[str, Any]]:
     """One live graph's rounds (``outcomes``, window key -> ReplayedWindow each) as a run and
     its report: a window counts where it was FINAL in every round, at its median latency, and
@@ -634,7 +645,9 @@ def live_graph_report(graph: LiveGraph, verifier: CaptionModel, outcomes: list[d
         bench_frames = tuple(f.stamp_ns for f in windows[index].frames)
         reference, exact = references[index]
         expected = reference if eager else exact
-        if rows[0].frame_stamps != bench_frames:  # the loops made another window
+        # the loops made another window, or the graph decodes on another runtime than the
+        # references' (a baseline's one-row steps): its own plain decoding
+        if rows[0].frame_stamps != bench_frames or (own_reference and not eager):
             expected = verifier.reference_generate(verifier.prepare(rows[0].window),
                                                    max_new_tokens) if eager else \
                 verifier.generate_greedy(verifier.prepare(rows[0].window), max_new_tokens)
@@ -643,6 +656,8 @@ def live_graph_report(graph: LiveGraph, verifier: CaptionModel, outcomes: list[d
                 rows[0].stats, expected, reference, window=index)
     return run, {
         "about": graph.about, "windows": len(run.latency_ms), "not_final": unverified,
+        # its verifier's step shape (None: the transformers runtime, one row a step)
+        "step_rows": verifier.runtime.max_rows if not eager else None,
         "confirmed_after_close_ms": {**summaries.spread(run.latency_ms),
                                      "p95": summaries.percentile(run.latency_ms, 95)},
         "draft_first_token_ms_median": summaries.median(

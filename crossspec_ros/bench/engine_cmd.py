@@ -34,7 +34,10 @@ process has the thread settings of the live graph, ``process_tuning``):
                    prefill and early start, crossspec without its drafter (earlier captions
                    and the corpus), and crossspec's draft + verifier; the scene-change
                    windows (caption unlike the window before's) are reported apart. Latency after
-                   the verifier's synchronizer closed the window, as the drive reports it
+                   the verifier's synchronizer closed the window, as the drive reports it. The
+                   two alone graphs decode in one-row steps (a static runtime of their own,
+                   compiled as the run is), the others in ``--step-rows`` rows, as drive's
+                   nodes do (comparison.py)
   crossspec_live_transformers
                    crossspec_live on the transformers runtime: the static runtime's gain
   crossspec_process

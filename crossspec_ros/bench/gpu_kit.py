@@ -463,7 +463,8 @@ def _prefill_costs(model: Any, window: Any, live: bool = True) -> dict[str, Any]
 def stage_engine(kit: Kit) -> dict[str, Any]:
     from crossspec_ros.bench import engine as bench
 
-    runtimes = bench.BenchRuntimes(kit.exact, None, kit.verifier, None, kit.plain)
+    runtimes = bench.BenchRuntimes(kit.exact, None, kit.verifier, None, kit.plain,
+                                   compiled=kit.compile)
     warmup = 1 if len(kit.windows) <= 4 else 2
     report = bench.run_engine_bench(
         kit.verifier, None, kit.windows, max_new_tokens=kit.max_new_tokens,
@@ -484,7 +485,8 @@ def stage_fidelity(kit: Kit) -> dict[str, Any]:
     from crossspec_ros.models.call_trace import CallTrace
     from crossspec_ros.speculative.engine import EngineConfig
 
-    runtimes = bench.BenchRuntimes(kit.exact, None, kit.verifier, None, kit.plain)
+    runtimes = bench.BenchRuntimes(kit.exact, None, kit.verifier, None, kit.plain,
+                                   compiled=kit.compile)
     config = EngineConfig(max_new_tokens=kit.max_new_tokens)
     runners, oracles = bench.make_runners(runtimes, config, (0.8,), 4, False,
                                           free_oracles=True)

@@ -25,12 +25,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from crossspec_ros.comparison import COMPARED
+from crossspec_ros.comparison import COMPARED, ComparedGraph
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.params import DRAFT_NODE_PARAMS, VERIFIER_NODE_PARAMS, engine_config, validate
 from crossspec_ros.speculative.draft_loop import DraftLoop
@@ -54,25 +54,12 @@ TICK_S = 0.1  # the nodes' timers
 SETTLE_S = 30.0  # after the last message: the longest wait for the last captions
 
 
-@dataclass(frozen=True)
-class LiveGraph:
-    """One live graph of the bench: the verifier node's parameters over its defaults, and
-    whether a draft loop feeds it (the composed crossspec graph) or it runs alone."""
-
-    name: str
-    verifier_params: dict[str, Any] = field(default_factory=dict)
-    drafter: bool = True
-    about: str = ""
-
-
-# the compared graphs (crossspec_ros/comparison.py), under the bench's names (its engine's
-# own modes already hold "crossspec"); one difference: the bench's verifier is one runtime for
-# every graph, so its baselines decode in the speculative graphs' step shape, not one-row steps
+# the compared graphs (crossspec_ros/comparison.py), the same parameters under the bench's
+# names (its engine's own modes already hold "crossspec"); a graph of one-row steps runs on the
+# bench's one-row runtime (bench/engine.py live_graphs), as drive's nodes prepare theirs
 BENCH_NAMES = {"alone": "after_close_alone", "crossspec": "crossspec_live"}
-LIVE_GRAPHS = {BENCH_NAMES.get(g.name, g.name): LiveGraph(
-    BENCH_NAMES.get(g.name, g.name),
-    {k: v for k, v in g.verifier_params.items() if k != "step_rows"},
-    drafter=g.drafter, about=g.about) for g in COMPARED}
+LIVE_GRAPHS = {BENCH_NAMES.get(g.name, g.name): replace(g, name=BENCH_NAMES.get(g.name, g.name))
+               for g in COMPARED}
 
 
 @dataclass
@@ -139,7 +126,7 @@ class LiveReplay:
     loaded models; the drafter is also the engine's vocabulary bridge, as in the composed
     graph). ``run()`` returns every window the verifier's book finished, by key."""
 
-    def __init__(self, graph: LiveGraph, verifier: Any, drafter: Any, *, max_new_tokens: int,
+    def __init__(self, graph: ComparedGraph, verifier: Any, drafter: Any, *, max_new_tokens: int,
                  max_proposal: int, corpus: Sequence[Sequence[int]] = (), rate: float = 1.0,
                  log: Callable[[str], None] = print) -> None:
         self.graph, self.rate, self.log = graph, rate, log

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from crossspec_ros.stamps import seconds_to_ns
+from crossspec_ros.stamps import ns_to_seconds, seconds_to_ns
 
 
 class LoopClock(Protocol):
@@ -37,7 +37,7 @@ class ManualClock:
         self._ns = seconds_to_ns(start_s)
 
     def now(self) -> float:
-        return self._ns / 1e9
+        return ns_to_seconds(self._ns)
 
     def now_ns(self) -> int:
         return self._ns
