@@ -39,24 +39,21 @@ def build_engine(p: Mapping[str, Any], verifier: Any, drafter: Any = None, *, wh
     this process). ``runtimes``: the roles whose runtime is prepared here, as the parameters
     say (a draft node prepares its own drafter; the bench has prepared both). ``corpus``: the
     caption corpus as token lists (None: the one ``caption_corpus`` names, loaded here). A
-    parameter that does not fit the verifier raises ParameterError naming ``where``, before
-    anything compiles; a bad head or corpus file, ModelLoadError or CorpusError: each one
-    line. ``say``: what was prepared and loaded, for the log."""
+    parameter that does not fit the verifier raises ParameterError naming ``where``; a bad head
+    or corpus file, ModelLoadError or CorpusError: each one line, and each before anything
+    compiles. ``say``: what was loaded and prepared, for the log."""
     from crossspec_ros.models.runtime_setup import prepare_runtime
     from crossspec_ros.params import engine_config
 
     config = engine_config(dict(p), verifier, where=where)
-    for role in runtimes:
-        model = verifier if role == "verifier" else drafter
-        if model is not None:
-            say(prepare_runtime(model, p, role, p["max_new_tokens"]))
     head = None
     if p["draft_head"]:
         from crossspec_ros.models.pair import load_draft_head
 
         head = load_draft_head(p["draft_head"])
-        say(f"draft head {p['draft_head']}: proposes from the window state the draft node "
-            f"publishes on {p['draft_topic']}")
+        from_where = f" the draft node publishes on {p['draft_topic']}" if "draft_topic" in p \
+            else " of the drafter"
+        say(f"draft head {p['draft_head']}: proposes from the window state{from_where}")
     if corpus is None:
         from crossspec_ros.speculative.corpus import load_corpus
 
@@ -64,6 +61,10 @@ def build_engine(p: Mapping[str, Any], verifier: Any, drafter: Any = None, *, wh
         if loaded is not None:
             say(f"caption corpus: {loaded.summary()}")
         corpus = loaded.captions if loaded is not None else ()
+    for role in runtimes:  # last: whatever is wrong above is said before anything compiles
+        model = verifier if role == "verifier" else drafter
+        if model is not None:
+            say(prepare_runtime(model, p, role, p["max_new_tokens"]))
     return SpeculativeEngine(verifier, drafter, config, head=head, corpus=corpus)
 
 

@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from crossspec_ros.comparison import COMPARED, ComparedGraph
+from crossspec_ros.composition import build_engine, share_turns, verifier_loop
 from crossspec_ros.events.batch import EventBatch
-from crossspec_ros.params import DRAFT_NODE_PARAMS, VERIFIER_NODE_PARAMS, engine_config, validate
+from crossspec_ros.params import DRAFT_NODE_PARAMS, VERIFIER_NODE_PARAMS, validate
 from crossspec_ros.speculative.draft_loop import DraftLoop
-from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
+from crossspec_ros.speculative.engine import WindowResult
 from crossspec_ros.speculative.events import EngineEvent
 from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.stats import WindowStats
@@ -136,9 +137,9 @@ class LiveReplay:
         self.draft_params = validate({"max_new_tokens": max_new_tokens}, DRAFT_NODE_PARAMS,
                                      where)
         with_drafter = graph.drafter and drafter is not None
-        self.engine = SpeculativeEngine(verifier, drafter if with_drafter else None,
-                                        engine_config(self.params, verifier, where),
-                                        corpus=corpus)
+        # composed as the nodes compose it; the bench prepared its runtimes itself
+        self.engine = build_engine(self.params, verifier, drafter if with_drafter else None,
+                                   where=where, runtimes=(), corpus=corpus)
         self.drafter = drafter if with_drafter else None
         self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()  # executor
         self.windows: dict[WindowKey, ReplayedWindow] = {}
@@ -178,12 +179,10 @@ class LiveReplay:
         last message)."""
         p = self.params
         verifier_first = VerifierFirst(0.0) if self.drafter is not None else None
-        vloop = VerifierLoop(patience_s=p["max_lateness_s"] + p["window_length_s"] + 0.5,
-                             max_queued=p["max_queued_windows"],
-                             on_captions=self._on_captions,
-                             on_confirmed=lambda w, e, _s: self._post_confirmed(dloop, w, e),
-                             clock=MONOTONIC, lock=threading.Lock(),
-                             warn=self.log, on_result=self._on_result)
+        vloop = verifier_loop(p, on_captions=self._on_captions,
+                              on_confirmed=lambda w, e, _s: self._post_confirmed(dloop, w, e),
+                              clock=MONOTONIC, lock=threading.Lock(), warn=self.log,
+                              on_result=self._on_result)
         vloop.configure_from_params(p, self.engine, verifier_first=verifier_first)
         vloop.start(p["max_queued_windows"])
         dloop = None
@@ -195,7 +194,7 @@ class LiveReplay:
             dloop.configure(self.drafter, sync_from_params(self.draft_params, ("events",)))
             dloop.start()
             self.draft_loop = dloop
-            verifier_first.add_drafter(dloop.hold, dloop.release_hold, dloop.on_finished)
+            share_turns(verifier_first, dloop)
             workers.append(Worker.serving(f"{self.graph.name}-draft", dloop, self._on_error))
         for worker in workers:
             worker.start()

@@ -92,6 +92,7 @@ def _check_options(args: argparse.Namespace) -> tuple[dict[int, str], dict[str, 
             for part in ("verifier", "drafter"):
                 given.setdefault(f"{part}_model", str(args.models / part))
         given["max_new_tokens"] = args.max_new_tokens
+        given["caption_corpus"] = args.caption_corpus
         params = validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS, *ENGINE_PARAMS],
                           where="command line")
     except (EventSourceError, ParameterError) as err:
@@ -102,35 +103,23 @@ def _check_options(args: argparse.Namespace) -> tuple[dict[int, str], dict[str, 
 
 def _build_engine(args: argparse.Namespace, params: dict[str, Any]) -> tuple[Any, Any] | None:
     """The speculative engine over the loaded pair (and draft head, corpus), with its
-    verifier; None, said in one line, where a model, the corpus or the config is bad."""
+    verifier, composed as the nodes compose it; None, said in one line, where a model, the
+    corpus or the config is bad."""
+    from crossspec_ros.composition import build_engine
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.models.pair import load_from_params
-    from crossspec_ros.models.runtime_setup import prepare_runtime
-    from crossspec_ros.params import ParameterError, engine_config
-    from crossspec_ros.speculative.corpus import CorpusError, load_corpus
-    from crossspec_ros.speculative.engine import SpeculativeEngine
+    from crossspec_ros.params import ParameterError
+    from crossspec_ros.speculative.corpus import CorpusError
 
     try:
         verifier, drafter = load_from_params(params)
-        corpus = load_corpus(args.caption_corpus, verifier)
-    except (ModelLoadError, CorpusError) as err:
+        engine = build_engine(params, verifier, drafter, where="command line",
+                              runtimes=("verifier", "drafter"),
+                              say=lambda line: print(f"crossspec caption: {line}",
+                                                     file=sys.stderr))
+    except (ModelLoadError, CorpusError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return None
-    for model, role in ((verifier, "verifier"), (drafter, "drafter")):
-        print(f"crossspec caption: {prepare_runtime(model, params, role, args.max_new_tokens)}",
-              file=sys.stderr)
-    head = None
-    try:
-        config = engine_config(params, verifier, where="command line")
-        if params["draft_head"]:
-            from crossspec_ros.models.pair import load_draft_head
-
-            head = load_draft_head(params["draft_head"])
-    except (ModelLoadError, ParameterError) as err:
-        print(f"crossspec caption: {err}", file=sys.stderr)
-        return None
-    engine = SpeculativeEngine(verifier, drafter, config, head=head,
-                               corpus=corpus.captions if corpus else ())
     return engine, verifier
 
 
