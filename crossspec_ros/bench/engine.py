@@ -450,9 +450,8 @@ def run_engine_bench(verifier: CaptionModel, drafter: CaptionModel | None,
     GPU kit compiles once for all its stages). ``modes``: only these (those that exist here;
     default every one).
     ``settle``: once every mode's engine is built, take the heap out of the collector's full
-    walks (``process_tuning.settle_heap``), as the graph's nodes do after configuring: the
-    engines' caption-corpus tries alone once cost a full collection of 120-150 ms in a
-    counted window.
+    walks (``process_tuning.settle_heap``), as the nodes do after configuring (the corpus
+    tries alone once cost a full collection of 120-150 ms in a counted window).
     ``live`` (Video-LLaVA verifiers): the live graphs (``live_replay.LIVE_GRAPHS``, and
     crossspec_live_transformers) replay the windows through the product's loops after the
     shuffled windows, ``live_rounds`` rounds of one pass each, every other round reversed;

@@ -217,22 +217,30 @@ def card_summary(card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_eval_draft(args: argparse.Namespace) -> int:
+def _eval_draft_leads_option(args: argparse.Namespace) -> tuple[list[float] | None, str]:
+    """--leads parsed (None: not given) and what is wrong with the options ("" nothing),
+    before a bag is read or a model loads."""
     if args.windows < 1 or args.proposal < 1:
-        return _fail("eval-draft", "need --windows >= 1 and --proposal >= 1")
+        return None, "need --windows >= 1 and --proposal >= 1"
     leads = None
-    if args.leads is not None:  # refused before a bag is read or a model loads
+    if args.leads is not None:
         try:
             leads = parse_leads(args.leads)
         except ValueError as err:
-            return _fail("eval-draft", str(err))
+            return None, str(err)
         if args.head is not None:
-            return _fail("eval-draft", "--leads measures a drafter, not a draft head: drop "
-                         "--head")
+            return None, "--leads measures a drafter, not a draft head: drop --head"
     if args.plot is not None and leads is None:
-        return _fail("eval-draft", "--plot draws the --leads measurement: give --leads")
+        return None, "--plot draws the --leads measurement: give --leads"
     if args.plot is not None and not args.plot.parent.is_dir():
-        return _fail("eval-draft", f"{args.plot}: no such directory {args.plot.parent}")
+        return None, f"{args.plot}: no such directory {args.plot.parent}"
+    return leads, ""
+
+
+def run_eval_draft(args: argparse.Namespace) -> int:
+    leads, problem = _eval_draft_leads_option(args)
+    if problem:
+        return _fail("eval-draft", problem)
     from crossspec_ros.events.errors import EventSourceError
 
     if args.bag is not None:

@@ -103,7 +103,7 @@ class DraftLoop:
     """See the module docstring. ``params``: read at each use (max_new_tokens, draft_head;
     a node's live parameter dict); ``on_draft``: publish a draft (the worker's thread);
     ``warn``/``error``: log lines; ``clock``: the time it decides by; ``lock``: shared by the
-    executor, the worker and the verifier's turn (a ``threading.Lock``; ``nullcontext()`` for
+    executor, the worker and the verifier's turn (a real lock; ``nullcontext()`` for
     one thread)."""
 
     def __init__(self, params: Mapping[str, Any], *, on_draft: DraftOut, clock: LoopClock,

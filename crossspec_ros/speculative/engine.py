@@ -239,17 +239,8 @@ class SpeculativeEngine:
         channel = draft if draft is not None else DraftChannel(self.config.draft_lookahead)
         drafter_thread = None
         cascade = "cascade" in self.config.event_aware
-        local_draft = self.drafter is not None and draft is None and bool(
-            reading(self.config.proposers, "draft")) and self.schedule.local_draft(
-                level, cascade=cascade,
-                gated=self.config.adaptive and self.config.drafter_gate).action is Action.START
-        head_run = None
-        if self.head is not None and reading(self.config.proposers, "head") and (
-                look is not None or self.drafter is not None):
-            # the local drafter's prefill leaves the window state on the channel for free
-            head_run = HeadRun(self.head, look or (
-                channel.wait_window_state if local_draft
-                else HeadRun.local_look(self.drafter, window)))
+        local_draft = draft is None and self._drafts_locally(level, cascade)
+        head_run = self._head_run(window, channel, look, local_draft)
         if local_draft:
             drafter_thread = threading.Thread(
                 target=run_drafter, name=f"crossspec-drafter-{window_id}", daemon=True,
@@ -267,10 +258,6 @@ class SpeculativeEngine:
                 head_run.join()
         if head_run is not None and head_run.error is not None:
             emit(EventKind.DRAFT_ERROR, text=f"draft head: {head_run.error}")
-        text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
-        self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
-        draft_tokens, _ = channel.snapshot()
-        draft_text = self.bridge.draft_tokenizer.decode(draft_tokens, skip_special_tokens=True)
         if math.isnan(stats.confirmed_done_ms):  # no final confirm came
             stats.confirmed_done_ms = (time.monotonic() - t_close) * 1e3
         if self.drafter is not None and draft is None:
@@ -278,6 +265,37 @@ class SpeculativeEngine:
                 local_draft, stats.confirmed_done_ms, len(tokens))
         if channel.session is not None:
             sessions["drafter"] = channel.session
+        return self._result(window_id, tokens, channel, stats, events, sessions, emit)
+
+    def _drafts_locally(self, level: str | None, cascade: bool) -> bool:
+        """Whether this engine's own drafter drafts the window (no draft node feeds it): a
+        proposer reads the draft, and the schedule lets the drafter compute."""
+        return self.drafter is not None and bool(reading(self.config.proposers, "draft")) \
+            and self.schedule.local_draft(
+                level, cascade=cascade,
+                gated=self.config.adaptive and self.config.drafter_gate).action is Action.START
+
+    def _head_run(self, window: Any, channel: DraftChannel,
+                  look: Callable[[], torch.Tensor] | None, local_draft: bool
+                  ) -> HeadRun | None:
+        """The draft head's run over the window, where a head proposes and something can
+        look at the window (None otherwise)."""
+        if self.head is None or not reading(self.config.proposers, "head") or (
+                look is None and self.drafter is None):
+            return None
+        # the local drafter's prefill leaves the window state on the channel for free
+        return HeadRun(self.head, look or (
+            channel.wait_window_state if local_draft
+            else HeadRun.local_look(self.drafter, window)))
+
+    def _result(self, window_id: int, tokens: list[int], channel: DraftChannel,
+                stats: WindowStats, events: list[EngineEvent],
+                sessions: dict[str, ModelSession], emit: Callable[..., Any]) -> WindowResult:
+        """The window's result, kept as ``last_result`` before its FINAL event leaves."""
+        text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
+        self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
+        draft_tokens, _ = channel.snapshot()
+        draft_text = self.bridge.draft_tokenizer.decode(draft_tokens, skip_special_tokens=True)
         result = WindowResult(window_id, tokens, text, draft_tokens, draft_text, stats, events,
                               sessions if self.config.keep_sessions else {})
         # the result first: whoever sees FINAL (stream's consumer) reads last_result at once

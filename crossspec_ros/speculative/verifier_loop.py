@@ -57,7 +57,7 @@ class VerifierLoop:
     """See the module docstring. ``on_captions(captions)``: publish them (called with the lock
     held, in order); ``on_confirmed(window, event, stats)``: publish a CONFIRMED event's tokens
     (after its captions); ``warn(text)``: a warning for the log; ``clock``: the time it decides
-    by; ``lock``: held over the caption book's changes (a ``threading.Lock`` where the executor
+    by; ``lock``: held over the caption book's changes (a real lock where the executor
     and a worker call in; ``nullcontext()`` for one thread)."""
 
     def __init__(self, *, patience_s: float, max_queued: int, on_captions: CaptionsOut,
