@@ -211,3 +211,29 @@ def test_seq_numbers_that_stay_go_back_or_leap_are_no_loss(seqs: list[int]) -> N
     for packet, seq in zip(packets, seqs, strict=False):
         decoder.decode(replace(packet, seq=seq))
     assert decoder.stats.missing_packets == 0
+
+
+def test_a_packet_that_comes_after_a_later_one_is_late_not_lost(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # a bag whose packet was stored with a wild log time replays it last (issue 53, item 3)
+    _, packets = packets_of()
+    moved = packets[6]
+    decoder = EventPacketDecoder(name="/cam/events")
+    with caplog.at_level(logging.WARNING):
+        for packet in [*packets[:6], *packets[7:12], moved, packets[12]]:
+            decoder.decode(packet)
+    assert decoder.stats.missing_packets == 0 and decoder.stats.late_packets == 1
+    warned = warnings_in(caplog)
+    assert any("seq 7 follows 5" in w and "unless they come late" in w for w in warned)
+    assert any("seq 6 came after seq 11: late, not lost" in w for w in warned)
+
+
+def test_packets_let_go_while_inactive_are_not_missing_once_the_sequence_restarts() -> None:
+    _, packets = packets_of()
+    decoder = EventPacketDecoder()
+    for packet in packets[:3]:
+        decoder.decode(packet)
+    decoder.restart_sequence()  # the node was inactive: packets 3-9 were ignored on purpose
+    for packet in packets[10:13]:
+        decoder.decode(packet)
+    assert decoder.stats.missing_packets == 0

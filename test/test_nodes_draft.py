@@ -118,3 +118,30 @@ def test_packets_that_come_during_the_verifiers_turn_are_decoded_after_it(node):
     node.loop.release_hold()
     node._on_events(packets[10])  # the first after the turn decodes the rest first, in order
     assert node.decoder.stats.packets == 11 and not node.loop.held_packets
+
+
+def test_packets_ignored_while_inactive_are_not_reported_missing_after_activation(node):
+    # issue 53, item 14: "packets missing ... lost on the way" for packets dropped on purpose
+    from event_camera_msgs.msg import EventPacket
+
+    from crossspec_ros.events.encode import Evt3PacketEncoder
+    from crossspec_ros.nodes.lifecycle import SUCCESS
+
+    window = windows(1)[0]
+    encoder = Evt3PacketEncoder(window.events.width, window.events.height,
+                                packet_period_ns=2_000_000, epoch_ns=window.t0)
+    packets = []
+    for p in list(encoder.encode(window.events))[:12]:
+        msg = EventPacket(height=p.height, width=p.width, seq=p.seq, time_base=p.time_base,
+                          encoding=p.encoding, events=bytes(p.events))
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(p.stamp_ns, 10**9)
+        packets.append(msg)
+    for msg in packets[:3]:
+        node._on_events(msg)
+    assert node.trigger_deactivate() == SUCCESS
+    for msg in packets[3:9]:  # ignored: the node is inactive
+        node._on_events(msg)
+    assert node.trigger_activate() == SUCCESS
+    for msg in packets[9:]:
+        node._on_events(msg)
+    assert node.decoder.stats.packets == 6 and node.decoder.stats.missing_packets == 0

@@ -107,6 +107,22 @@ def test_pacer_maps_bag_time_to_wall_time_at_the_rate():
         Pacer(-1.0)
 
 
+def test_a_wild_log_time_jump_is_not_waited_for_but_a_camera_pace_is():
+    # one packet stored 400,000 s ahead held a drive for days (issue 53, item 3)
+    now = [100.0]
+    pacer = Pacer(1.0, now=lambda: now[0])
+    pacer.anchor(5 * NS)
+    assert [pacer.skip_gap(t) for t in (5 * NS, 5 * NS + NS // 50, 9 * NS)] == [0, 0, 0]
+    assert pacer.due(9 * NS) == pytest.approx(104.0)  # 4 s: a pause a camera may have
+    wild = 9 * NS + 400_000 * NS
+    assert pacer.skip_gap(wild) == 400_000 * NS
+    assert pacer.due(wild) == pytest.approx(104.0)  # due as the message before it
+    assert pacer.skip_gap(wild + NS // 50) == 0  # the replay goes on at its pace from there
+    assert pacer.due(wild + NS // 50) == pytest.approx(104.02)
+    pacer.anchor(5 * NS)  # a loop's next pass: its first message is no jump
+    assert pacer.skip_gap(5 * NS) == 0
+
+
 def test_pacer_wait_returns_at_once_when_stopped():
     pacer = Pacer(1.0)
     pacer.anchor(0)
@@ -347,6 +363,25 @@ def test_messages_of_types_not_installed_are_skipped_and_counted(tmp_path):
         assert player.published == {"/chatter": 3, "/thing": 0}
         assert player.skipped == {"/thing": 3}
         assert "skipped 3" in player.summary()
+
+
+@pytest.mark.ros
+def test_a_message_stored_far_ahead_is_replayed_at_once_and_said(tmp_path):
+    store = get_typestore(Stores.ROS2_KILTED)
+    path = tmp_path / "wild"
+    with Writer(path, version=9, storage_plugin=StoragePlugin.SQLITE3) as writer:
+        chatter = writer.add_connection("/chatter", "std_msgs/msg/String", typestore=store)
+        # three messages 0.1 s apart, then one stored 100,000 s ahead (a wild log time)
+        for i, t_ns in enumerate([NS, NS + NS // 10, NS + NS // 5, NS + 100_000 * NS]):
+            msg = store.types["std_msgs/msg/String"](data=f"hello {i}")
+            writer.write(chatter, t_ns, store.serialize_cdr(msg, "std_msgs/msg/String"))
+    with ros_session() as ros:
+        player = ros.player(bag=path, rate=1.0)
+        assert player.done.wait(60.0) and player.error is None  # not 100,000 s
+        assert player.published == {"/chatter": 4}
+        assert [(topic, gap) for topic, gap in player.gaps_skipped] == [
+            ("/chatter", 100_000 * NS - NS // 5)]
+        assert "1 log-time jumps not waited for (99,999.8 s)" in player.summary()
 
 
 # -- the `crossspec play` command --------------------------------------------------------

@@ -176,6 +176,11 @@ class BagReplay:
             return []
 
 
+# the longest pause of the log time a replay waits out (Pacer.skip_gap): a camera's streams
+# send many messages a second, so a longer one is a wild log time or a pause in the recording
+MAX_LOG_GAP_S = 5.0
+
+
 def _open(path: Path) -> Reader | Reader1:
     try:
         reader = raw_reader(path)
@@ -192,19 +197,38 @@ class Pacer:
     possible (``unpaced``). ``anchor`` pins a bag time to "now" at the start of each pass
     (a loop jumps back in bag time). A publisher that falls behind is not re-anchored: it
     catches up, so the replay's total duration stays that of the bag.
+
+    A jump of the log time of more than ``max_gap_s`` from one message to the next is not
+    waited out (``skip_gap``): a camera's streams never pause that long, so it is a wild log
+    time (one packet stored 400,000 s ahead would hold a replay for days) or a pause in the
+    recording; the message is due as the one before it was, and the caller says so.
     """
 
-    def __init__(self, rate: float, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, rate: float, now: Callable[[], float] = time.monotonic,
+                 max_gap_s: float = MAX_LOG_GAP_S) -> None:
         if math.isnan(rate) or rate < 0:
             raise ValueError(f"rate must be >= 0 (0 or inf: as fast as possible), got {rate}")
         self.rate = rate
         self.unpaced = rate == 0 or math.isinf(rate)
+        self.max_gap_ns = seconds_to_ns(max_gap_s)
         self._now = now
         self._bag0 = 0
         self._wall0 = now()
+        self._last_ns: int | None = None  # the latest message's bag time in this pass
 
     def anchor(self, bag_ns: int) -> None:
         self._bag0, self._wall0 = bag_ns, self._now()
+        self._last_ns = None
+
+    def skip_gap(self, bag_ns: int) -> int:
+        """The log-time jump (ns) from the message before to ``bag_ns`` when it is longer
+        than ``max_gap_s`` (0 otherwise): then ``bag_ns`` is due when that message was."""
+        last = self._last_ns
+        self._last_ns = bag_ns if last is None else max(last, bag_ns)
+        if last is None or bag_ns - last <= self.max_gap_ns:
+            return 0
+        self._bag0 += bag_ns - last
+        return bag_ns - last
 
     def due(self, bag_ns: int) -> float:
         """The monotonic time at which ``bag_ns`` is due (-inf when unpaced)."""

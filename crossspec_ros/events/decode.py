@@ -31,6 +31,7 @@ Every problem is logged once per kind per decoder (then counted silently) in ``s
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import evt3
@@ -84,8 +85,9 @@ class DecodeStats:
     untimed_events: int = 0      # evt2 / evt21 events before the stream's first time word
     unsupported_words: int = 0   # libcaer_cmp VECT_12 (no driver writes it)
     # packets the stream's seq numbers skipped: lost on the way (a best-effort subscription
-    # whose queue overflowed drops them where the node cannot see it)
+    # whose queue overflowed drops them where the node cannot see it), until they come late
     missing_packets: int = 0
+    late_packets: int = 0        # came after a later seq (counted missing until then)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -99,6 +101,7 @@ class DecodeStats:
 
 # a larger forward jump of an EventPacket's seq is a restarted driver, not lost packets
 MAX_SEQ_GAP = 100_000
+MISSING_KEPT = 4096  # the latest seqs counted missing: one that comes later came late
 
 
 class EventPacketDecoder:
@@ -120,6 +123,7 @@ class EventPacketDecoder:
         self._triggers = TriggerWordCounter() if count_triggers else None
         self._warned: set[str] = set()
         self._last_seq: int | None = None
+        self._missing: OrderedDict[int, None] = OrderedDict()  # seqs a gap skipped
         # a packet of another format than the stream's, until the next packet decides
         self._held: EventPacketData | None = None
 
@@ -210,18 +214,35 @@ class EventPacketDecoder:
         if held is not None:
             self._drop_held(held)
 
+    def restart_sequence(self) -> None:
+        """Forget the stream's seq: the packets until now were let go on purpose (a node
+        made inactive), so the next gap is no loss."""
+        self._last_seq = None
+        self._missing.clear()
+
     def _count_gap(self, seq: int) -> None:
-        """Count the packets a forward jump of ``seq`` skipped. A seq that stays (drivers
-        that leave it 0) or goes back (a bag loop, a restarted driver) is no loss, nor is a
-        jump too large to be one."""
-        last, self._last_seq = self._last_seq, int(seq)
-        if last is None or not 1 < self._last_seq - last <= MAX_SEQ_GAP:
+        """Count the packets a forward jump of ``seq`` skipped, and a skipped one that comes
+        after all as late, not lost. A seq that stays (drivers that leave it 0) or goes back
+        (a bag loop, a restarted driver) is no loss, nor is a jump too large to be one."""
+        seq, last = int(seq), self._last_seq
+        if seq in self._missing:  # reordered on the way (or a moved packet of a bag)
+            del self._missing[seq]
+            self.stats.missing_packets -= 1
+            self.stats.late_packets += 1
+            self._problem("late", "packet seq %d came after seq %d: late, not lost (counted "
+                          "in late_packets; its events may be late for their window)", seq, last)
             return
-        self.stats.missing_packets += self._last_seq - last - 1
+        self._last_seq = seq
+        if last is None or not 1 < seq - last <= MAX_SEQ_GAP:
+            return
+        self.stats.missing_packets += seq - last - 1
+        self._missing.update(dict.fromkeys(range(max(last + 1, seq - MISSING_KEPT), seq)))
+        while len(self._missing) > MISSING_KEPT:
+            self._missing.popitem(last=False)
         self._problem("missing", "packets missing from the stream (seq %d follows %d): lost "
-                      "on the way, e.g. a subscription queue that overflowed (raise "
-                      "event_qos_depth); further gaps are only counted in missing_packets",
-                      self._last_seq, last)
+                      "on the way unless they come late, e.g. a subscription queue that "
+                      "overflowed (raise event_qos_depth); further gaps are only counted in "
+                      "missing_packets", seq, last)
 
     def decode(self, packet: EventPacketData) -> EventBatch:
         """Decode one packet (in stream order) into events on the ROS clock."""

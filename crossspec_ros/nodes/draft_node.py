@@ -111,6 +111,8 @@ class DraftNode(ManagedNode):
 
     def start(self) -> None:
         self.loop.start()
+        # the packets of the inactive time were let go on purpose: not "missing" (issue 53)
+        self.decoder.restart_sequence()
         self.worker = Worker.serving(f"{self.get_name()}-worker", self.loop,
                                      lambda e: self.get_logger().error(f"drafting failed: {e}"))
         self.worker.start()

@@ -27,7 +27,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rosgraph_msgs.msg import Clock
 
 from crossspec_ros.bags.replay import BagError, BagMessage, BagReplay, Pacer
-from crossspec_ros.stamps import split_ns
+from crossspec_ros.stamps import ns_to_seconds, split_ns
 
 # Camera topics: volatile KEEP_LAST like rclpy's sensor-data profile, but *reliable*. A reliable
 # writer matches best-effort readers too (crossspec's nodes subscribe best effort), and on
@@ -99,6 +99,7 @@ class BagPlayer(Node):
         self.skipped: dict[str, int] = {}
         self.clock_published = 0
         self.passes = 0
+        self.gaps_skipped: list[tuple[str, int]] = []  # (topic, ns) of log-time jumps
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -180,6 +181,9 @@ class BagPlayer(Node):
         if self.replay.unconverted:
             line += "; skipped ROS 1 messages that do not convert: " + ", ".join(
                 f"{t} {n}" for t, n in self.replay.unconverted.items())
+        if self.gaps_skipped:
+            line += (f"; {len(self.gaps_skipped)} log-time jumps not waited for ("
+                     f"{ns_to_seconds(sum(gap for _, gap in self.gaps_skipped)):,.1f} s)")
         if self.replay.loop:
             line += f"; {self.passes} passes"
         return line
@@ -197,6 +201,7 @@ class BagPlayer(Node):
                         self.passes += 1
                     current_pass = msg.pass_index
                     self._begin_pass()
+                self._skip_gap(msg)
                 if not self._pacer.wait(msg.time_ns, self._stop, self._tick_s(),
                                         self._tick_clock):
                     return
@@ -213,6 +218,18 @@ class BagPlayer(Node):
         finally:
             self._t_end = time.monotonic()
             self.done.set()
+
+    def _skip_gap(self, msg: BagMessage) -> None:
+        """A log-time jump before ``msg`` longer than the pacer waits out: said and counted,
+        and the message goes out at once."""
+        gap = self._pacer.skip_gap(msg.time_ns)
+        if not gap:
+            return
+        self.gaps_skipped.append((msg.topic, gap))
+        self.get_logger().warning(
+            f"{msg.topic}: the bag's log time jumps {ns_to_seconds(gap):,.1f} s ahead at this "
+            f"message: replayed at once, not waited for (a wild log time, or a pause in the "
+            f"recording; longer than {ns_to_seconds(self._pacer.max_gap_ns):g} s)")
 
     def _begin_pass(self) -> None:
         self._pacer.anchor(self.replay.start_ns)

@@ -110,6 +110,11 @@ class VizNode(ManagedNode):
                               sensor_qos(50))
         self.add_timer(1.0 / p["event_image_hz"], self._publish_event_image)
 
+    def start(self) -> None:
+        decoder = getattr(self, "_decoder", None)
+        if decoder is not None:  # the inactive time's packets were let go on purpose
+            decoder.restart_sequence()
+
     def release(self) -> None:
         if self.foxglove is not None and self.foxglove is not self._given_foxglove:
             self.foxglove.close()
