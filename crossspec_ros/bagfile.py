@@ -22,8 +22,10 @@ import atexit
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import rosbags.highlevel.anyreader as _anyreader
 import yaml
@@ -31,6 +33,7 @@ from rosbags.highlevel import AnyReader
 from rosbags.rosbag1 import Reader as Reader1
 from rosbags.rosbag2 import Reader
 
+from crossspec_ros.stamps import ns_to_seconds
 from crossspec_ros.text import single_spaced
 
 STORAGE_BY_SUFFIX = {".mcap": "mcap", ".db3": "sqlite3"}
@@ -55,6 +58,38 @@ def one_line(err: BaseException | str) -> str:
     """An error's text on one line: YAML and other parsers put the position on a line of its
     own, which would break a one-line message."""
     return single_spaced(err)
+
+
+class BagDamagedError(Exception):
+    """The stored messages of a bag cannot be read on from some point (a damaged chunk: a
+    flipped byte in its compressed data, a cut). ``read``: the messages read before it."""
+
+    def __init__(self, message: str, read: int) -> None:
+        super().__init__(message)
+        self.read = read
+
+
+def stored_messages(reader: Any, path: str | Path, **selection: Any
+                    ) -> Iterator[tuple[Any, int, bytes]]:
+    """``reader.messages(**selection)`` (connection, log time, raw bytes) in log-time order,
+    raising ``BagDamagedError`` where they cannot be read on: one line naming the bag, what was
+    read before the damage and up to which log time, and the reader's own words."""
+    messages = reader.messages(**selection)
+    read, last_ns = 0, None
+    while True:
+        try:
+            conn, log_time, raw = next(messages)
+        except StopIteration:
+            return
+        except Exception as exc:  # rosbags raises several kinds (zstd, lz4, mcap, sqlite)
+            where = f"after {read:,} messages (the last logged at {ns_to_seconds(last_ns):.3f} s)" \
+                if last_ns is not None else "before its first message"
+            raise BagDamagedError(f"{path}: the bag is damaged {where}: {type(exc).__name__}: "
+                             f"{one_line(exc)}; what was read before it is kept, the rest "
+                             "cannot be read (a damaged chunk: copy the bag again, or cut it "
+                             "before the damage)", read) from exc
+        read, last_ns = read + 1, int(log_time)
+        yield conn, log_time, raw
 
 
 def cannot_open(path: str | Path, err: BaseException) -> str:

@@ -421,6 +421,19 @@ RCLPY_PARAMS = [
 ]
 
 
+def check_against_vocabulary(values: dict[str, Any], where: str) -> None:
+    """Raise ParameterError where the verifier parameters ``values`` cannot run on the
+    verifier they name, as far as its files tell before it loads (models/vocabulary.py): one
+    line, before any model loads or compiles. The check after loading stays for verifiers
+    whose files do not tell."""
+    from crossspec_ros.models.vocabulary import vocabulary_size
+
+    vocab = vocabulary_size(str(values.get("verifier_model", "")))
+    problem = combination_problem(values, vocab) if vocab is not None else None
+    if problem is not None:
+        raise ParameterError(f"{where}: {problem}")
+
+
 def _declared_by_rclpy(name: str) -> bool:
     return name.startswith("qos_overrides.")  # rclpy checks these itself
 

@@ -55,6 +55,7 @@ from crossspec_ros.nodes.graph import (
     bag_end_grace_s,
     default_config,
     exit_shuts_down_launch,
+    launch_flag,
     node_parameters,
     sim_time_parameters,
 )
@@ -109,11 +110,11 @@ def _nodes(context, *_args, **_kwargs) -> list:
                  "device": get("device"),
                  "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
                  "verifier_model": get("verifier_model"), "emulate": get("emulate"),
-                 "foxglove": get("foxglove").lower() == "true",
+                 "foxglove": launch_flag("foxglove", get("foxglove")),
                  "foxglove_port": _port(get("foxglove_port"))}
     params = [get("config"), overrides]
     namespace = _namespace(context)
-    if get("composed").lower() == "true" and len(kinds) == len(GRAPH):
+    if launch_flag("composed", get("composed")) and len(kinds) == len(GRAPH):
         # no name remapping here: it would rename every node of the process
         composed = Node(package="crossspec", executable=EXECUTABLE,
                         arguments=COMPOSED.arguments, namespace=namespace, parameters=params,
@@ -192,7 +193,8 @@ def _replay(context, *_args, **_kwargs) -> list:
     if namespace:  # the player's topics are relative: they move with the graph
         cmd += ["--namespace", namespace]
     player = ExecuteProcess(cmd=cmd, output="screen")
-    if LaunchConfiguration("exit_when_bag_ends").perform(context).lower() != "true":
+    if not launch_flag("exit_when_bag_ends",
+                       LaunchConfiguration("exit_when_bag_ends").perform(context)):
         return [player]
     grace_s = bag_end_grace_s(LaunchConfiguration("config").perform(context))
     reason = "the bag has ended (exit_when_bag_ends:=true)"
@@ -203,7 +205,7 @@ def _replay(context, *_args, **_kwargs) -> list:
 
 
 def _rviz(context, *_args, **_kwargs) -> list:
-    if LaunchConfiguration("rviz").perform(context).lower() != "true":
+    if not launch_flag("rviz", LaunchConfiguration("rviz").perform(context)):
         return []
     if shutil.which("rviz2") is None and not _has_package("rviz2"):
         return [LogInfo(msg="crossspec: rviz:=true but rviz2 is not installed here (e.g. "

@@ -263,3 +263,71 @@ def test_a_garbage_metadata_yaml_beside_an_mcap_cut_short_is_warned_about_not_ig
     assert len(about_metadata) == 1, warnings  # once, however often the bag is opened
     assert str(bag / "metadata.yaml") in about_metadata[0]
     assert "ignored" in about_metadata[0] and "\n" not in about_metadata[0]
+
+
+@pytest.fixture(scope="module")
+def flipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample bag (zstd-compressed chunks) with one byte flipped in the compressed data
+    of the chunk at 60% of its file: the rest of the bag cannot be decompressed from there."""
+    from mcap.records import Chunk
+    from mcap.stream_reader import StreamReader
+
+    from crossspec_ros.paths import sample_bag
+
+    source = next(sample_bag().glob("*.mcap"))
+    data = bytearray(source.read_bytes())
+    target = int(len(data) * 0.6)
+    with source.open("rb") as stream:
+        begin = 8  # after the magic
+        for record in StreamReader(stream, emit_chunks=True).records:
+            end = stream.tell()
+            if isinstance(record, Chunk) and begin <= target < end:
+                assert record.compression == "zstd"
+                break
+            begin = end
+        else:
+            raise AssertionError("no chunk at 60% of the sample bag")
+    data[(begin + end) // 2] ^= 0xFF
+    out = tmp_path_factory.mktemp("flipped") / "flipped.mcap"
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_a_flipped_byte_in_a_compressed_chunk_ends_the_replay_in_one_line(flipped: Path
+                                                                          ) -> None:
+    # issue 53, item 4: a ZstdError traceback from windows and caption, drive exiting 0
+    from crossspec_ros.bags.replay import BagError
+
+    replay = BagReplay(flipped)
+    read = []
+    with pytest.raises(BagError) as caught:
+        for message in replay.messages():
+            read.append(message)
+    text = str(caught.value)
+    assert "\n" not in text and str(flipped) in text and read
+    assert f"the bag is damaged after {len(read):,} messages" in text
+    assert "what was read before it is kept" in text
+
+
+@pytest.mark.parametrize("command", ["windows", "events"])
+def test_the_command_line_says_a_damaged_chunk_in_one_line(flipped: Path, command: str
+                                                          ) -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", command,
+                          str(flipped)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    damage = [line for line in run.stderr.splitlines() if "the bag is damaged after" in line]
+    assert len(damage) == 1 and str(flipped) in damage[0]
+
+
+def test_ground_truth_read_before_a_damaged_chunk_is_kept_with_a_warning(
+        flipped: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from crossspec_ros.bags.inputs import read_ground_truth
+
+    with caplog.at_level(logging.WARNING):
+        truth = read_ground_truth(flipped)
+    assert 0 < len(truth) < 20  # the sample bag's 20 windows, up to the damage
+    assert any("the bag is damaged after" in r.getMessage() and "captions kept" in
+               r.getMessage() for r in caplog.records)

@@ -152,3 +152,13 @@ def test_an_exit_ends_the_launch_only_when_it_fails_and_launch_is_not_already_en
     assert exit_shuts_down_launch("crossspec_verifier", 0, shutting_down=False) is None
     for code in (0, 2, 130, -2, -9):  # during launch's own shutdown: part of it
         assert exit_shuts_down_launch("crossspec_verifier", code, shutting_down=True) is None
+
+
+@pytest.mark.parametrize("value", ["maybe", "1", "yes", ""])
+def test_a_launch_flag_that_is_not_true_or_false_is_refused_naming_it(value):
+    # issue 53, item 12: composed:=maybe was taken as false
+    from crossspec_ros.nodes.graph import launch_flag
+
+    assert launch_flag("composed", " True ") and not launch_flag("composed", "false")
+    with pytest.raises(ValueError, match=f"composed:={value}: give true or false"):
+        launch_flag("composed", value)

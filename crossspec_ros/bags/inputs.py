@@ -19,7 +19,13 @@ from typing import Any
 
 from rosbags.highlevel import AnyReader
 
-from crossspec_ros.bagfile import any_reader, cannot_open, one_line
+from crossspec_ros.bagfile import (
+    BagDamagedError,
+    any_reader,
+    cannot_open,
+    one_line,
+    stored_messages,
+)
 from crossspec_ros.events.bag import (
     EVENT_TOPIC_TYPES,
     EVENT_TYPES_TEXT,
@@ -82,7 +88,7 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
         ev_topic, im_topic = _input_topics(reader, path, event_topic, rgb_topic)
         decoder = None
         connections = [c for c in reader.connections if c.topic in (ev_topic, im_topic)]
-        for conn, log_time, raw in reader.messages(connections=connections):
+        for conn, log_time, raw in _messages(reader, path, connections):
             if conn.topic == ev_topic:
                 message = _read(reader, raw, conn, stats, path, events=True)
                 if message is None:
@@ -103,6 +109,16 @@ def read_inputs(path: str | Path, event_topic: str | None = None, rgb_topic: str
                 yield BagInput(conn.topic, log_time, frame=frame)
     finally:
         reader.close()
+
+
+def _messages(reader: AnyReader, path: Path, connections: list[Any]
+              ) -> Iterator[tuple[Any, int, bytes]]:
+    """The stored messages of ``connections``; a damaged bag ends them with one line
+    (EventBagError: the windows read before it are kept by whoever iterates)."""
+    try:
+        yield from stored_messages(reader, path, connections=connections)
+    except BagDamagedError as err:
+        raise EventBagError(str(err)) from err
 
 
 def _read(reader: AnyReader, raw: bytes, conn: Any, stats: InputStats, path: Path,
@@ -222,14 +238,17 @@ def read_ground_truth(path: str | Path, topic: str = "/crossspec/ground_truth"
                        if c.topic == topic and c.msgtype == GROUND_TRUTH_TYPE]
         if not connections:  # (an empty list would mean every connection to rosbags)
             return out
-        for conn, _, raw in reader.messages(connections=connections):
-            total += 1
-            try:
-                msg = reader.deserialize(raw, conn.msgtype)
-                out[int(msg.window_id)] = str(msg.confirmed_text)
-            except Exception as err:  # rosbags raises several kinds for damaged CDR
-                unreadable += 1
-                first_error = first_error or f"{type(err).__name__}: {one_line(err)}"
+        try:
+            for conn, _, raw in stored_messages(reader, path, connections=connections):
+                total += 1
+                try:
+                    msg = reader.deserialize(raw, conn.msgtype)
+                    out[int(msg.window_id)] = str(msg.confirmed_text)
+                except Exception as err:  # rosbags raises several kinds for damaged CDR
+                    unreadable += 1
+                    first_error = first_error or f"{type(err).__name__}: {one_line(err)}"
+        except BagDamagedError as err:  # optional: what was read before the damage is kept
+            log.warning("%s (ground truth on %s: %d captions kept)", err, topic, len(out))
     if unreadable:
         log.warning("%s: %d of %d ground-truth messages on %s could not be read and were "
                     "skipped (first: %s); the windows they describe have no ground truth",

@@ -29,7 +29,13 @@ from typing import Any
 from rosbags.rosbag1 import Reader as Reader1
 from rosbags.rosbag2 import Reader
 
-from crossspec_ros.bagfile import cannot_open, is_ros1_bag, one_line, raw_reader
+from crossspec_ros.bagfile import (
+    BagDamagedError,
+    cannot_open,
+    is_ros1_bag,
+    raw_reader,
+    stored_messages,
+)
 from crossspec_ros.bags.ros2_conversion import ConversionError, EventCounts, Ros2Conversion
 from crossspec_ros.bags.typestore import EVENT_PACKET_TYPE
 from crossspec_ros.stamps import ns_to_seconds, seconds_to_ns
@@ -135,16 +141,16 @@ class BagReplay:
                 conns = [c for c in reader.connections if c.topic in self.topics]
                 conversion = Ros2Conversion(conns, self.ros1)  # fresh encoders each pass
                 self.event_counts = conversion.counts
-                it = reader.messages(connections=conns, start=self.start_ns, stop=self.stop_ns)
+                it = stored_messages(reader, self.path, connections=conns,
+                                     start=self.start_ns, stop=self.stop_ns)
                 last_ns = self.start_ns
                 while not (stop is not None and stop.is_set()):
                     try:
                         conn, log_time, raw = next(it)
                     except StopIteration:
                         break
-                    except Exception as exc:  # rosbags raises several kinds on bad chunks
-                        raise BagError(f"{self.path}: bag is corrupt or truncated "
-                                       f"({type(exc).__name__}: {one_line(exc)})") from exc
+                    except BagDamagedError as exc:  # the replay ends there, and says so
+                        raise BagError(str(exc)) from exc
                     yielded = True
                     last_ns = int(log_time)
                     msgtype = conversion.msgtype(conn.msgtype)

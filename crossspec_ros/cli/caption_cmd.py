@@ -81,6 +81,7 @@ def _check_options(args: argparse.Namespace) -> tuple[dict[int, str], dict[str, 
         MODEL_PARAMS,
         RUNTIME_PARAMS,
         ParameterError,
+        check_against_vocabulary,
         validate,
     )
 
@@ -95,6 +96,7 @@ def _check_options(args: argparse.Namespace) -> tuple[dict[int, str], dict[str, 
         given["caption_corpus"] = args.caption_corpus
         params = validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS, *ENGINE_PARAMS],
                           where="command line")
+        check_against_vocabulary(params, where="command line")  # before a model loads
     except (EventSourceError, ParameterError) as err:
         print(f"crossspec caption: {err}", file=sys.stderr)
         return None

@@ -192,13 +192,22 @@ def _check_inputs(args: argparse.Namespace) -> Any | None:
     from crossspec_ros.bags.inputs import check_bag
     from crossspec_ros.events.errors import EventSourceError
     from crossspec_ros.nodes.graph import default_config, input_topic_parameters, node_parameters
-    from crossspec_ros.params import ParameterError, check_param_file
+    from crossspec_ros.params import (
+        ParameterError,
+        check_against_vocabulary,
+        check_param_file,
+        load_yaml_params,
+    )
 
     try:  # before any model loads: a bad bag or parameter file fails at once, in one line
         inputs = check_bag(args.bag)
         if args.config:
             check_param_file(args.config, node_parameters())
         args.model_params = model_overrides(args)
+        config = args.config or default_config()
+        check_against_vocabulary({**load_yaml_params(config, "crossspec_verifier"),
+                                  **args.model_params},
+                                 where=f"{config}: node 'crossspec_verifier'")
         # the nodes listen where the bag's inputs are (found by type, as `windows` finds them)
         args.topic_params = input_topic_parameters(args.config or default_config(),
                                                    inputs.events, inputs.images,

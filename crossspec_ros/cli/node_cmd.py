@@ -95,13 +95,21 @@ def _check_arguments(args: argparse.Namespace, ours: list[str]) -> int | None:
               "arguments go after --ros-args", file=sys.stderr)
         return 2
     from crossspec_ros.nodes.graph import node_parameters
-    from crossspec_ros.params import ParameterError, check_param_file
+    from crossspec_ros.params import (
+        ParameterError,
+        check_against_vocabulary,
+        check_param_file,
+        load_yaml_params,
+    )
 
     files = [args.ros_args[i + 1] for i, a in enumerate(args.ros_args[:-1])
              if a == "--params-file"]
     try:  # rclpy would drop a misspelt name silently; say so before anything starts
         for path in files:
             check_param_file(path, node_parameters())
+            if args.kind in ("verifier", COMPOSED.kind):  # before the drafter compiles
+                check_against_vocabulary(load_yaml_params(path, "crossspec_verifier"),
+                                         where=f"{path}: node 'crossspec_verifier'")
     except ParameterError as err:
         print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ from typing import Any
 
 from rosbags.highlevel import AnyReader
 
-from crossspec_ros.bagfile import any_reader, cannot_open, one_line
+from crossspec_ros.bagfile import BagDamagedError, any_reader, cannot_open, stored_messages
 from crossspec_ros.events.batch import EventBatch
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.errors import EventSourceError
@@ -125,19 +125,15 @@ class EventBagReader:
                 stop_ns: int | None = None) -> Iterator[tuple[str, int, EventMessage]]:
         """(topic, bag time ns, message) in bag order for bag times in [start_ns, stop_ns):
         an EventPacketData or an EventArrayData, as the topic's type is."""
-        messages = self._reader.messages(self._connections, start=start_ns, stop=stop_ns)
-        while True:
-            try:
-                conn, stamp, raw = next(messages)
-            except StopIteration:
-                return
-            except Exception as exc:
-                raise EventBagError(f"{self.path}: bag is corrupt or truncated "
-                                    f"({one_line(exc)}); events read so far are kept, the "
-                                    "rest cannot be read") from exc
-            packet = self._deserialize(conn, raw)
-            if packet is not None:
-                yield conn.topic, stamp, packet
+        messages = stored_messages(self._reader, self.path, connections=self._connections,
+                                   start=start_ns, stop=stop_ns)
+        try:
+            for conn, stamp, raw in messages:
+                packet = self._deserialize(conn, raw)
+                if packet is not None:
+                    yield conn.topic, stamp, packet
+        except BagDamagedError as err:  # the events read before it are kept by the caller
+            raise EventBagError(str(err)) from err
 
     def _deserialize(self, conn: Any, raw: bytes) -> EventMessage | None:
         try:

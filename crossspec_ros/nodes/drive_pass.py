@@ -105,13 +105,23 @@ def run_pass(args: argparse.Namespace, graph: ComparedGraph, models: dict[str, A
             # a stop signal now waits for the shutdown's end: nodes destroyed, the recording
             # finished (one that came 0.2 s after "recorded N messages" lost the JSON)
             with signals_deferred(caught) if caught is not None else nullcontext():
-                died = deaths.found()  # before the shutdown ends threads and processes
+                # before the shutdown ends threads and processes; a replay that ended on
+                # damage it could not pass stops the graph as a death does
+                died = deaths.found() + _replay_failures(running.nodes)
                 engine = _shut_down(running)
     interrupted = interrupted or bool(caught is not None and caught["signal"])
     rows = window_rows.in_order() if window_rows.keep_rows else []
     add_draft_timings(rows, _draft_timings(running.nodes))
     return PassResult(rows, window_rows, engine, _dropped_windows(running.nodes),
                       interrupted, died, dict(running.foreign), _draft_decisions(running.nodes))
+
+
+def _replay_failures(nodes: list) -> list[str]:
+    """The bag replay's end on an error (a damaged chunk), one line, when it ended so."""
+    from crossspec_ros.nodes.player import BagPlayer
+
+    return [f"the bag replay ended early: {node.error}" for node in nodes
+            if isinstance(node, BagPlayer) and node.error]
 
 
 def _node_extra(args: argparse.Namespace, graph: ComparedGraph) -> dict[str, dict[str, Any]]:

@@ -267,6 +267,15 @@ def exit_shuts_down_launch(name: str, returncode: int, shutting_down: bool) -> s
     return f"{name} exited with code {returncode} (its log above says why)"
 
 
+def launch_flag(name: str, value: str) -> bool:
+    """A true/false launch argument (``composed:=true``); ValueError, in one line naming it,
+    for anything else (``composed:=maybe`` was taken as false)."""
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{name}:={value}: give true or false")
+    return text == "true"
+
+
 def sim_time_parameters(use_sim_time: str, replayed_here: bool | None) -> dict[str, bool]:
     """The clock parameters a launch gives every node: ``use_sim_time`` (the launch argument:
     auto, true or false) and ``follow_clock``. ``replayed_here``: whether this launch replays

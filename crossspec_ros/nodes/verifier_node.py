@@ -44,6 +44,7 @@ from crossspec_ros.nodes.common import (
 from crossspec_ros.nodes.lifecycle import ManagedNode
 from crossspec_ros.params import (
     VERIFIER_NODE_PARAMS,
+    check_against_vocabulary,
     combination_problem,
     engine_config,
 )
@@ -96,12 +97,13 @@ class VerifierNode(ManagedNode):
     def configure_node(self) -> None:
         p = self.params
         verifier, drafter = self._given
+        where = f"node '{self.get_name()}' parameters"
         if verifier is None:
             from crossspec_ros.models.pair import load_from_params
 
+            check_against_vocabulary(p, where)  # before it loads, as far as its files tell
             verifier = load_from_params(p, drafter=False)[0]
-        engine = build_engine(p, verifier, drafter, where=f"node '{self.get_name()}' parameters",
-                              say=self.get_logger().info)
+        engine = build_engine(p, verifier, drafter, where=where, say=self.get_logger().info)
         self.loop.agreement.tokenize = text_to_ids(verifier.tokenizer)
         self.live_prefill = self.loop.configure_from_params(
             p, engine, previous_sync=self.sync, verifier_first=self.verifier_first)
