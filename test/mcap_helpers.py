@@ -42,3 +42,30 @@ def read_mcap(path: str | Path) -> dict:
         "messages": messages,
         "statistics": summary.statistics,
     }
+
+
+def flipped_sample(directory: Path) -> Path:
+    """The sample bag's MCAP file (zstd-compressed chunks) with one byte flipped in the
+    compressed data of the chunk at 60% of the file, written into ``directory``: the rest of
+    the bag cannot be decompressed from there."""
+    from mcap.records import Chunk
+
+    from crossspec_ros.paths import sample_bag
+
+    source = next(sample_bag().glob("*.mcap"))
+    data = bytearray(source.read_bytes())
+    target = int(len(data) * 0.6)
+    with source.open("rb") as stream:
+        begin = 8  # after the magic
+        for record in StreamReader(stream, emit_chunks=True).records:
+            end = stream.tell()
+            if isinstance(record, Chunk) and begin <= target < end:
+                assert record.compression == "zstd"
+                break
+            begin = end
+        else:
+            raise AssertionError("no chunk at 60% of the sample bag")
+    data[(begin + end) // 2] ^= 0xFF
+    out = Path(directory) / "flipped.mcap"
+    out.write_bytes(bytes(data))
+    return out

@@ -267,30 +267,9 @@ def test_a_garbage_metadata_yaml_beside_an_mcap_cut_short_is_warned_about_not_ig
 
 @pytest.fixture(scope="module")
 def flipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample bag (zstd-compressed chunks) with one byte flipped in the compressed data
-    of the chunk at 60% of its file: the rest of the bag cannot be decompressed from there."""
-    from mcap.records import Chunk
-    from mcap.stream_reader import StreamReader
+    from mcap_helpers import flipped_sample
 
-    from crossspec_ros.paths import sample_bag
-
-    source = next(sample_bag().glob("*.mcap"))
-    data = bytearray(source.read_bytes())
-    target = int(len(data) * 0.6)
-    with source.open("rb") as stream:
-        begin = 8  # after the magic
-        for record in StreamReader(stream, emit_chunks=True).records:
-            end = stream.tell()
-            if isinstance(record, Chunk) and begin <= target < end:
-                assert record.compression == "zstd"
-                break
-            begin = end
-        else:
-            raise AssertionError("no chunk at 60% of the sample bag")
-    data[(begin + end) // 2] ^= 0xFF
-    out = tmp_path_factory.mktemp("flipped") / "flipped.mcap"
-    out.write_bytes(bytes(data))
-    return out
+    return flipped_sample(tmp_path_factory.mktemp("flipped"))
 
 
 def test_a_flipped_byte_in_a_compressed_chunk_ends_the_replay_in_one_line(flipped: Path

@@ -384,6 +384,22 @@ def test_a_message_stored_far_ahead_is_replayed_at_once_and_said(tmp_path):
         assert "1 log-time jumps not waited for (99,999.8 s)" in player.summary()
 
 
+@pytest.mark.ros
+def test_a_replay_that_ends_on_a_damaged_chunk_stops_drive_as_a_death_does(tmp_path):
+    # issue 53, item 4: drive stopped the replay there and exited 0 with 12 of 20 windows
+    from mcap_helpers import flipped_sample
+
+    from crossspec_ros.nodes.drive_pass import _replay_failures
+
+    with ros_session() as ros:
+        player = ros.player(bag=flipped_sample(tmp_path), rate=0)
+        assert player.done.wait(60.0)
+        assert player.error is not None and "the bag is damaged after" in player.error
+        assert sum(player.published.values()) > 0  # what came before the damage went out
+        [failure] = _replay_failures([player])
+    assert failure.startswith("the bag replay ended early: ") and "\n" not in failure
+
+
 # -- the `crossspec play` command --------------------------------------------------------
 
 
