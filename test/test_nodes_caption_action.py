@@ -164,3 +164,47 @@ def test_a_caption_published_between_acceptance_and_execution_reaches_the_goal(g
     watch = server._watches.pop(bytes(range(16)))
     assert executed and [c.draft_text for c in watch.captions] == ["a bus"]
     assert watch.target == 9
+
+
+def _goal(server, goal_id: int, **goal):
+    """A goal through the server's callbacks in rclpy's order; its watch."""
+    from types import SimpleNamespace
+
+    assert server._accept(CaptionWindow.Goal(**goal)).name == "ACCEPT"
+    key = bytes([goal_id] * 16)
+    server._accepted(SimpleNamespace(goal_id=SimpleNamespace(uuid=key),
+                                     execute=lambda: None))
+    return server._watches[key]
+
+
+def test_a_second_pass_of_a_bag_repeating_the_window_ids_is_captioned_for_the_next_goal(
+        graph):
+    # issue 53, item 10: during a second replay the goal was ABORTED while FINAL captions came
+    node, _ = graph
+    server = node.caption_action
+    for wid in (3, 4, 5):  # the first pass
+        server.offer(Caption(window_id=wid, epoch=0, status=Caption.STATUS_FINAL))
+    watch = _goal(server, 1, timeout_s=5.0)
+    server.offer(Caption(window_id=5, epoch=0, status=Caption.STATUS_FINAL))  # known before
+    server.offer(Caption(window_id=3, epoch=1, status=Caption.STATUS_DRAFT, draft_text="b"))
+    server.offer(Caption(window_id=4, epoch=1, status=Caption.STATUS_DRAFT))
+    assert (watch.target, watch.epoch) == (3, 1)
+    assert [c.draft_text for c in watch.captions] == ["b"]
+
+
+def test_a_goal_for_a_stamp_gets_the_newest_pass_caption_not_an_earlier_one(graph):
+    from builtin_interfaces.msg import Time
+
+    node, _ = graph
+    server = node.caption_action
+    server.offer(Caption(window_id=3, epoch=0, status=Caption.STATUS_FINAL,
+                         confirmed_text="the first pass"))
+    assert _goal(server, 2, stamp=Time(sec=3), timeout_s=5.0).done.confirmed_text == \
+        "the first pass"  # finished: answered at once
+    server.offer(Caption(window_id=1, epoch=1, status=Caption.STATUS_DRAFT))  # a new pass
+    watch = _goal(server, 3, stamp=Time(sec=3), timeout_s=5.0)
+    assert watch.done is None  # its window of this pass is not captioned yet
+    server.offer(Caption(window_id=3, epoch=1, status=Caption.STATUS_FINAL,
+                         confirmed_text="the second pass"))
+    server.offer(Caption(window_id=3, epoch=2, status=Caption.STATUS_DRAFT))  # a third pass
+    assert [c.confirmed_text for c in watch.captions] == ["the second pass"]

@@ -29,25 +29,41 @@ from crossspec_ros.sync.window import window_id
 DEFAULT_TIMEOUT_S = 30.0
 TERMINAL = (int(CaptionStatus.FINAL), int(CaptionStatus.UNVERIFIED))
 REMEMBERED_FINALS = 64  # finished captions kept to answer a goal for a past window at once
+REMEMBERED_WINDOWS = 4096  # windows whose first caption was seen (a "next window" goal's test)
+
+WindowKey = tuple[int, int]  # (epoch, window id): a replayed or looped bag repeats its ids
 
 
 @dataclass
 class _Watch:
-    """One goal: which window it wants and the captions that came for it."""
+    """One goal: which window it wants and the captions that came for it. Windows are told
+    apart by epoch too: a second replay of a bag (or a loop) repeats the window ids."""
 
-    target: int | None     # window id; None: the first window newer than ``after``
-    after: int | None      # with target None: ids up to this were known at acceptance
+    target: int | None     # window id; None: the first window first seen after acceptance
+    epoch: int             # captions of earlier epochs are another pass's
+    after_seq: int         # with target None: windows first seen before this are not next
     deadline: float
     captions: deque = field(default_factory=deque)
     wake: Future | None = None
     cancel: bool = False
     done: Any = None       # the window was captioned before the goal came: its caption
+    bound: bool = False    # ``epoch`` is its window's (once its first caption came)
 
-    def wants(self, caption: Any) -> bool:
-        wid = int(caption.window_id)
-        if self.target is None and (self.after is None or wid > self.after):
-            self.target = wid  # the next window is the first one captioned after the goal
-        return wid == self.target
+    def wants(self, caption: Any, first_seen: int) -> bool:
+        """Whether ``caption`` is of this goal's window (``first_seen``: the order in which
+        its window's first caption came). The first pass of the window heard from the goal's
+        epoch on is the goal's; a later pass repeating its id is not."""
+        epoch, wid = int(caption.epoch), int(caption.window_id)
+        if epoch < self.epoch or (self.bound and epoch != self.epoch):
+            return False
+        if self.target is None:
+            if first_seen < self.after_seq:
+                return False  # known before the goal: not the next window
+            self.target = wid
+        if wid != self.target:
+            return False
+        self.epoch, self.bound = epoch, True
+        return True
 
 
 class CaptionWindowServer:
@@ -59,8 +75,10 @@ class CaptionWindowServer:
         self.window_len_ns = seconds_to_ns(window_length_s)
         self._lock = threading.Lock()
         self._watches: dict[bytes, _Watch] = {}  # by goal id
-        self._finals: OrderedDict[int, Any] = OrderedDict()
-        self._newest: int | None = None
+        self._finals: OrderedDict[WindowKey, Any] = OrderedDict()
+        self._first_seen: OrderedDict[WindowKey, int] = OrderedDict()  # window -> its order
+        self._seen = 0  # windows first seen so far
+        self._epoch = 0  # the newest epoch a caption came in
         # A goal watches from its goal callback on, before the client hears "accepted": a
         # caption published right after acceptance (before the goal executes) is not missed.
         # rclpy runs a request's goal callback and its accepted callback with nothing in
@@ -74,17 +92,23 @@ class CaptionWindowServer:
 
     def offer(self, caption: Any) -> None:
         with self._lock:
-            wid = int(caption.window_id)
-            self._newest = wid if self._newest is None else max(self._newest, wid)
+            key = (int(caption.epoch), int(caption.window_id))
+            self._epoch = max(self._epoch, key[0])
+            first_seen = self._first_seen.get(key)
+            if first_seen is None:
+                first_seen = self._first_seen[key] = self._seen
+                self._seen += 1
+                while len(self._first_seen) > REMEMBERED_WINDOWS:
+                    self._first_seen.popitem(last=False)
             if caption.status in TERMINAL:
-                self._finals[wid] = caption
+                self._finals[key] = caption
                 while len(self._finals) > REMEMBERED_FINALS:
                     self._finals.popitem(last=False)
             watches = list(self._watches.values())
             if self._accepting is not None:
                 watches.append(self._accepting)
             for watch in watches:
-                if watch.done is None and watch.wants(caption):
+                if watch.done is None and watch.wants(caption, first_seen):
                     watch.captions.append(caption)
 
     def destroy(self) -> None:
@@ -111,10 +135,11 @@ class CaptionWindowServer:
         timeout = goal.timeout_s if goal.timeout_s > 0 else DEFAULT_TIMEOUT_S
         stamp = msg_to_ns(goal.stamp)
         target = window_id(stamp, self.window_len_ns) if stamp else None
-        with self._lock:
-            self._accepting = _Watch(target, self._newest, time.monotonic() + timeout,
-                                     done=self._finals.get(target) if target is not None
-                                     else None)
+        with self._lock:  # a window of the newest pass: an earlier pass's is not its caption
+            self._accepting = _Watch(target, self._epoch, self._seen,
+                                     time.monotonic() + timeout,
+                                     done=self._finals.get((self._epoch, target))
+                                     if target is not None else None)
         return GoalResponse.ACCEPT
 
     def _accepted(self, goal_handle: Any) -> None:
