@@ -20,6 +20,9 @@ player waits until all of them report active before its first message. `ros2 lif
 
 The parameter file is checked before any process starts (crossspec_ros/params.py), so a bad
 one ends the launch with one line instead of three nodes failing while the player waits.
+namespace:=NS puts every node, topic and the replayed bag's clock under NS (the player
+publishes NS/clock and the nodes remap /clock:=clock): two robots replaying bags on one DDS
+domain each keep their own bag time.
 exit_when_bag_ends:=true shuts the launch down once the bag has been replayed and its last
 window captioned (nodes/graph.py bag_end_grace_s); by default the graph keeps running after
 the bag, as with `ros2 bag play`.
@@ -118,7 +121,8 @@ def _nodes(context, *_args, **_kwargs) -> list:
         # no name remapping here: it would rename every node of the process
         composed = Node(package="crossspec", executable=EXECUTABLE,
                         arguments=COMPOSED.arguments, namespace=namespace, parameters=params,
-                        output="screen", emulate_tty=True)
+                        remappings=_clock_remapping(namespace), output="screen",
+                        emulate_tty=True)
         return [composed, _shutdown_when_it_fails(composed, COMPOSED.name)]
     declared = node_parameters()
 
@@ -132,7 +136,8 @@ def _nodes(context, *_args, **_kwargs) -> list:
         node = LifecycleNode(package="crossspec", executable=EXECUTABLE, name=spec.name,
                              namespace=namespace or "/",
                              arguments=[*spec.arguments, "--no-autostart"],
-                             parameters=[get("config"), own(spec.name)], output="screen",
+                             parameters=[get("config"), own(spec.name)],
+                             remappings=_clock_remapping(namespace), output="screen",
                              emulate_tty=True)
         actions += [node, _shutdown_when_it_fails(node, spec.name)]
         for rule in BRING_UP:  # once: the node's later transitions are the user's
@@ -145,6 +150,12 @@ def _nodes(context, *_args, **_kwargs) -> list:
         actions.append(EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                                    transition_id=Transition.TRANSITION_CONFIGURE)))
     return actions
+
+
+def _clock_remapping(namespace: str) -> list[tuple[str, str]]:
+    """In a namespace, the nodes follow the bag time the player publishes there (NS/clock):
+    two robots replaying bags on one domain each keep their own clock (issue 53, item 13)."""
+    return [("/clock", "clock")] if namespace else []
 
 
 def _shutdown_when_it_fails(process, name: str) -> RegisterEventHandler:

@@ -101,3 +101,34 @@ def test_a_node_following_the_clock_runs_on_clock_while_it_is_published_then_on_
         player.destroy_node()
         node.destroy_node()
         rclpy.shutdown()
+
+
+def test_a_namespaced_node_follows_its_own_namespaces_clock_not_another_robots():
+    # issue 53, item 13: two robots replaying on one domain followed each other's /clock
+    from rosgraph_msgs.msg import Clock
+
+    from crossspec_ros.nodes.common import follow_clock
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        node = rclpy.create_node("follower", namespace="robot1", context=context,
+                                 cli_args=["--ros-args", "-r", "/clock:=clock"])
+        other = rclpy.create_node("robot2_player", namespace="robot2", context=context,
+                                  cli_args=["--ros-args", "-r", "/clock:=clock"])
+        tick = follow_clock(node)
+        robot2_clock = other.create_publisher(Clock, "/clock", 10)  # -> /robot2/clock
+        assert robot2_clock.topic_name == "/robot2/clock"
+        deadline = time.monotonic() + 30
+        while not other.count_publishers("/robot2/clock") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tick()
+        assert node.get_parameter("use_sim_time").value is False  # another robot's clock
+        own_clock = other.create_publisher(Clock, "/robot1/clock", 10)
+        assert own_clock.topic_name == "/robot1/clock"
+        while not node.count_publishers("/robot1/clock") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tick()
+        assert node.get_parameter("use_sim_time").value is True
+    finally:
+        rclpy.shutdown(context=context)

@@ -400,6 +400,29 @@ def test_a_replay_that_ends_on_a_damaged_chunk_stops_drive_as_a_death_does(tmp_p
     assert failure.startswith("the bag replay ended early: ") and "\n" not in failure
 
 
+@pytest.mark.ros
+@pytest.mark.parametrize(("extra", "clock"), [([], "/robot1/clock"),
+                                              (["--global-clock"], "/clock")])
+def test_a_namespaced_replay_keeps_its_clock_in_its_namespace(extra, clock):
+    # issue 53, item 13: two robots replaying bags on one domain shared /clock
+    rclpy = pytest.importorskip("rclpy")
+    parser = argparse.ArgumentParser(prog="crossspec")
+    play_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["play", str(SAMPLE), "--namespace", "robot1",
+                              "--wait-active", "crossspec_draft", *extra])  # not started
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        player = play_cmd._make_player(args, context)
+        try:
+            assert player._clock_pub.topic_name == clock
+            assert player._publishers_by_topic[IMAGES].topic_name == "/robot1" + IMAGES
+        finally:
+            player.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+
+
 # -- the `crossspec play` command --------------------------------------------------------
 
 

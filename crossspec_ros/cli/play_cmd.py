@@ -46,8 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "are discovered (default: 0.5)")
     parser.add_argument("--no-clock", action="store_true", help="do not publish /clock")
     parser.add_argument("--namespace", default="", metavar="NS",
-                        help="publish the bag's topics under this namespace (/clock stays "
-                             "global)")
+                        help="publish the bag's topics and its clock under this namespace "
+                             "(NS/clock: nodes in NS follow it with the remapping "
+                             "/clock:=clock, as drive.launch.py's namespace:= gives them; two "
+                             "robots replaying on one domain then keep their own bag time)")
+    parser.add_argument("--global-clock", action="store_true",
+                        help="with --namespace: publish the bag time on /clock all the same")
     parser.add_argument("--wait-active", nargs="+", default=[], metavar="NODE",
                         help="start only once these lifecycle nodes are active (e.g. "
                              "crossspec_draft crossspec_verifier): nothing is replayed before "
@@ -63,7 +67,9 @@ def _make_player(args: argparse.Namespace, context: Any) -> Any:
     return BagPlayer(args.bag, rate=args.rate, loop=args.loop, topics=args.topics,
                      start_s=args.start, max_duration_s=args.duration,
                      clock=not args.no_clock, start_delay_s=args.delay, context=context,
-                     namespace=args.namespace or None, autostart=not args.wait_active)
+                     namespace=args.namespace or None, autostart=not args.wait_active,
+                     clock_topic="clock" if args.namespace and not args.global_clock
+                     else "/clock")
 
 
 def _start(args: argparse.Namespace, player: Any, executor: Any) -> None:

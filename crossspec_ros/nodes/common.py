@@ -196,12 +196,15 @@ def follow_clock(node: Any) -> Callable[[], None]:
     follow = ClockFollow()
 
     def tick() -> None:
-        wanted = follow.update(node.count_publishers("/clock") > 0, time.monotonic())
+        # the clock the node's time source follows: /clock, or its namespace's under the
+        # remapping /clock:=clock (two robots replaying on one domain)
+        clock = node.resolve_topic_name("/clock")
+        wanted = follow.update(node.count_publishers(clock) > 0, time.monotonic())
         if wanted is None:
             return
         node.set_parameters([Parameter("use_sim_time", value=wanted)])
-        node.get_logger().info("/clock is published: use_sim_time true (a bag is replayed)"
-                               if wanted else "/clock has stopped: use_sim_time false")
+        node.get_logger().info(f"{clock} is published: use_sim_time true (a bag is replayed)"
+                               if wanted else f"{clock} has stopped: use_sim_time false")
 
     return tick
 

@@ -85,7 +85,8 @@ class BagPlayer(Node):
                  topics: Sequence[str] | None = None, start_s: float = 0.0,
                  max_duration_s: float | None = None, clock: bool = True,
                  clock_hz: float = 100.0, start_delay_s: float = 0.5, autostart: bool = True,
-                 node_name: str = "crossspec_player", **node_kwargs: Any) -> None:
+                 clock_topic: str = "/clock", node_name: str = "crossspec_player",
+                 **node_kwargs: Any) -> None:
         # Validate everything before the node exists: a bad argument leaves nothing behind.
         self.replay = BagReplay(bag, topics=topics, start_s=start_s,
                                 max_duration_s=max_duration_s, loop=loop)
@@ -124,7 +125,9 @@ class BagPlayer(Node):
             # a namespaced player feeds a namespaced graph
             self._publishers_by_topic[topic] = self.create_publisher(cls, topic.lstrip("/"),
                                                                      qos)
-        self._clock_pub = self.create_publisher(Clock, "/clock", 10) if clock else None
+        # "clock" (relative): the bag's time in the player's namespace only, so two robots
+        # replaying on one domain each follow their own bag (their nodes remap /clock:=clock)
+        self._clock_pub = self.create_publisher(Clock, clock_topic, 10) if clock else None
         # Shutting the context down (Ctrl-C) ends the replay; rclpy keeps a weak reference.
         self.context.on_shutdown(self.stop)
         if autostart:
