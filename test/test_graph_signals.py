@@ -228,3 +228,24 @@ def test_the_starting_handlers_are_put_back_when_no_signal_came():
     before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     assert main(["node", "verifier", "--help"]) == 0
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == before
+
+
+def test_a_node_process_ends_once_its_node_is_shut_down_through_its_lifecycle():
+    # issue 53, item 11: the node's process (and launch) kept running in finalized
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    manager = LifecycleManager("verifier", dict(os.environ))
+    try:
+        manager.spin(60, until=lambda: manager.answer.done())
+        assert manager.answer.done() and manager.answer.result().success  # inactive
+        shutdown = manager.change.call_async(ChangeState.Request(
+            transition=Transition(id=Transition.TRANSITION_INACTIVE_SHUTDOWN)))
+        manager.spin(30, until=shutdown.done)
+        assert shutdown.done() and shutdown.result().success
+        returncode, err = manager.exited(within_s=30)
+        assert returncode == 0, err
+        assert "crossspec node verifier: shut down (finalized): exiting" in err
+        assert "Traceback" not in err
+    finally:
+        manager.close()

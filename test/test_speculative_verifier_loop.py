@@ -119,7 +119,7 @@ def test_stopping_ends_the_queued_windows_unverified_and_relays_later_drafts(ver
     queued = random_window(9)
     loop.enqueue([queued])
     loop.stop_taking()
-    loop.end_open_windows(going_on=True)
+    loop.end_open_windows(publish=True)
     loop.on_draft(queued.key, queued.t0, queued.t1, text="a bus", first_token_ms=5.0,
                   done=True, cut_short=False, tokens=[7], revision=1)
     loop.tick()

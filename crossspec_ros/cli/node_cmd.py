@@ -143,7 +143,8 @@ def _stop_on_signals(stopping: threading.Event, spinning: threading.Event,
 def _spin(args: argparse.Namespace, nodes: list, stopping: threading.Event,
           spinning: threading.Event) -> int | None:
     """Spin ``nodes`` in this thread until ``stopping``; 2 (said in one line) when a
-    configure a lifecycle manager asked for failed, else None."""
+    configure a lifecycle manager asked for failed, 0 once every node is finalized (shut
+    down through its lifecycle: the process ends, as launch expects), else None."""
     from crossspec_ros.nodes.graph import make_executor
 
     executor = make_executor()
@@ -159,6 +160,10 @@ def _spin(args: argparse.Namespace, nodes: list, stopping: threading.Event,
         if failed:  # asked by a lifecycle manager (launch): the process ends, saying why
             print(f"crossspec node {args.kind}: {failed}", file=sys.stderr)
             return 2
+        if all(node.finalized for node in nodes):  # shut down through its lifecycle: done
+            print(f"crossspec node {args.kind}: shut down (finalized): exiting",
+                  file=sys.stderr)
+            return 0
     return None
 
 

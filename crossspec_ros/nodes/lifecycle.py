@@ -49,6 +49,8 @@ class ManagedNode(LifecycleNode):
         self.failure: BaseException | None = None  # why the last configure failed
         self.callback_errors = 0  # exceptions caught in its callbacks (``_guarded``)
         self.configuring = False  # in ``configure`` now (loading models, compiling)
+        self.shutting_down = False  # in the shutdown transition: nothing published after it
+        self.finalized = False  # shut down: the node is done for good
         self._entities: list[tuple[Callable[[Any], Any], Any]] = []
 
     # ------------------------------------------------------------ for subclasses
@@ -63,6 +65,10 @@ class ManagedNode(LifecycleNode):
 
     def release(self) -> None:
         """Let go of what ``configure_node`` loaded beyond ROS entities (cleanup)."""
+
+    def publish_last(self) -> None:
+        """Shutting down: publish what is still open, nothing comes after (the verifier's
+        windows waiting for their drafts end UNVERIFIED now)."""
 
     def add_publisher(self, *args: Any, **kwargs: Any) -> Any:
         return self._keep(self.destroy_publisher, self.create_publisher(*args, **kwargs))
@@ -148,7 +154,16 @@ class ManagedNode(LifecycleNode):
         return SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_and_release()
+        # nothing is published after this transition: the open work is said now, and the
+        # process that runs the node ends once every node of it is finalized (node_cmd)
+        self.shutting_down = True
+        if self.active:
+            self.active = False
+            self.stop()
+        if self.configured:
+            self.publish_last()
+        self._release_all()
+        self.finalized = True
         return SUCCESS
 
     def destroy_node(self) -> None:

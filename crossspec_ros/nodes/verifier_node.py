@@ -145,8 +145,13 @@ class VerifierNode(ManagedNode):
         if self.worker is not None:
             self.worker.stop()  # the window in progress ends first
         # the windows queued or open end UNVERIFIED with their drafts (relayed while
-        # inactive); shutting down, nothing more is published
-        self.loop.end_open_windows(going_on=self.context.ok())
+        # inactive); in the shutdown transition each at once, with what draft it has; the
+        # context gone, nothing more is published
+        self.loop.end_open_windows(publish=self.context.ok(),
+                                   wait_for_drafts=not self.shutting_down)
+
+    def publish_last(self) -> None:
+        self.loop.end_open_windows(publish=self.context.ok(), wait_for_drafts=False)
 
     def release(self) -> None:
         if self.caption_action is not None:

@@ -319,11 +319,12 @@ class VerifierLoop:
             for channel in self.channels.values():
                 channel.stop()
 
-    def end_open_windows(self, going_on: bool) -> None:
+    def end_open_windows(self, publish: bool, wait_for_drafts: bool = True) -> None:
         """Once the worker has stopped: the windows queued or still open will never be
         verified. Given up now (their frames are let go, and frames that come for them after
         a restart are late), they end UNVERIFIED with their drafts, which ``on_draft`` relays
-        while stopped; shutting down (``going_on`` False), nothing more is published."""
+        while stopped (``wait_for_drafts``; else each now, with the draft it has); with
+        ``publish`` False (the process is ending), nothing more is published."""
         if self.live is not None:
             self.live.clear()  # their KV caches go with them
         self.held.clear()
@@ -335,8 +336,8 @@ class VerifierLoop:
             for key, t0, t1 in left:
                 stopped += self.book.on_verifier_gave_up(key, t0, t1, now,
                                                          UnverifiedReason.VERIFIER_STOPPED)
-            stopped += self.book.stop(now, wait_for_drafts=going_on)
-            if going_on:
+            stopped += self.book.stop(now, wait_for_drafts=publish and wait_for_drafts)
+            if publish:
                 self.publish(stopped)
 
     @property
