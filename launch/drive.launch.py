@@ -28,7 +28,11 @@ window captioned (nodes/graph.py bag_end_grace_s); by default the graph keeps ru
 the bag, as with `ros2 bag play`.
 """
 
+import atexit
+import os
 import shutil
+import tempfile
+from pathlib import Path
 
 from launch import LaunchDescription
 from launch.actions import (
@@ -59,6 +63,7 @@ from crossspec_ros.nodes.graph import (
     default_config,
     exit_shuts_down_launch,
     launch_flag,
+    launch_parameter_file,
     node_parameters,
     sim_time_parameters,
 )
@@ -115,8 +120,11 @@ def _nodes(context, *_args, **_kwargs) -> list:
                  "verifier_model": get("verifier_model"), "emulate": get("emulate"),
                  "foxglove": launch_flag("foxglove", get("foxglove")),
                  "foxglove_port": _port(get("foxglove_port"))}
-    params = [get("config"), overrides]
     namespace = _namespace(context)
+    # each node's parameters in one file, the launch arguments over the config's values
+    # (beside the config under /**, they lost to its node sections: foxglove:=true did nothing)
+    params = [str(launch_parameter_file(get("config"), overrides, namespace,
+                                        _temporary("crossspec-launch-", ".yaml")))]
     if launch_flag("composed", get("composed")) and len(kinds) == len(GRAPH):
         # no name remapping here: it would rename every node of the process
         composed = Node(package="crossspec", executable=EXECUTABLE,
@@ -124,19 +132,13 @@ def _nodes(context, *_args, **_kwargs) -> list:
                         remappings=_clock_remapping(namespace), output="screen",
                         emulate_tty=True)
         return [composed, _shutdown_when_it_fails(composed, COMPOSED.name)]
-    declared = node_parameters()
-
-    def own(name: str) -> dict:  # a node's file may only hold what that node declares
-        names = {param.name for param in declared[name]} | {"use_sim_time"}
-        return {key: value for key, value in overrides.items() if key in names}
-
     actions: list = []
     for spec in (s for s in GRAPH if s.kind in kinds):  # one managed process per node: launch
         # configures, then activates it
         node = LifecycleNode(package="crossspec", executable=EXECUTABLE, name=spec.name,
                              namespace=namespace or "/",
                              arguments=[*spec.arguments, "--no-autostart"],
-                             parameters=[get("config"), own(spec.name)],
+                             parameters=params,
                              remappings=_clock_remapping(namespace), output="screen",
                              emulate_tty=True)
         actions += [node, _shutdown_when_it_fails(node, spec.name)]
@@ -150,6 +152,14 @@ def _nodes(context, *_args, **_kwargs) -> list:
         actions.append(EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                                    transition_id=Transition.TRANSITION_CONFIGURE)))
     return actions
+
+
+def _temporary(prefix: str, suffix: str) -> Path:
+    """A file for this launch, removed when the launch process ends."""
+    handle, name = tempfile.mkstemp(prefix=prefix, suffix=suffix)
+    os.close(handle)
+    atexit.register(lambda: Path(name).unlink(missing_ok=True))
+    return Path(name)
 
 
 def _clock_remapping(namespace: str) -> list[tuple[str, str]]:

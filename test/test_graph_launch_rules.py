@@ -162,3 +162,32 @@ def test_a_launch_flag_that_is_not_true_or_false_is_refused_naming_it(value):
     assert launch_flag("composed", " True ") and not launch_flag("composed", "false")
     with pytest.raises(ValueError, match=f"composed:={value}: give true or false"):
         launch_flag("composed", value)
+
+
+@pytest.mark.parametrize("namespace", ["", "/robot1"])
+def test_a_launch_argument_wins_over_every_section_of_the_config_it_names(tmp_path, namespace):
+    # issue 53, item 9: foxglove:=true and foxglove_port:=0 did nothing with the default
+    # config (the launch wrote them under /**, and the config's node section won)
+    rclpy = pytest.importorskip("rclpy")
+    from crossspec_ros.nodes.graph import launch_parameter_file
+
+    config = tmp_path / "drive.yaml"
+    config.write_text("/**:\n  ros__parameters:\n    event_image_hz: 4.0\n"
+                      "/crossspec_viz:\n  ros__parameters:\n    foxglove: false\n"
+                      "/**/crossspec_viz:\n  ros__parameters:\n    foxglove_port: 8765\n")
+    path = launch_parameter_file(config, {"foxglove": True, "foxglove_port": 0,
+                                          "verifier_model": "x"}, namespace,
+                                 tmp_path / "launch.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context, args=["--ros-args", "--params-file", str(path)])
+    try:
+        node = rclpy.create_node("crossspec_viz", namespace=namespace or None,
+                                 context=context,
+                                 automatically_declare_parameters_from_overrides=True)
+        values = {name: node.get_parameter(name).value
+                  for name in ("foxglove", "foxglove_port", "event_image_hz")}
+        assert values == {"foxglove": True, "foxglove_port": 0, "event_image_hz": 4.0}
+        assert not node.has_parameter("verifier_model")  # not the viz node's
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)

@@ -90,6 +90,29 @@ def parameter_overrides(config: str | Path | None, node_name: str,
     return [Parameter(name, value=value) for name, value in values.items()]
 
 
+def launch_parameter_file(config: str | Path, overrides: dict[str, Any], namespace: str,
+                          out: str | Path) -> Path:
+    """Write ``out``: one parameter file holding each crossspec node's parameters as that node
+    gets them (``config``'s sections merged for it, as ``params.load_yaml_params`` merges
+    them) with the launch's ``overrides`` over them, under the node's own name. A launch
+    argument always wins over the file it names: passed under ``/**`` beside the config, it
+    lost to the config's node sections (``foxglove:=true`` started no server)."""
+    import yaml
+
+    from crossspec_ros.param_files import fully_qualified_name
+    from crossspec_ros.params import RCLPY_PARAMS, load_yaml_params
+
+    doc = {}
+    for name, spec in node_parameters().items():
+        declared = {p.name for p in (*spec, *RCLPY_PARAMS)}
+        values = load_yaml_params(config, name, namespace or "/")
+        values.update({key: value for key, value in overrides.items() if key in declared})
+        doc[fully_qualified_name(name, namespace or "/")] = {"ros__parameters": values}
+    path = Path(out)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def input_topic_parameters(config: str | Path | None, event_topic: str | None,
                            image_topic: str | None, image_type: str | None = None
                            ) -> dict[str, dict[str, str]]:
