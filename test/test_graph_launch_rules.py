@@ -148,7 +148,10 @@ def test_an_exit_ends_the_launch_only_when_it_fails_and_launch_is_not_already_en
 
     assert exit_shuts_down_launch("crossspec_verifier", 2, shutting_down=False) == (
         "crossspec_verifier exited with code 2 (its log above says why)")
-    assert exit_shuts_down_launch("crossspec_verifier", -9, shutting_down=False) is not None
+    # issue 53, item 12: -9 pointed to a log line that a killed process never wrote
+    assert exit_shuts_down_launch("crossspec_verifier", -9, shutting_down=False) == (
+        "crossspec_verifier was killed by SIGKILL (it could not log why: the kernel's "
+        "out-of-memory killer, or someone's kill; see dmesg)")
     assert exit_shuts_down_launch("crossspec_verifier", 0, shutting_down=False) is None
     for code in (0, 2, 130, -2, -9):  # during launch's own shutdown: part of it
         assert exit_shuts_down_launch("crossspec_verifier", code, shutting_down=True) is None

@@ -287,6 +287,15 @@ def exit_shuts_down_launch(name: str, returncode: int, shutting_down: bool) -> s
     not running", and launch exit 1 (issue 45, fault 5)."""
     if returncode == 0 or shutting_down:
         return None
+    if returncode < 0:  # killed: the process wrote nothing about it
+        import signal
+
+        try:
+            what = signal.Signals(-returncode).name
+        except ValueError:
+            what = f"signal {-returncode}"
+        return (f"{name} was killed by {what} (it could not log why: the kernel's out-of-memory "
+                "killer, or someone's kill; see dmesg)")
     return f"{name} exited with code {returncode} (its log above says why)"
 
 
