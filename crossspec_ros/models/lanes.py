@@ -393,16 +393,46 @@ class LaneView:
         self._evicted: dict[int, int] = {}  # id(slot) -> lease of a session a later took over
 
     # the StaticLM surface that StaticSession, LivePrefill and static_finish read
-    options = property(lambda self: self.pool.options)
-    device = property(lambda self: self.pool.device)
-    dtype = property(lambda self: self.pool.dtype)
-    stream = property(lambda self: self.pool.stream)
-    step_rows = property(lambda self: self.pool.step_rows)
-    max_rows = property(lambda self: self.pool.max_rows)
-    max_len = property(lambda self: self.pool.max_len)
-    compiled = property(lambda self: self.laned.compiled)
-    compile_failed = property(lambda self: self.laned.compile_failed)
-    replays_one_at_a_time = property(lambda self: False)  # the lane step takes the lock
+    @property
+    def options(self) -> RuntimeOptions:
+        return self.pool.options
+
+    @property
+    def device(self) -> torch.device:
+        return self.pool.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pool.dtype
+
+    @property
+    def stream(self) -> Any:
+        return self.pool.stream
+
+    @property
+    def step_rows(self) -> tuple[int, ...]:
+        return self.pool.step_rows
+
+    @property
+    def max_rows(self) -> int:
+        return self.pool.max_rows
+
+    @property
+    def max_len(self) -> int:
+        """The pool's: a session's room is as on the one-stream runtime."""
+        return self.pool.max_len
+
+    @property
+    def compiled(self) -> bool:
+        return self.laned.compiled
+
+    @property
+    def compile_failed(self) -> str | None:
+        return self.laned.compile_failed
+
+    @property
+    def replays_one_at_a_time(self) -> bool:
+        return False  # the lane step and the pool's chunks order their own CUDA replays
 
     def acquire(self) -> Any:
         return self.pool.acquire()
