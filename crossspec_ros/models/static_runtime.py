@@ -75,6 +75,9 @@ class RuntimeOptions:
     # eager (fewer shapes to compile: the GPU kit's first stages, where a 7B's compile per
     # shape eats the lease). Exactness is unchanged: every prefill runs the same eager chunks
     compile_prefill: bool = True
+    # > 1: the decoding steps of that many streams run as one [lanes, rows] step
+    # (models/lanes.py, use_lanes); 1 is this module's one-stream runtime, unchanged
+    lanes: int = 1
 
     def __post_init__(self) -> None:
         rows = tuple(self.step_rows)
@@ -82,6 +85,9 @@ class RuntimeOptions:
             raise ValueError(f"step_rows must be increasing positive sizes, got {rows}")
         if self.caches < 1:
             raise ValueError("caches must be >= 1")
+        if self.lanes < 1 or (self.lanes > 1 and len(rows) != 1):
+            raise ValueError(f"lanes must be >= 1, and lanes > 1 needs one step shape, got "
+                             f"lanes {self.lanes} with step_rows {rows}")
 
     @property
     def exact(self) -> bool:
