@@ -78,3 +78,24 @@ def distill_labels(distill_pair):
     verifier, drafter = distill_pair
     return label_windows(verifier, drafter, [random_window(s) for s in range(18)],
                          max_new_tokens=6)
+
+
+# The bundled tiny pair and the sample bag's first three windows (the static-runtime and lanes
+# tests'; a module that defines its own of either name uses its own)
+@pytest.fixture(scope="module")
+def bundled():
+    from crossspec_ros.models.pair import BUNDLED_PAIR
+
+    if not (BUNDLED_PAIR / "verifier").is_dir():
+        pytest.skip("no bundled pair (run crossspec train-tiny)")
+    from crossspec_ros.train.tiny_pair import load_pair
+
+    return load_pair()
+
+
+@pytest.fixture(scope="module")
+def windows():
+    from crossspec_ros.bench.engine import bag_windows
+    from crossspec_ros.paths import sample_bag
+
+    return bag_windows(sample_bag(), 3)

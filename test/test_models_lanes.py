@@ -21,25 +21,6 @@ EAGER_8 = RuntimeOptions(compile=False, step_rows=(8,))
 DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    from crossspec_ros.models.pair import BUNDLED_PAIR
-
-    if not (BUNDLED_PAIR / "verifier").is_dir():
-        pytest.skip("no bundled pair (run crossspec train-tiny)")
-    from crossspec_ros.train.tiny_pair import load_pair
-
-    return load_pair()
-
-
-@pytest.fixture(scope="module")
-def windows():
-    from crossspec_ros.bench.engine import bag_windows
-    from crossspec_ros.paths import sample_bag
-
-    return bag_windows(sample_bag(), 3)
-
-
 def lane_twins(verifier, lanes=3, dtype=None, gather_s=0.01, **kwargs):
     """``lanes`` twins of the verifier (its own copy of the weights when ``dtype`` casts
     them) on one laned runtime of 8-row steps."""

@@ -18,25 +18,6 @@ from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 EAGER_8 = RuntimeOptions(compile=False, step_rows=(8,))
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    from crossspec_ros.models.pair import BUNDLED_PAIR
-
-    if not (BUNDLED_PAIR / "verifier").is_dir():
-        pytest.skip("no bundled pair (run crossspec train-tiny)")
-    from crossspec_ros.train.tiny_pair import load_pair
-
-    return load_pair()
-
-
-@pytest.fixture(scope="module")
-def windows():
-    from crossspec_ros.bench.engine import bag_windows
-    from crossspec_ros.paths import sample_bag
-
-    return bag_windows(sample_bag(), 3)
-
-
 def static_twin(verifier, options=EAGER_8, dtype=None):
     """The verifier (its own copy of the weights when ``dtype`` casts them) on ``options``."""
     twin = copy.copy(verifier)
