@@ -12,6 +12,7 @@ import threading
 
 import pytest
 import torch
+from decoding_rows import teacher_forced_rows
 
 from crossspec_ros.models.lanes import LaneRequest, StepBatcher, use_lanes
 from crossspec_ros.models.static_runtime import RuntimeOptions
@@ -100,33 +101,16 @@ def test_a_lanes_rows_do_not_depend_on_what_the_other_lanes_hold(bundled, window
 
 
 # ------------------------------------------------------------------ decoding in a lane
-def teacher_forced_rows(verifier, window, k):
-    """The greedy caption one token per pass, then fed again k tokens per pass after a fresh
-    prefill: (one-token rows, k-token rows)."""
-    inputs = verifier.prepare(window)
-    session = verifier.prefill(inputs)
-    single, tokens = [session.last_logits.clone()], []
-    while len(tokens) < 16:
-        tokens.append(int(single[-1].argmax()))
-        if tokens[-1] == verifier.info.eos_token_id:
-            break
-        single.append(session.feed([tokens[-1]])[-1].clone())
-    del session  # the lane holds one window at a time
-    session = verifier.prefill(inputs)
-    chunked, fed = [session.last_logits.clone()], tokens[:len(single) - 1]
-    for start in range(0, len(fed), k):
-        chunked.extend(session.feed(fed[start:start + k]).clone().unbind(0))
-    return single, chunked
 
 
 @DTYPES
 def test_verification_rows_in_a_lane_equal_one_token_decoding_while_other_lanes_decode(
         bundled, windows, dtype):
     twins = lane_twins(bundled[0], 3, dtype)
-    alone = teacher_forced_rows(twins[0], windows[0], 7)  # the other lanes idle
+    alone = teacher_forced_rows(twins[0], windows[0], 7, max_tokens=16)  # the other lanes idle
     with Background(twins[1:], windows[1:]):
         for k in (3, 7):  # with the pending token: 4 and 8 rows of the 8-row shape
-            single, chunked = teacher_forced_rows(twins[0], windows[0], k)
+            single, chunked = teacher_forced_rows(twins[0], windows[0], k, max_tokens=16)
             assert len(single) == len(chunked) == len(alone[0])
             for i, (a, b, c) in enumerate(zip(single, chunked, alone[0], strict=True)):
                 assert torch.equal(a, b) and torch.equal(a, c), (k, i)
@@ -145,9 +129,9 @@ def test_a_compiled_lane_step_is_warmed_up_once_and_stays_exact_whatever_the_oth
     laned.warm_up(compile=True)
     assert laned.compiled and laned.compile_failed is None
     graphs = counters["stats"]["unique_graphs"]
-    alone = teacher_forced_rows(twins[0], windows[0], 7)
+    alone = teacher_forced_rows(twins[0], windows[0], 7, max_tokens=16)
     with Background(twins[1:], windows[1:]):
-        single, chunked = teacher_forced_rows(twins[0], windows[0], 7)
+        single, chunked = teacher_forced_rows(twins[0], windows[0], 7, max_tokens=16)
     for a, b, c in zip(single, chunked, alone[0], strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
     assert counters["stats"]["unique_graphs"] == graphs and laned.eager_steps == 0

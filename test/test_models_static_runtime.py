@@ -10,6 +10,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from decoding_rows import teacher_forced_rows
 
 from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
 from crossspec_ros.models.tiny import tiny_verifier
@@ -27,25 +28,6 @@ def static_twin(verifier, options=EAGER_8, dtype=None):
         twin.model = copy.deepcopy(verifier.model).to(dtype)
     use_static_runtime(twin, options, 48)
     return twin
-
-
-def teacher_forced_rows(verifier, window, k: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The verifier's greedy caption decoded one token per pass, then fed again k tokens per
-    pass after a fresh prefill: (one-token rows, k-token rows)."""
-    inputs = verifier.prepare(window)
-    session = verifier.prefill(inputs)
-    single, tokens = [session.last_logits.clone()], []
-    while len(tokens) < 24:
-        tokens.append(int(single[-1].argmax()))
-        if tokens[-1] == verifier.info.eos_token_id:
-            break
-        single.append(session.feed([tokens[-1]])[-1].clone())
-    session = verifier.prefill(inputs)
-    chunked = [session.last_logits.clone()]
-    for start in range(0, len(tokens) - 1, k):
-        chunked.extend(session.feed(tokens[start:min(start + k, len(tokens) - 1)]).clone()
-                       .unbind(0))
-    return single, chunked
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
