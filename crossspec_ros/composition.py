@@ -10,6 +10,9 @@ through here, so a graph means the same wherever it runs.
     share_turns(verifier_first, loop)   composed in one process: the drafter pauses while the
                                         verifier works on a closed window, and hears at once
                                         when it finished one
+    verifier_streams(p, verifier, n)    several camera streams on one verifier and device:
+                                        one engine per stream, their decoding steps batched
+                                        in lanes (or separate), device calls taking turns
 
 Model loading (models/pair.py) stays with the caller: a node loads on configure, ``caption``
 at its start, the bench once for all its graphs.
@@ -19,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
+from crossspec_ros.models.device_turns import DeviceTurns, StreamDue
 from crossspec_ros.speculative.draft_loop import DraftLoop
 from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.loop_clock import LoopClock
@@ -78,13 +83,14 @@ def caption_patience_s(p: Mapping[str, Any]) -> float:
 def verifier_loop(p: Mapping[str, Any], *, on_captions: CaptionsOut,
                   on_confirmed: ConfirmedOut, clock: LoopClock, lock: AbstractContextManager,
                   warn: Say = lambda _t: None,
-                  on_result: Callable[[Any, WindowResult], None] | None = None
-                  ) -> VerifierLoop:
+                  on_result: Callable[[Any, WindowResult], None] | None = None,
+                  due: StreamDue | None = None) -> VerifierLoop:
     """The verifier's window decisions for the verifier parameters ``p`` (its engine comes
-    with ``VerifierLoop.configure_from_params``)."""
+    with ``VerifierLoop.configure_from_params``; ``due``: when its device calls are due, where
+    several streams share the device)."""
     return VerifierLoop(patience_s=caption_patience_s(p), max_queued=p["max_queued_windows"],
                         on_captions=on_captions, on_confirmed=on_confirmed, clock=clock,
-                        lock=lock, warn=warn, on_result=on_result)
+                        lock=lock, warn=warn, on_result=on_result, due=due)
 
 
 def share_turns(verifier_first: VerifierFirst, loop: DraftLoop) -> None:
@@ -92,3 +98,74 @@ def share_turns(verifier_first: VerifierFirst, loop: DraftLoop) -> None:
     while the verifier works on a closed window, and hears at once when the verifier finished
     one (not only when its confirmed tokens come round)."""
     verifier_first.add_drafter(loop.hold, loop.release_hold, loop.on_finished)
+
+
+STREAM_GRAPHS = ("batched", "separate")
+STREAM_BUDGET_MS = 100  # a closed window's budget: DESIGN.md's many-camera target
+
+
+@dataclass
+class VerifierStreams:
+    """Several camera streams on one verifier (issue 57): an engine per stream, each on the
+    verifier it decodes with (``models``: a lane's twin when batched, the verifier itself when
+    separate), the lanes' step batcher (batched only), and the device's turns."""
+
+    graph: str
+    engines: list[SpeculativeEngine]
+    models: list[Any]
+    turns: DeviceTurns
+    due: StreamDue
+    batcher: Any = None
+
+    def counters(self) -> dict[str, Any]:
+        """The lanes' counters (a node's diagnostics, the bench; none when separate)."""
+        out: dict[str, Any] = {}
+        if self.batcher is not None:
+            c = self.batcher.counters
+            out.update(lane_steps=c.steps, failed_lane_steps=c.failed_steps,
+                       lanes_per_step=dict(sorted(c.lanes_per_step.items())),
+                       gather_wait_ms=round(c.gather_wait_ms, 1),
+                       lane_copies=self.batcher.laned.lane_copies,
+                       lane_eager_steps=self.batcher.laned.eager_steps)
+        return out
+
+
+def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph: str,
+                     turns: DeviceTurns, where: str,
+                     corpus: Sequence[Sequence[int]] | None = None,
+                     say: Say = lambda _line: None) -> VerifierStreams:
+    """``streams`` engines over ``verifier`` for the verifier parameters ``p`` (their static
+    runtime, their emulated target), sharing one device through ``turns``: ``graph``
+    "batched" decodes every stream in its own lane of one laned runtime (models/lanes.py:
+    a stream's captions are exact per lane, whatever the other streams do); "separate" runs
+    the streams' engines on the one-stream runtime side by side, what N verifier nodes on one
+    device do (without their N copies of the weights). Install the emulation ``p`` names, then
+    ``turns`` (``DeviceTurns.install``), on ``verifier`` before, in that order (the turn wraps
+    the emulated call) and once for every graph of a process: the lanes' twins copy its hooks."""
+    from crossspec_ros.models.emulated import emulation_of
+    from crossspec_ros.models.lanes import use_lanes
+    from crossspec_ros.models.runtime_setup import prepare_runtime, runtime_options
+    from crossspec_ros.param_files import ParameterError
+
+    if graph not in STREAM_GRAPHS:
+        raise ValueError(f"{where}: graph {graph!r} is not one of {', '.join(STREAM_GRAPHS)}")
+    if p.get("emulate") and emulation_of(verifier) is None:
+        raise ValueError(f"{where}: emulate {p['emulate']} before the device's turns are "
+                         "installed (models/device_turns.py)")
+    if graph == "separate":
+        say(prepare_runtime(verifier, dict(p), "verifier", p["max_new_tokens"]))
+        models = [verifier] * streams
+        batcher = None
+    else:
+        options = runtime_options(dict(p), "verifier")
+        if options is None:
+            raise ParameterError(f"{where}: batched streams need the static runtime "
+                                 "(runtime: static), got the transformers runtime")
+        models = use_lanes(verifier, options, streams, max_new_tokens=p["max_new_tokens"])
+        batcher = models[0].runtime.batcher
+        say(models[0].runtime.describe())
+    engines = [build_engine(p, model, None, where=f"{where} stream {i}", runtimes=(),
+                            corpus=corpus) for i, model in enumerate(models)]
+    due = StreamDue(budget_s=p.get("stream_budget_ms", STREAM_BUDGET_MS) / 1e3,
+                    open_s=p["window_length_s"])
+    return VerifierStreams(graph, engines, models, turns, due, batcher)

@@ -78,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # the groups below add their options in the order --help lists them
     _add_decoding_options(parser)
-    _add_model_options(parser)
+    add_model_options(parser)
     _add_mode_options(parser)
     _add_output_options(parser)
     parser.set_defaults(func=run)
@@ -104,7 +104,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
                         "(oracle_free@a=A)")
 
 
-def _add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser) -> None:
     """The device, the pair, its float type and quantization, and the runtime it steps on."""
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--models", choices=("bundled", "tiny-random", "full-size"),
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
     from crossspec_ros.bench import engine as bench
 
-    if not _arguments_valid(args) or (args.emulate and not _profile_loads(args.emulate)):
+    if not _arguments_valid(args) or (args.emulate and not profile_loads(args.emulate)):
         return 2
     import datetime
     import platform
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = str(resolve_device(args.device))
     tuning = tune_process_for_models(device)  # the live graph's settings, for every mode
-    verifier, drafter, label = _load_pair(args, device)
+    verifier, drafter, label = load_pair(args, device)
     emulated = emulation_of(verifier)
     windows = _windows(args)
     if len(windows) <= args.warmup:
@@ -244,20 +244,20 @@ def _arguments_valid(args: argparse.Namespace) -> bool:
     return True
 
 
-def _profile_loads(profile: str) -> bool:
-    """Whether --emulate PROFILE can be used (said on stderr when not), before any model
-    loads."""
+def profile_loads(profile: str, command: str = "crossspec bench engine") -> bool:
+    """Whether --emulate PROFILE can be used (said on stderr by ``command`` when not), before
+    any model loads."""
     from crossspec_ros.models.emulated import CostProfile, ProfileError
 
     try:
         CostProfile.load(profile)
     except ProfileError as err:
-        print(f"crossspec bench engine: --emulate: {err}", file=sys.stderr)
+        print(f"{command}: --emulate: {err}", file=sys.stderr)
         return False
     return True
 
 
-def _load_pair(args: argparse.Namespace, device: str) -> tuple[Any, Any, str]:
+def load_pair(args: argparse.Namespace, device: str) -> tuple[Any, Any, str]:
     """(verifier, drafter, label) of --models, quantized and emulated as the options say."""
     import torch
 

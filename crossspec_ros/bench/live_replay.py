@@ -122,6 +122,57 @@ def window_keys(windows: Sequence[Any], window_len_ns: int) -> dict[WindowKey, A
     return keys
 
 
+def record_captions(windows: dict[WindowKey, ReplayedWindow],
+                    captions: list[WindowCaption]) -> None:
+    """What a verifier loop's finished captions say, into ``windows`` (the loop's lock is
+    held: record only)."""
+    for caption in captions:
+        if not caption.finished:
+            continue
+        row = windows.setdefault(caption.key, ReplayedWindow(caption.key))
+        row.status = caption.status.name
+        if caption.status is CaptionStatus.FINAL:
+            row.confirmed_done_ms = caption.confirmed_done_ms
+            row.draft_first = bool(caption.first_complete_draft)
+        row.draft_first_token_ms = caption.draft_first_token_ms
+
+
+def record_result(windows: dict[WindowKey, ReplayedWindow], window: Any,
+                  result: WindowResult) -> None:
+    """A verified window's caption and statistics, into ``windows``."""
+    row = windows.setdefault(window.key, ReplayedWindow(window.key))
+    row.tokens, row.stats, row.window = list(result.tokens), result.stats, window
+    row.frame_stamps = tuple(f.stamp_ns for f in window.frames)
+
+
+class ReplayExecutor:
+    """The replay's executor thread, as rclpy's single-threaded executor runs a node's
+    callbacks: what the loops post (``inbox``), and the nodes' timers (``ticks``, every
+    TICK_S)."""
+
+    def __init__(self, ticks: Sequence[Callable[[], None]]) -> None:
+        self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.ticks = ticks
+        self._next_tick = 0.0
+
+    def run_until(self, until: float) -> None:
+        """Run the callbacks and ticks until ``until`` (monotonic s)."""
+        while True:
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._next_tick = now + TICK_S
+                for tick in self.ticks:
+                    tick()
+            wait = min(until, self._next_tick) - now
+            if wait <= 0 and now >= until:
+                return
+            try:
+                callback = self.inbox.get(timeout=max(wait, 0.0))
+            except queue.Empty:
+                continue
+            callback()
+
+
 class LiveReplay:
     """One replay of ``messages`` through ``graph``'s loops (``verifier``/``drafter``: the
     loaded models; the drafter is also the engine's vocabulary bridge, as in the composed
@@ -141,10 +192,10 @@ class LiveReplay:
         self.engine = build_engine(self.params, verifier, drafter if with_drafter else None,
                                    where=where, runtimes=(), corpus=corpus)
         self.drafter = drafter if with_drafter else None
-        self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()  # executor
+        self.executor = ReplayExecutor([])
+        self.inbox = self.executor.inbox
         self.windows: dict[WindowKey, ReplayedWindow] = {}
         self.errors: list[str] = []
-        self._next_tick = 0.0
         self.draft_loop: DraftLoop | None = None  # the last run's (its counters)
 
     # ------------------------------------------------------------ what the loops hand out
@@ -152,20 +203,10 @@ class LiveReplay:
         return self.windows.setdefault(key, ReplayedWindow(key))
 
     def _on_captions(self, captions: list[WindowCaption]) -> None:
-        for caption in captions:  # the verifier loop's lock is held: record only
-            if not caption.finished:
-                continue
-            row = self._window(caption.key)
-            row.status = caption.status.name
-            if caption.status is CaptionStatus.FINAL:
-                row.confirmed_done_ms = caption.confirmed_done_ms
-                row.draft_first = bool(caption.first_complete_draft)
-            row.draft_first_token_ms = caption.draft_first_token_ms
+        record_captions(self.windows, captions)
 
     def _on_result(self, window: Any, result: WindowResult) -> None:
-        row = self._window(window.key)
-        row.tokens, row.stats, row.window = list(result.tokens), result.stats, window
-        row.frame_stamps = tuple(f.stamp_ns for f in window.frames)
+        record_result(self.windows, window, result)
 
     def _on_error(self, error: str) -> None:
         self.errors.append(error)
@@ -196,13 +237,14 @@ class LiveReplay:
             self.draft_loop = dloop
             share_turns(verifier_first, dloop)
             workers.append(Worker.serving(f"{self.graph.name}-draft", dloop, self._on_error))
+        self.executor.ticks = [vloop.tick] + ([dloop.tick] if dloop is not None else [])
         for worker in workers:
             worker.start()
         try:
             self._feed(messages, vloop, dloop)
             deadline = time.monotonic() + SETTLE_S
             while not self._finished(vloop, expected) and time.monotonic() < deadline:
-                self._executor_until(time.monotonic() + TICK_S, vloop, dloop)
+                self.executor.run_until(time.monotonic() + TICK_S)
         finally:
             vloop.stop_taking()
             if dloop is not None:
@@ -230,30 +272,11 @@ class LiveReplay:
         t_first = messages[0][0]
         start = time.monotonic()
         for stamp, kind, payload in messages:
-            self._executor_until(start + ns_to_seconds(stamp - t_first) / self.rate, vloop, dloop)
+            self.executor.run_until(start + ns_to_seconds(stamp - t_first) / self.rate)
             if kind == "rgb":
                 vloop.add_frame(payload)
             elif dloop is not None:
                 dloop.add_events(payload)
-
-    def _executor_until(self, until: float, vloop: VerifierLoop, dloop: DraftLoop | None
-                        ) -> None:
-        """Run the executor's callbacks (drafts, confirmations, ticks) until ``until``."""
-        while True:
-            now = time.monotonic()
-            if now >= self._next_tick:
-                self._next_tick = now + TICK_S
-                vloop.tick()
-                if dloop is not None:
-                    dloop.tick()
-            wait = min(until, self._next_tick) - now
-            if wait <= 0 and now >= until:
-                return
-            try:
-                callback = self.inbox.get(timeout=max(wait, 0.0))
-            except queue.Empty:
-                continue
-            callback()
 
     def _post_draft(self, vloop: VerifierLoop, window: Any, event: EngineEvent,
                     stats: WindowStats, window_state: Any, cut_short: bool) -> None:

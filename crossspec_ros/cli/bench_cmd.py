@@ -20,6 +20,7 @@ BENCH_MODULES = [
     "crossspec_ros.bench.passes",
     "crossspec_ros.bench.split",
     "crossspec_ros.bench.startup",
+    "crossspec_ros.bench.streams_cmd",
 ]
 
 

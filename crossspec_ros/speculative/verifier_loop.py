@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from crossspec_ros.models.device_turns import StreamDue, due_by
 from crossspec_ros.speculative.drafting import DraftChannel
 from crossspec_ros.speculative.early_start import HeldCaption, HeldCaptions, provisional_window
 from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
@@ -63,8 +64,10 @@ class VerifierLoop:
     def __init__(self, *, patience_s: float, max_queued: int, on_captions: CaptionsOut,
                  on_confirmed: ConfirmedOut, clock: LoopClock, lock: AbstractContextManager,
                  warn: Callable[[str], None] = lambda _t: None,
-                 on_result: Callable[[Any, WindowResult], None] | None = None) -> None:
+                 on_result: Callable[[Any, WindowResult], None] | None = None,
+                 due: StreamDue | None = None) -> None:
         self.on_captions, self.on_confirmed, self.warn = on_captions, on_confirmed, warn
+        self.due = due  # several streams on one device: when each call of this one is due
         self.on_result = on_result
         self.clock, self.lock = clock, lock
         self.wake_worker: Callable[[], None] = lambda: None  # new work: the owner's worker
@@ -201,12 +204,22 @@ class VerifierLoop:
         item = self.queue.get()
         if item is None:
             if self.live is not None:
-                self.live.prefill_queued()
-                if self.early_start():
-                    self._start_early()
+                with self._due_by(self.clock.now() + self._open_due_s):
+                    self.live.prefill_queued()
+                    if self.early_start():
+                        self._start_early()
             return UNTIL_WOKEN
-        self._verify(*item)
+        with self._due_by(item[1] + (self.due.budget_s if self.due is not None else 0.0)):
+            self._verify(*item)
         return 0.0
+
+    @property
+    def _open_due_s(self) -> float:
+        return self.due.open_s if self.due is not None else 0.0
+
+    def _due_by(self, deadline: float) -> AbstractContextManager:
+        """The device calls inside are due at ``deadline`` (when streams share a device)."""
+        return due_by(deadline) if self.due is not None else nullcontext()
 
     def _verify(self, window: Any, t_close: float) -> None:
         """Caption the closed ``window`` (closed at ``t_close``), or publish its held one."""

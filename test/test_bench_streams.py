@@ -1,0 +1,77 @@
+"""`crossspec bench streams` (crossspec_ros/bench/streams.py): several streams' drives replayed
+into one verifier through the product's loops, batched in lanes and separate, every stream's
+captions lossless."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from crossspec_ros.bench.streams import stream_messages, stream_windows
+from crossspec_ros.bench.streams_cmd import graph_names, stream_counts
+
+
+@pytest.fixture(scope="module")
+def four():
+    """The sample bag's first four windows."""
+    from crossspec_ros.bench.engine import bag_windows
+    from crossspec_ros.paths import sample_bag
+
+    return bag_windows(sample_bag(), 4)
+
+
+def test_every_stream_replays_the_bags_windows_rotated_onto_the_same_grid(four):
+    few = four
+    per_stream = stream_windows(few, 2)
+    assert [[w.key for w in ws] for ws in per_stream] == [[w.key for w in few]] * 2
+    for i, (w0, w1) in enumerate(zip(*per_stream, strict=True)):
+        source = few[(i + 2) % 4]  # stream 1 starts half-way through the bag
+        assert w0.frames[0].image is few[i].frames[0].image
+        assert w1.frames[0].image is source.frames[0].image
+        shift = few[i].t0 - source.t0
+        assert [f.stamp_ns for f in w1.frames] == [f.stamp_ns + shift for f in source.frames]
+        assert np.array_equal(w1.events.t, source.events.t + shift)
+        assert all(w1.t0 <= f.stamp_ns < w1.t1 for f in w1.frames)
+    messages = stream_messages(per_stream)
+    assert [m[0] for m in messages] == sorted(m[0] for m in messages)
+    assert {m[1] for m in messages} == {0, 1}
+
+
+def test_stream_counts_and_graphs_are_refused_in_one_line_when_they_make_no_sense():
+    assert stream_counts("1,2,4") == [1, 2, 4]
+    for bad in ("0,1", "2,1", "1,1", "a", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            stream_counts(bad)
+    assert graph_names("separate,batched") == ["separate", "batched"]
+    for bad in ("batched,batched", "lanes", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            graph_names(bad)
+
+
+def test_batched_and_separate_streams_each_caption_every_window_losslessly(bundled, four):
+    from crossspec_ros.bench.streams import run_streams_bench
+    from crossspec_ros.comparison import BY_NAME
+    from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
+
+    verifier, _drafter = bundled
+    p = validate({**BY_NAME["text_only"].verifier_params, "max_new_tokens": 16,
+                  "compile": False}, VERIFIER_NODE_PARAMS)
+    report = run_streams_bench(verifier, four, p, counts=[2],
+                               graphs=["batched", "separate"], rounds=1, warmup=1,
+                               log=lambda _line: None)
+    runs = {r["graph"]: r for r in report["runs"]}
+    assert set(runs) == {"batched", "separate"}
+    for graph, run in runs.items():
+        # issue 57's JSON, names as written
+        assert run["streams"] == 2 and run["emulated"] is None
+        assert run["dropped"] == 0 and run["lossless"] and run["lossless_checked"] == 6, graph
+        assert [s["final"] for s in run["per_stream"]] == [3, 3]
+        assert run["confirmed_ms_median"] is not None and run["confirmed_ms_p95"] is not None
+        assert not run["rounds"][0]["errors"]
+    batched = runs["batched"]
+    assert batched["lane_steps"] > 0 and batched["lane_copies"] >= 6
+    assert sum(batched["lanes_per_step"].values()) == batched["lane_steps"]
+    assert "lane_steps" not in runs["separate"]
+    assert set(report["most_streams_holding_target"]) == {"batched", "separate"}
