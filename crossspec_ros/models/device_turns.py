@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from crossspec_ros.models.emulated import wrap_vision
 
 _DUE: contextvars.ContextVar[float | None] = contextvars.ContextVar("crossspec_due", default=None)
@@ -54,6 +56,13 @@ def due_by(deadline: float) -> Iterator[None]:
         yield
     finally:
         _DUE.reset(token)
+
+
+def turn_of(lm: Any) -> contextlib.AbstractContextManager:
+    """A turn on the device whose turns are installed on the language model ``lm`` (none
+    installed: nothing to wait for): what a static runtime takes around each step."""
+    turns = getattr(lm, "_device_turns", None)
+    return turns.turn() if turns is not None else contextlib.nullcontext()
 
 
 class DeviceTurns:
@@ -112,14 +121,27 @@ class DeviceTurns:
             self.release()
 
     def install(self, model: Any) -> Callable[[], None]:
-        """Every language-model forward and vision call of ``model`` (and its twins) takes a
-        turn; returns the undo. The forward's turn is taken before any other pre-hook (the
-        emulation's) and given back after every post-hook (registered later than the
-        emulation's), so a call's emulated time is inside its turn; install after
-        ``emulate``, so the vision turn wraps the emulated vision call."""
+        """Every language-model call and vision call of ``model`` (and its twins) takes a
+        turn; returns the undo. The static runtimes take it around each step (``turn_of``
+        their language model: outside a compiled step, whose graph cannot hold a lock); the
+        transformers runtime's forwards take it in hooks, before any other pre-hook (the
+        emulation's) and given back after every post-hook registered before it, so a call's
+        emulated time is inside its turn; install after ``emulate``, so the vision turn wraps
+        the emulated vision call too."""
         lm = model.language_model_parts()[0]
-        undo = [lm.register_forward_pre_hook(lambda *_: self.acquire(), prepend=True).remove,
-                lm.register_forward_hook(lambda *_: self.release(), always_call=True).remove]
+        lm._device_turns = self
+
+        def before(*_: Any) -> None:
+            if not torch.compiler.is_compiling():  # compiled: the runtime took the turn
+                self.acquire()
+
+        def after(*_: Any) -> None:
+            if not torch.compiler.is_compiling():
+                self.release()
+
+        undo = [lm.register_forward_pre_hook(before, prepend=True).remove,
+                lm.register_forward_hook(after, always_call=True).remove,
+                lambda: lm.__dict__.pop("_device_turns", None)]
 
         def with_turn(method: Any, _frames_of: Any) -> Any:
             def call(*args: Any, **kwargs: Any) -> Any:

@@ -56,6 +56,7 @@ from transformers.cache_utils import Cache, StaticLayer
 
 from crossspec_ros.models.base import CaptionModel
 from crossspec_ros.models.compile_gate import COMPILE_GATE, refused_by_compiled_graphs
+from crossspec_ros.models.device_turns import turn_of
 from crossspec_ros.models.static_runtime import (
     CUDA_GRAPH_REPLAY,
     RuntimeOptions,
@@ -169,8 +170,8 @@ class LanedLM:
         lane parked. Returns each requesting lane's real rows (float32 copies)."""
         one_at_a_time = self.compiled and self.device.type == "cuda"
         # as the pool's steps: inference tensors (another dispatch key set, another graph)
-        with inference(self.device, self.pool.stream), self.device_lock, \
-                CUDA_GRAPH_REPLAY if one_at_a_time else contextlib.nullcontext():
+        with inference(self.device, self.pool.stream), turn_of(self.pool.lm), \
+                self.device_lock, CUDA_GRAPH_REPLAY if one_at_a_time else contextlib.nullcontext():
             hidden, logits = self._run(*self._inputs(requests))
             out = {lane: (hidden[lane, :r.rows].to(torch.float32, copy=True),
                           logits[lane, :r.rows].to(torch.float32, copy=True))

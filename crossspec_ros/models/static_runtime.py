@@ -49,6 +49,7 @@ import torch
 
 from crossspec_ros.models.base import CaptionModel, ModelSession, PrefillTiming
 from crossspec_ros.models.compile_gate import COMPILE_GATE, refused_by_compiled_graphs
+from crossspec_ros.models.device_turns import turn_of
 from crossspec_ros.models.streams import inference, synchronize
 from crossspec_ros.process_tuning import COMPILE_CACHE
 
@@ -329,7 +330,7 @@ class StaticLM:
         mask = self.tri[pos:pos + rows][None, None]
         args = (embeds.to(self.dtype), positions, mask, slot.cache)
         one_at_a_time = self.replays_one_at_a_time
-        with CUDA_GRAPH_REPLAY if one_at_a_time else contextlib.nullcontext():
+        with turn_of(self.lm), CUDA_GRAPH_REPLAY if one_at_a_time else contextlib.nullcontext():
             hidden, logits = self._step(f"{'chunk' if last_only else 'rows'} {rows}",
                                         last_only, args)
             # copies: a CUDA graph's outputs are written over by its next replay
