@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crossspec_ros.models.device_turns import DeviceTurns, StreamDue
@@ -101,7 +101,6 @@ def share_turns(verifier_first: VerifierFirst, loop: DraftLoop) -> None:
 
 
 STREAM_GRAPHS = ("batched", "separate")
-STREAM_BUDGET_MS = 100  # a closed window's budget: DESIGN.md's many-camera target
 
 
 @dataclass
@@ -144,7 +143,8 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
     the emulated call) and once for every graph of a process: the lanes' twins copy its hooks."""
     from crossspec_ros.models.emulated import emulation_of
     from crossspec_ros.models.lanes import use_lanes
-    from crossspec_ros.models.runtime_setup import prepare_runtime, runtime_options
+    from crossspec_ros.models.runtime_setup import runtime_options
+    from crossspec_ros.models.static_runtime import use_static_runtime
     from crossspec_ros.param_files import ParameterError
 
     if graph not in STREAM_GRAPHS:
@@ -152,12 +152,18 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
     if p.get("emulate") and emulation_of(verifier) is None:
         raise ValueError(f"{where}: emulate {p['emulate']} before the device's turns are "
                          "installed (models/device_turns.py)")
+    options = runtime_options(dict(p), "verifier")
     if graph == "separate":
-        say(prepare_runtime(verifier, dict(p), "verifier", p["max_new_tokens"]))
-        models = [verifier] * streams
+        model = verifier.with_runtime(None)  # the transformers runtime, or the static one
+        if options is not None:  # with a live prefill and a decoding window per stream
+            use_static_runtime(model, replace(options, caches=max(options.caches,
+                                                                  2 * streams + 1)),
+                               p["max_new_tokens"])
+        say(model.runtime.describe() if model.runtime is not None else
+            f"{model.info.name}: transformers runtime")
+        models = [model] * streams
         batcher = None
     else:
-        options = runtime_options(dict(p), "verifier")
         if options is None:
             raise ParameterError(f"{where}: batched streams need the static runtime "
                                  "(runtime: static), got the transformers runtime")
@@ -166,6 +172,6 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
         say(models[0].runtime.describe())
     engines = [build_engine(p, model, None, where=f"{where} stream {i}", runtimes=(),
                             corpus=corpus) for i, model in enumerate(models)]
-    due = StreamDue(budget_s=p.get("stream_budget_ms", STREAM_BUDGET_MS) / 1e3,
+    due = StreamDue(budget_s=p["stream_budget_ms"] / 1e3,
                     open_s=p["window_length_s"])
     return VerifierStreams(graph, engines, models, turns, due, batcher)

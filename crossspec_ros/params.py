@@ -405,9 +405,47 @@ CLOCK_PARAMS = [
           "what its robot replays"),
 ]
 
+STREAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def stream_names(text: str) -> list[str]:
+    """The verifier's ``streams`` parameter as names ("front, left" -> [front, left]; "": no
+    names, one stream on the topics as given); ValueError saying what is wrong."""
+    names = [part.strip() for part in text.split(",")] if text.strip() else []
+    bad = [n for n in names if not STREAM_NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a stream name (a ROS name token: letters, digits "
+                         "and '_', not starting with a digit)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"stream {twice[0]!r} is named twice")
+    return names
+
+
+def _stream_names_ok(text: str) -> bool:
+    try:
+        stream_names(text)
+    except ValueError:
+        return False
+    return True
+
+
+STREAM_PARAMS = [
+    Param("streams", "", "several camera streams on this one verifier (and GPU): their names, "
+          "comma-separated, each a namespace under which the RGB, draft and caption topics and "
+          "the caption action are resolved (front,rear: front/camera/image_raw -> "
+          "front/crossspec/caption, ...); on the static runtime their decoding steps run "
+          "together in lanes (models/lanes.py), each stream's captions exact as verified "
+          "alone on that runtime. Empty: one stream on the topics as given",
+          _stream_names_ok, "comma-separated names of letters, digits and '_', each once"),
+    Param("stream_budget_ms", 100.0, "several streams: a closed window's device calls are due "
+          "this long after its close, and the device serves the call due first (an open "
+          "window's live prefill is due a window later)", positive, "> 0"),
+]
+
 DRAFT_NODE_PARAMS = [*SYNC_PARAMS, *MODEL_PARAMS, *RUNTIME_PARAMS, *ENGINE_PARAMS,
                      *TOPIC_PARAMS, *CLOCK_PARAMS]
-VERIFIER_NODE_PARAMS = DRAFT_NODE_PARAMS
+VERIFIER_NODE_PARAMS = [*DRAFT_NODE_PARAMS, *STREAM_PARAMS]
 VIZ_NODE_PARAMS = [*SYNC_PARAMS[:2], *TOPIC_PARAMS[:4], *VIZ_PARAMS,
                    *CLOCK_PARAMS]  # + FOXGLOVE_PARAMS
 

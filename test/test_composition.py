@@ -90,14 +90,17 @@ def test_several_streams_are_refused_in_one_line_where_the_runtime_or_emulation_
 
 
 def test_separate_streams_are_one_engine_each_on_the_verifier_with_the_window_budget(verifier):
-    from crossspec_ros.composition import STREAM_BUDGET_MS, verifier_streams
+    from crossspec_ros.composition import verifier_streams
     from crossspec_ros.models.device_turns import DeviceTurns
 
-    p = validate({"compile": False, "caption_corpus": "none", "window_length_s": 0.5},
+    p = validate({"compile": False, "caption_corpus": "none", "window_length_s": 0.5,
+                  "stream_budget_ms": 80.0},
                  VERIFIER_NODE_PARAMS)
     streams = verifier_streams(p, verifier, 3, graph="separate", turns=DeviceTurns(),
                                where="test")
     assert len({id(e) for e in streams.engines}) == 3  # each stream's own history
-    assert streams.models == [verifier] * 3 and streams.batcher is None
-    assert streams.due.budget_s == STREAM_BUDGET_MS / 1e3 and streams.due.open_s == 0.5
+    [model] = set(streams.models)  # one runtime, caches for every stream's two windows
+    assert model.runtime.options.caches == 7 and streams.batcher is None
+    assert all(e.verifier is model for e in streams.engines)
+    assert streams.due.budget_s == 0.08 and streams.due.open_s == 0.5
     assert streams.counters() == {}

@@ -241,3 +241,21 @@ def test_with_prefill_left_eager_only_the_decoding_steps_compile_and_stay_bit_ex
     engine = SpeculativeEngine(verifier, None, EngineConfig())
     assert engine.run_window(windows[0]).tokens == engine.verifier_only(windows[0])
     assert runtime.eager_steps == 0 and not runtime.steps_not_warmed
+
+
+def test_a_cache_allocated_beyond_the_pool_mid_drive_steps_compiled_and_bit_exact(
+        bundled, windows, monkeypatch):
+    """More windows at once than the pool's caches (several streams, a burst): the cache
+    allocated then, inside a model call's inference mode, is taken by the compiled graphs
+    like the pool's own (an inference tensor was not: its steps ran eager, other numerics)."""
+    monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
+    verifier = static_twin(bundled[0], RuntimeOptions(compile=True, step_rows=(8,), caches=1))
+    inputs = verifier.prepare(windows[0])
+    alone = verifier.prefill(inputs)
+    first = alone.last_logits.clone()
+    beside = verifier.prefill(inputs)  # the pool's one cache is held by ``alone``
+    assert verifier.runtime.extra_caches == 1
+    assert torch.equal(beside.last_logits, first)
+    rows = beside.feed([int(first.argmax())])
+    assert torch.equal(rows, alone.feed([int(first.argmax())]))
+    assert verifier.runtime.eager_steps == 0

@@ -90,7 +90,7 @@ def warm_feedback_path(node, client, window_id: int) -> None:
     deadline = time.monotonic() + 10
     k = 0
     while not got and time.monotonic() < deadline:
-        node._on_draft(draft(window_id, f"warm-up {k}"))
+        node.stream._on_draft(draft(window_id, f"warm-up {k}"))
         k += 1
         time.sleep(0.1)
     assert got, "the feedback topic never matched"
@@ -103,7 +103,7 @@ def test_the_next_window_streams_feedback_and_ends_with_its_final_caption(graph)
     warm_feedback_path(node, client, 6)
     feedback: list = []
     handle = send(client, feedback, timeout_s=30.0)
-    node._on_draft(draft(7, "a red car"))  # the next window to be captioned
+    node.stream._on_draft(draft(7, "a red car"))  # the next window to be captioned
     node.loop.queue.put(random_window(7), time.monotonic())
     result = wait(handle.get_result_async()).result
     assert result.success and result.caption.window_id == 7
@@ -124,7 +124,7 @@ def test_a_window_already_captioned_is_answered_at_once(graph):
     node, client = graph
     node.loop.queue.put(random_window(3), time.monotonic())  # window id 3: [3 s, 4 s) by time
     deadline = time.monotonic() + 30
-    while node.counters["windows_verified"] < 1 and time.monotonic() < deadline:
+    while node.stream.counters["windows_verified"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     handle = send(client, [], stamp=Time(sec=3, nanosec=500_000_000), timeout_s=5.0)
     result = wait(handle.get_result_async()).result
@@ -154,7 +154,7 @@ def test_a_caption_published_between_acceptance_and_execution_reaches_the_goal(g
     from types import SimpleNamespace
 
     node, _ = graph
-    server = node.caption_action
+    server = node.stream.caption_action
     assert server._accept(CaptionWindow.Goal(timeout_s=5.0)).name == "ACCEPT"
     server.offer(Caption(window_id=9, status=Caption.STATUS_DRAFT, draft_text="a bus"))
     executed = []
@@ -181,7 +181,7 @@ def test_a_second_pass_of_a_bag_repeating_the_window_ids_is_captioned_for_the_ne
         graph):
     # issue 53, item 10: during a second replay the goal was ABORTED while FINAL captions came
     node, _ = graph
-    server = node.caption_action
+    server = node.stream.caption_action
     for wid in (3, 4, 5):  # the first pass
         server.offer(Caption(window_id=wid, epoch=0, status=Caption.STATUS_FINAL))
     watch = _goal(server, 1, timeout_s=5.0)
@@ -196,7 +196,7 @@ def test_a_goal_for_a_stamp_gets_the_newest_pass_caption_not_an_earlier_one(grap
     from builtin_interfaces.msg import Time
 
     node, _ = graph
-    server = node.caption_action
+    server = node.stream.caption_action
     server.offer(Caption(window_id=3, epoch=0, status=Caption.STATUS_FINAL,
                          confirmed_text="the first pass"))
     assert _goal(server, 2, stamp=Time(sec=3), timeout_s=5.0).done.confirmed_text == \

@@ -76,25 +76,25 @@ def test_frames_are_ignored_until_active_drafts_meanwhile_end_unverified_and_wor
         ros):
     node = bring_up(VerifierNode(tiny_verifier(seed=1)), activate=False)
     try:
-        node.pub_caption = RecordingPublisher()
-        node._on_image(image(3.5, 0))
-        assert node.loop.sync.pending_ids() == [] and node.worker is None
+        node.stream.pub_caption = RecordingPublisher()
+        node.stream._on_image(image(3.5, 0))
+        assert node.loop.sync.pending_ids() == [] and node.stream.worker is None
         # inactive, the verifier relays a draft as its window's caption: UNVERIFIED, stopped
-        node._on_draft(draft(3))
-        assert [status_of(c) for c in node.pub_caption.sent] == [(3, *DRAFT), (3, *STOPPED)]
+        node.stream._on_draft(draft(3))
+        assert [status_of(c) for c in node.stream.pub_caption.sent] == [(3, *DRAFT), (3, *STOPPED)]
         assert node.trigger_activate() == SUCCESS
-        node._on_draft(draft(4))
-        assert status_of(node.pub_caption.sent[-1]) == (4, *DRAFT)
-        worker = node.worker.thread
+        node.stream._on_draft(draft(4))
+        assert status_of(node.stream.pub_caption.sent[-1]) == (4, *DRAFT)
+        worker = node.stream.worker.thread
         assert worker.is_alive()
         assert node.trigger_deactivate() == SUCCESS
         assert not worker.is_alive() and not node.active
         # the window left open ends at once (its draft is complete), saying why
-        assert status_of(node.pub_caption.sent[-1]) == (4, *STOPPED)
-        node._on_draft(draft(4))  # late: its caption has ended
-        assert status_of(node.pub_caption.sent[-1]) == (4, *STOPPED)
+        assert status_of(node.stream.pub_caption.sent[-1]) == (4, *STOPPED)
+        node.stream._on_draft(draft(4))  # late: its caption has ended
+        assert status_of(node.stream.pub_caption.sent[-1]) == (4, *STOPPED)
         assert node.trigger_activate() == SUCCESS  # and back: a new worker
-        assert node.worker.thread.is_alive() and node.worker.thread is not worker
+        assert node.stream.worker.thread.is_alive() and node.stream.worker.thread is not worker
     finally:
         node.destroy_node()
 
@@ -176,7 +176,7 @@ def test_the_change_state_service_drives_the_transitions(ros):
             assert call(change, ChangeState.Request(
                 transition=Transition(id=transition))).success
         assert call(get, GetState.Request()).current_state.id == State.PRIMARY_STATE_ACTIVE
-        assert node.active and node.worker.thread.is_alive()
+        assert node.active and node.stream.worker.thread.is_alive()
     finally:
         stop()
         executor.shutdown(timeout_sec=2.0)
@@ -204,18 +204,18 @@ def drive_windows(node, epoch: int, ids: range) -> None:
     """A draft and 8 frames for each window of ``ids``, then the worker runs them (its thread
     is stopped: the test runs its steps)."""
     for wid in ids:
-        node._on_draft(timeline_draft(epoch, wid))
+        node.stream._on_draft(timeline_draft(epoch, wid))
         for k in range(8):
-            node._on_image(image(wid + k / 8, wid * 8 + k))
+            node.stream._on_image(image(wid + k / 8, wid * 8 + k))
         for _ in range(3):  # the window before closed with this one's frames
             node.loop.step()
-    node._on_image(image(ids.stop + 0.01, 0))  # closes the last window
+    node.stream._on_image(image(ids.stop + 0.01, 0))  # closes the last window
     for _ in range(3):
         node.loop.step()
 
 
 def finals(node) -> set[tuple[int, int]]:
-    return {(c.epoch, c.window_id) for c in node.pub_caption.sent
+    return {(c.epoch, c.window_id) for c in node.stream.pub_caption.sent
             if c.status == cs_msg.Caption.STATUS_FINAL}
 
 
@@ -223,20 +223,20 @@ def test_after_a_bag_loop_a_reconfigured_verifier_verifies_the_windows_of_the_dr
         ros):
     node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     try:
-        node.worker.stop()
-        node.pub_caption = RecordingPublisher()
+        node.stream.worker.stop()
+        node.stream.pub_caption = RecordingPublisher()
         drive_windows(node, 0, range(100, 104))     # the bag's first pass
         drive_windows(node, 1, range(100, 102))     # it looped: epoch 1 on both nodes
         assert finals(node) >= {(0, 100), (0, 101), (0, 102), (1, 100)}
         for transition in ("deactivate", "cleanup", "configure", "activate"):
             assert getattr(node, f"trigger_{transition}")() == SUCCESS
-        node.worker.stop()
-        node.pub_caption = RecordingPublisher()
+        node.stream.worker.stop()
+        node.stream.pub_caption = RecordingPublisher()
         drive_windows(node, 1, range(102, 105))     # the draft node still says epoch 1
         # window 102 was open at the deactivate: it ended UNVERIFIED then, never FINAL now
         assert (1, 103) in finals(node) and (1, 102) not in finals(node)
         # its draft came after the activate: 102's caption is that, UNVERIFIED (stopped)
-        assert [status_of(c) for c in node.pub_caption.sent
+        assert [status_of(c) for c in node.stream.pub_caption.sent
                 if c.status == cs_msg.Caption.STATUS_UNVERIFIED] == [(102, *STOPPED)]
     finally:
         node.destroy_node()
@@ -247,11 +247,11 @@ def test_diagnostics_are_not_ok_while_windows_end_unverified_and_none_verified(r
 
     node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     try:
-        node.worker.stop()
-        node.pub_caption, node.pub_diag = RecordingPublisher(), RecordingPublisher()
+        node.stream.worker.stop()
+        node.stream.pub_caption, node.pub_diag = RecordingPublisher(), RecordingPublisher()
         node._publish_diagnostics()
         assert node.pub_diag.sent[-1].status[0].level == DiagnosticStatus.OK
-        node._on_draft(timeline_draft(0, 5))
+        node.stream._on_draft(timeline_draft(0, 5))
         node.loop.publish(node.loop.book.on_verifier_gave_up(
             (0, 5), 5 * 10**9, 6 * 10**9, time.monotonic(), UnverifiedReason.VERIFIER_FAILED))
         node._publish_diagnostics()
@@ -270,28 +270,28 @@ def test_a_deactivate_mid_window_ends_the_open_and_queued_windows_unverified_wit
     # activate, and windows drafted while inactive got no caption at all
     node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     try:
-        node.worker.stop()
-        node.pub_caption = RecordingPublisher()
+        node.stream.worker.stop()
+        node.stream.pub_caption = RecordingPublisher()
         drive_windows(node, 0, range(10, 12))  # 10 FINAL; window 12 has begun
         for k in range(1, 4):
-            node._on_image(image(12 + k / 8, 120 + k))
+            node.stream._on_image(image(12 + k / 8, 120 + k))
         assert node.loop.sync.pending_ids() == [12] and node.loop.queue.keys() == [(0, 11)]
-        node._on_draft(cs_msg.DraftTokens(  # window 12's draft so far: not done yet
+        node.stream._on_draft(cs_msg.DraftTokens(  # window 12's draft so far: not done yet
             window_id=12, token_ids=[1], text="a", done=False,
             window_start=timeline_draft(0, 12).window_start,
             window_end=timeline_draft(0, 12).window_end))
         assert node.trigger_deactivate() == SUCCESS
-        assert not [c for c in node.pub_caption.sent if c.window_id == 12
+        assert not [c for c in node.stream.pub_caption.sent if c.window_id == 12
                     and c.status == cs_msg.Caption.STATUS_UNVERIFIED]  # it waits for its draft
-        node._on_draft(timeline_draft(0, 12))  # the draft completes while inactive
-        node._on_draft(timeline_draft(0, 13))  # a window drafted while inactive
+        node.stream._on_draft(timeline_draft(0, 12))  # the draft completes while inactive
+        node.stream._on_draft(timeline_draft(0, 13))  # a window drafted while inactive
         assert node.trigger_activate() == SUCCESS
-        node.worker.stop()
+        node.stream.worker.stop()
         for k in range(4, 8):  # the rest of window 12's frames come after the activate
-            node._on_image(image(12 + k / 8, 120 + k))
+            node.stream._on_image(image(12 + k / 8, 120 + k))
         drive_windows(node, 0, range(14, 16))
         terminal = {}
-        for c in node.pub_caption.sent:
+        for c in node.stream.pub_caption.sent:
             if c.status in (cs_msg.Caption.STATUS_FINAL, cs_msg.Caption.STATUS_UNVERIFIED):
                 assert c.window_id not in terminal, f"window {c.window_id} ended twice"
                 terminal[c.window_id] = c
@@ -311,18 +311,18 @@ def test_a_deactivated_verifier_ends_a_window_whose_draft_never_completes_after_
         ros):
     node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     try:
-        node.worker.stop()
-        node.pub_caption = RecordingPublisher()
-        node._on_draft(cs_msg.DraftTokens(
+        node.stream.worker.stop()
+        node.stream.pub_caption = RecordingPublisher()
+        node.stream._on_draft(cs_msg.DraftTokens(
             window_id=7, token_ids=[1], text="a", done=False,
             window_start=timeline_draft(0, 7).window_start,
             window_end=timeline_draft(0, 7).window_end))
         assert node.trigger_deactivate() == SUCCESS
         node.loop.tick()
-        assert status_of(node.pub_caption.sent[-1]) == (7, *DRAFT)
+        assert status_of(node.stream.pub_caption.sent[-1]) == (7, *DRAFT)
         node.loop.book.patience_s = 0.0  # patience over: the draft it has is the caption
         node.loop.tick()
-        last = node.pub_caption.sent[-1]
+        last = node.stream.pub_caption.sent[-1]
         assert status_of(last) == (7, *STOPPED) and last.draft_text == "a"
         assert last.draft_state == cs_msg.Caption.DRAFT_CUT_SHORT
     finally:
@@ -431,16 +431,16 @@ def test_a_shutdown_ends_every_open_window_unverified_at_once_and_finalizes_the_
     # caption (they waited for drafts nothing would relay after it)
     node = bring_up(VerifierNode(tiny_verifier(seed=1)))
     try:
-        node.worker.stop()
-        node.pub_caption = RecordingPublisher()
-        node._on_draft(cs_msg.DraftTokens(  # a draft not complete: waits for the rest
+        node.stream.worker.stop()
+        node.stream.pub_caption = RecordingPublisher()
+        node.stream._on_draft(cs_msg.DraftTokens(  # a draft not complete: waits for the rest
             window_id=7, token_ids=[1], text="a", done=False,
             window_start=timeline_draft(0, 7).window_start,
             window_end=timeline_draft(0, 7).window_end))
         if from_state == "inactive":
             assert node.trigger_deactivate() == SUCCESS
-            assert status_of(node.pub_caption.sent[-1]) == (7, *DRAFT)  # still waiting
-        sent = node.pub_caption  # the publisher goes with the shutdown
+            assert status_of(node.stream.pub_caption.sent[-1]) == (7, *DRAFT)  # still waiting
+        sent = node.stream.pub_caption  # the publisher goes with the shutdown
         assert node.trigger_shutdown() == SUCCESS
         last = sent.sent[-1]
         assert status_of(last) == (7, *STOPPED) and last.draft_text == "a"

@@ -30,7 +30,7 @@ def image(stamp_ms: float, seed: int) -> Image:
 
 def steps_by_hand(node) -> None:
     """The worker stopped: the test runs the loop's steps itself, in this thread."""
-    node.worker.stop()
+    node.stream.worker.stop()
 
 
 @pytest.fixture()
@@ -55,12 +55,12 @@ def run_worker(node, steps: int = 12) -> None:
 
 def test_frames_are_prefilled_while_the_window_is_open(node):
     for k, t in enumerate(range(0, 700, 50)):
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     run_worker(node, 2)
     [live] = node.loop.live.live_windows()
     assert live.frames >= 4 and node.loop.live.counters["live_frames"] == live.frames
     for k, t in enumerate(range(700, 1100, 50)):
-        node._on_image(image(t, 100 + k))
+        node.stream._on_image(image(t, 100 + k))
     run_worker(node)
     [(window, result)] = node.results
     assert result.stats.live_prefill_frames >= 4
@@ -69,27 +69,27 @@ def test_frames_are_prefilled_while_the_window_is_open(node):
 
 def test_a_frame_later_than_the_slack_that_changes_the_selection_is_redone(node):
     for k, t in enumerate([0, 50, 100, 150, 200, 250, 300, 350, 400]):
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     run_worker(node, 2)  # slot 1 (target 187.5 ms) took the frame at 200 ms
-    node._on_image(image(190, 99))  # nearer to 187.5 ms, 210 ms behind the newest frame
+    node.stream._on_image(image(190, 99))  # nearer to 187.5 ms, 210 ms behind the newest frame
     for k, t in enumerate(range(450, 1100, 50)):
-        node._on_image(image(t, 10 + k))
+        node.stream._on_image(image(t, 10 + k))
     run_worker(node)
     [(window, result)] = node.results
     assert 190 * MS in [f.stamp_ns for f in window.frames]  # the closed window has it
-    assert result.stats.live_prefill_frames == -1 and node.counters["live_redone"] == 1
+    assert result.stats.live_prefill_frames == -1 and node.stream.counters["live_redone"] == 1
     assert result.tokens == node.loop.engine.verifier_only(window)
 
 
 def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
     seed = 0
     for t in range(5000, 5600, 50):  # window 5, half way
-        node._on_image(image(t, seed))
+        node.stream._on_image(image(t, seed))
         seed += 1
     run_worker(node, 2)
     assert node.loop.live.counters["live_frames"] >= 3
     for t in range(0, 1100, 50):  # the bag loops: time jumps back 5 s, a new epoch
-        node._on_image(image(t, seed))
+        node.stream._on_image(image(t, seed))
         seed += 1
     run_worker(node)
     assert node.loop.sync.epoch == 1
@@ -102,7 +102,7 @@ def test_a_timeline_reset_in_the_middle_of_a_window_stays_lossless(node):
 
 def test_the_next_windows_frames_are_prefilled_between_the_rounds_of_this_one(node):
     for k, t in enumerate(range(0, 1700, 50)):  # window 0 closes; window 1 is half in
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     pending_next = sum(1 for job in node.loop.live._queued if job.window_id == 1)
     assert pending_next >= 3
     run_worker(node, 1)  # window 0 only: its own frames first, then one of window 1's per round
@@ -112,7 +112,7 @@ def test_the_next_windows_frames_are_prefilled_between_the_rounds_of_this_one(no
     assert result.tokens == node.loop.engine.verifier_only(first)
     assert node.loop.live._live[(0, 1)].frames == pipelined
     for k, t in enumerate(range(1700, 2200, 50)):
-        node._on_image(image(t, 50 + k))
+        node.stream._on_image(image(t, 50 + k))
     run_worker(node)
     second, result = node.results[1]
     assert second.id == 1 and result.stats.live_prefill_frames >= pipelined
@@ -128,11 +128,11 @@ def idle_steps(node, steps: int = 3) -> None:
 def test_a_window_whose_frames_are_decided_is_captioned_before_it_closes_published_at_the_close(
         node):
     for k, t in enumerate(range(0, 1050, 50)):  # the frame at 1000 ms decides slot 7 (950)
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     idle_steps(node)
     assert node.loop.held._held and not node.results  # decoded, held, nothing published
     assert node.loop.book.counters["windows_final"] == 0
-    node._on_image(image(1050, 99))  # the watermark passes 1 s: the window closes
+    node.stream._on_image(image(1050, 99))  # the watermark passes 1 s: the window closes
     run_worker(node, 1)
     [(window, result)] = node.results
     assert window.closed_by == "watermark" and node.loop.held.counters["early_published"] == 1
@@ -144,11 +144,11 @@ def test_a_window_whose_frames_are_decided_is_captioned_before_it_closes_publish
 
 def test_a_held_caption_whose_frames_a_late_frame_changed_is_discarded_and_redone(node):
     for k, t in enumerate(range(0, 1050, 50)):
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     idle_steps(node)
     assert node.loop.held._held
-    node._on_image(image(190, 99))  # nearer slot 1's target (187.5 ms), later than the slack
-    node._on_image(image(1050, 98))
+    node.stream._on_image(image(190, 99))  # nearer slot 1's target (187.5 ms), later than the slack
+    node.stream._on_image(image(1050, 98))
     run_worker(node, 1)
     [(window, result)] = node.results
     assert 190 * MS in [f.stamp_ns for f in window.frames]
@@ -161,10 +161,10 @@ def test_a_held_caption_whose_frames_a_late_frame_changed_is_discarded_and_redon
 def test_without_early_start_a_window_is_captioned_at_its_close(node):
     node.params["early_start"] = False
     for k, t in enumerate(range(0, 1050, 50)):
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     idle_steps(node)
     assert not node.loop.held._held and node.loop.live.live_windows()[0].complete
-    node._on_image(image(1050, 99))
+    node.stream._on_image(image(1050, 99))
     run_worker(node, 1)
     [(window, result)] = node.results
     assert math.isnan(result.stats.ready_before_close_ms)
@@ -180,11 +180,11 @@ def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
         Parameter("acceptance", value="top_k:3")]))
     steps_by_hand(node)
     published, confirmed = [], []
-    node.pub_caption.publish = published.append
-    node.pub_confirmed.publish = confirmed.append
+    node.stream.pub_caption.publish = published.append
+    node.stream.pub_confirmed.publish = confirmed.append
     try:
         for k, t in enumerate(range(0, 1100, 50)):
-            node._on_image(image(t, k))
+            node.stream._on_image(image(t, k))
         run_worker(node, 2)
         final = [m for m in published if m.status == 2]
         assert len(final) == 1 and final[0].acceptance_rule == "top_k:3"
@@ -200,9 +200,9 @@ def test_captions_made_under_a_relaxed_acceptance_rule_name_it_in_the_message():
 
 def test_exact_captions_carry_no_acceptance_rule(node):
     published = []
-    node.pub_caption.publish = published.append
+    node.stream.pub_caption.publish = published.append
     for k, t in enumerate(range(0, 1100, 50)):
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     run_worker(node, 2)
     final = [m for m in published if m.status == 2]
     assert len(final) == 1 and final[0].acceptance_rule == ""
@@ -227,10 +227,10 @@ def test_a_window_whose_live_prefill_fails_at_its_close_ends_unverified_verifier
     from crossspec_ros.models.live_prefill import LivePrefill
 
     published = []
-    node.pub_caption.publish = published.append
-    node._on_draft(done_draft(0))
+    node.stream.pub_caption.publish = published.append
+    node.stream._on_draft(done_draft(0))
     for k, t in enumerate(range(0, 1100, 50)):  # queued for live prefill; window 0 closes
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
 
     def fail(*args, **kwargs):
         raise NameError("module is not installed as a submodule")
@@ -253,7 +253,7 @@ def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node,
     from crossspec import msg as cs_msg
 
     published = []
-    node.pub_caption.publish = published.append
+    node.stream.pub_caption.publish = published.append
     run_window, tries = node.loop.engine.run_window, []
 
     def fail_early(window, **kwargs):
@@ -263,14 +263,14 @@ def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node,
         return run_window(window, **kwargs)
 
     monkeypatch.setattr(node.loop.engine, "run_window", fail_early)
-    node._on_draft(done_draft(0))
+    node.stream._on_draft(done_draft(0))
     for k, t in enumerate(range(0, 1050, 50)):
-        node._on_image(image(t, k))
+        node.stream._on_image(image(t, k))
     with pytest.raises(NameError):
         idle_steps(node)
     assert tries == ["early"] and not node.loop.held._held
     assert all(m.status == cs_msg.Caption.STATUS_DRAFT for m in published)
-    node._on_image(image(1050, 99))  # the window closes
+    node.stream._on_image(image(1050, 99))  # the window closes
     run_worker(node, 1)
     [(window, result)] = node.results
     assert tries == ["early", "watermark"] and published[-1].status == 2  # FINAL
@@ -280,12 +280,12 @@ def test_a_window_whose_early_start_failed_is_captioned_again_at_its_close(node,
         raise NameError("module is not installed as a submodule")
 
     monkeypatch.setattr(node.loop.engine, "run_window", fail)
-    node._on_draft(done_draft(1, "a blue car"))
+    node.stream._on_draft(done_draft(1, "a blue car"))
     for k, t in enumerate(range(1100, 2050, 50)):
-        node._on_image(image(t, 200 + k))
+        node.stream._on_image(image(t, 200 + k))
     with pytest.raises(NameError):
         idle_steps(node)  # window 1 starts early and fails
-    node._on_image(image(2050, 299))
+    node.stream._on_image(image(2050, 299))
     with pytest.raises(NameError):
         run_worker(node, 1)  # and fails again at its close
     last = published[-1]

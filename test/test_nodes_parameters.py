@@ -26,7 +26,7 @@ pytestmark = pytest.mark.ros
 def node():
     rclpy.init()
     node = bring_up(VerifierNode(tiny_verifier(seed=1)))
-    node.worker.stop()  # the test runs the worker's step itself
+    node.stream.worker.stop()  # the test runs the worker's step itself
     try:
         yield node
     finally:
@@ -170,7 +170,7 @@ def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
         node = bring_up(VerifierNode(tiny_verifier(seed=1), parameter_overrides=[
             Parameter("acceptance", value="top_k:3")]))
         try:
-            node.worker.stop()  # the test runs the worker's step itself
+            node.stream.worker.stop()  # the test runs the worker's step itself
             [refused] = _set_over_the_service(node, [Parameter("decoding", value="sampling")])
             assert not refused.successful
             assert refused.reason.startswith(
@@ -187,7 +187,7 @@ def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
             node.loop.step()
             assert node.loop.engine.config.mode == "sampling"
             assert node.loop.engine.config.acceptance.lossless
-            assert node.counters["errors"] == 0 and node.counters["windows_verified"] == 1
+            assert node.stream.counters["errors"] == 0 and node.stream.counters["windows_verified"] == 1
         finally:
             node.destroy_node()
     finally:

@@ -42,7 +42,7 @@ def test_a_drafted_window_without_rgb_expires_while_sim_time_stands_still():
     try:
         assert node.get_clock().now().nanoseconds == 0  # no /clock: sim time stands at 0
         msg = cs_msg.DraftTokens(window_id=5, token_ids=[1, 2], text="a red car", done=True)
-        node._on_draft(msg)
+        node.stream._on_draft(msg)
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and not any(
                 c.status == cs_msg.Caption.STATUS_UNVERIFIED for c in got):

@@ -249,12 +249,19 @@ class StaticLM:
 
     # ------------------------------------------------------------ caches
     def _new_slot(self) -> _CacheSlot:
+        # normal tensors, as the pool's first caches: one allocated later, inside a model
+        # call's inference mode, would be an inference tensor that no compiled graph takes
+        # (another dispatch key set): its steps would run eager, with other numerics
+        with torch.inference_mode(False):
+            return _CacheSlot(self._allocated_cache())
+
+    def _allocated_cache(self) -> Any:
         cache = self._static_cache(config=self._config, max_cache_len=self.max_len)
         cache.early_initialization(batch_size=1, num_heads=self._config.num_key_value_heads,
                                    head_dim=getattr(self._config, "head_dim", None) or
                                    self._config.hidden_size // self._config.num_attention_heads,
                                    dtype=self.dtype, device=self.device)
-        return _CacheSlot(cache)
+        return cache
 
     def acquire(self) -> _CacheSlot:
         """A free cache of the pool (a new one when all are held: counted, logged once)."""

@@ -270,10 +270,17 @@ def stats_msg(stats: WindowStats, prefill_slowdown: float = math.nan) -> Any:
 def diagnostics(node: Node, name: str, values: dict[str, Any], level: int = 0,
                 message: str = "ok") -> DiagnosticArray:
     """One DiagnosticArray with a status named ``name`` holding ``values``."""
-    status = DiagnosticStatus(level=bytes([level]), name=name, message=message,
-                              hardware_id=node.get_fully_qualified_name(),
-                              values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
-    array = DiagnosticArray(status=[status])
+    return diagnostic_array(node, [(name, values, level, message)])
+
+
+def diagnostic_array(node: Node, statuses: list[tuple[str, dict[str, Any], int, str]]
+                     ) -> DiagnosticArray:
+    """One DiagnosticArray with a status per (name, values, level, message)."""
+    array = DiagnosticArray(status=[
+        DiagnosticStatus(level=bytes([level]), name=name, message=message,
+                         hardware_id=node.get_fully_qualified_name(),
+                         values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+        for name, values, level, message in statuses])
     array.header.stamp = node.get_clock().now().to_msg()
     return array
 
