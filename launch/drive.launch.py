@@ -31,6 +31,7 @@ the bag, as with `ros2 bag play`.
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def _nodes(context, *_args, **_kwargs) -> list:
                         arguments=COMPOSED.arguments, namespace=namespace, parameters=params,
                         remappings=_clock_remapping(namespace), output="screen",
                         emulate_tty=True)
-        return [composed, _shutdown_when_it_fails(composed, COMPOSED.name)]
+        return [_shutdown_when_it_fails(composed, COMPOSED.name), composed]
     actions: list = []
     for spec in (s for s in GRAPH if s.kind in kinds):  # one managed process per node: launch
         # configures, then activates it
@@ -141,7 +142,7 @@ def _nodes(context, *_args, **_kwargs) -> list:
                              parameters=params,
                              remappings=_clock_remapping(namespace), output="screen",
                              emulate_tty=True)
-        actions += [node, _shutdown_when_it_fails(node, spec.name)]
+        actions += [_shutdown_when_it_fails(node, spec.name), node]
         for rule in BRING_UP:  # once: the node's later transitions are the user's
             follow_up = EmitEvent(event=ChangeState(
                 lifecycle_node_matcher=matches_action(node),
@@ -168,19 +169,37 @@ def _clock_remapping(namespace: str) -> list[tuple[str, str]]:
     return [("/clock", "clock")] if namespace else []
 
 
+class NodeFailedError(RuntimeError):
+    """A crossspec process of this launch failed: the launch ends with exit code 1."""
+
+
 def _shutdown_when_it_fails(process, name: str) -> RegisterEventHandler:
     """End the launch when a crossspec process exits with an error (a node that could not
-    configure: a missing model, CUDA on a CPU machine; its own line says why) instead of
-    leaving the rest of the graph and the player waiting for it; not once launch is shutting
-    down anyway (nodes/graph.py exit_shuts_down_launch)."""
+    configure or activate: a missing model, CUDA on a CPU machine; its own line says why)
+    instead of leaving the rest of the graph and the player waiting for it; not once launch is
+    shutting down anyway (nodes/graph.py exit_shuts_down_launch).
+
+    launch's Shutdown action ends `ros2 launch` with exit code 0; only an error in the launch
+    itself returns non-zero (LaunchService.run: 1). So the handler raises the failure: launch
+    logs "Caught exception in launch (see debug for traceback): <the reason>", shuts everything
+    down and exits 1, and the reason is the launch's last line too. Register the handler before
+    its process: launch runs the newest handlers first, and the process's own (the one that
+    flushes its last output) must not be skipped. (A coroutine raising instead was pruned
+    unread: launch exited 0.)"""
 
     def on_exit(event, context) -> list:
         reason = exit_shuts_down_launch(name, event.returncode, context.is_shutdown)
         if reason is None:
             return []
-        return [LogInfo(msg=f"crossspec: {reason}; shutting down"), Shutdown(reason=reason)]
+        _say_at_exit(f"crossspec: the launch failed: {reason}")
+        raise NodeFailedError(reason)
 
     return RegisterEventHandler(OnProcessExit(target_action=process, on_exit=on_exit))
+
+
+def _say_at_exit(line: str) -> None:
+    """Print ``line`` as the launch process exits: after launch's own last lines."""
+    atexit.register(print, line, file=sys.__stderr__, flush=True)
 
 
 def _port(value: str) -> int:

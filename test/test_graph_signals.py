@@ -258,3 +258,27 @@ def test_a_node_process_ends_once_its_node_is_shut_down_through_its_lifecycle():
         assert "Traceback" not in err
     finally:
         manager.close()
+
+
+_FAILING_ACTIVATE = """
+import sys
+import crossspec_ros.cli.main as cli
+from crossspec_ros.nodes.draft_node import DraftNode
+
+def no_worker(self):
+    raise RuntimeError("cannot start a thread")
+
+DraftNode.start = no_worker
+sys.exit(cli.main(["node", "draft"]))
+"""
+
+
+def test_a_node_whose_activate_fails_ends_its_process_with_one_line():
+    # issue 53, item 12: a failure that looks like success (the process ran on, inactive)
+    proc = subprocess.run([sys.executable, "-c", _FAILING_ACTIVATE], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("crossspec node")]
+    assert lines == ["crossspec node draft: node 'crossspec_draft' could not be activated: "
+                     "cannot start a thread"], proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -2,6 +2,7 @@
 CI here). It must declare its documented arguments and build the graph from nodes/graph.py."""
 
 import importlib.util
+import time
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,19 @@ launch = pytest.importorskip("launch")
 LAUNCH_FILE = Path(__file__).resolve().parents[1] / "launch" / "drive.launch.py"
 
 
-def _description():
+def _module():
+    """The launch file as a module; what it would print at the process's exit is kept in its
+    ``said`` instead (a test process exits long after)."""
     spec = importlib.util.spec_from_file_location("drive_launch", LAUNCH_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.generate_launch_description()
+    module.said = []
+    module._say_at_exit = module.said.append
+    return module
+
+
+def _description():
+    return _module().generate_launch_description()
 
 
 def test_launch_file_declares_its_documented_arguments():
@@ -83,8 +92,8 @@ def test_distributed_launch_activates_a_node_after_its_configure_only_and_once()
 @pytest.mark.parametrize("composed", ["true", "false"])
 def test_a_node_process_that_exits_with_an_error_shuts_the_launch_down(composed):
     # issue 45, fault 6: a node that could not configure ended its process and launch stayed
-    # up with the player waiting for it
-    from launch.actions import OpaqueFunction, RegisterEventHandler, Shutdown
+    # up with the player waiting for it; issue 53, item 12: launch then exited 0
+    from launch.actions import OpaqueFunction, RegisterEventHandler
     from launch.event_handlers import OnProcessExit
     from launch.events.process import ProcessExited
     from launch_ros.actions import Node
@@ -106,8 +115,32 @@ def test_a_node_process_that_exits_with_an_error_shuts_the_launch_down(composed)
                                  env=None, pid=1, returncode=returncode)
 
         [handler] = [h for h in handlers if h.matches(exited(2))]
-        assert any(isinstance(e, Shutdown) for e in handler.handle(exited(2), context) or [])
+        # raised: launch shuts down and exits 1 (its Shutdown action would exit 0)
+        with pytest.raises(RuntimeError, match="exited with code 2"):
+            handler.handle(exited(2), context)
         assert not handler.handle(exited(0), context)
+        # before its process: the process's own handlers of the exit (its last output) run
+        registered = next(i for i, a in enumerate(actions) if isinstance(a, RegisterEventHandler)
+                          and a.event_handler is handler)
+        assert registered < actions.index(node)
+
+
+def test_launch_exits_1_with_the_failed_node_named_last_when_a_process_fails():
+    # issue 53, item 12: `ros2 launch` exited 0 after a node failed to configure (exit 2)
+    from launch.actions import ExecuteProcess
+
+    failing = ExecuteProcess(cmd=["sh", "-c", "exit 2"], output="screen")
+    other = ExecuteProcess(cmd=["sleep", "60"], output="screen")
+    module = _module()
+    service = launch.LaunchService()
+    service.include_launch_description(launch.LaunchDescription([
+        module._shutdown_when_it_fails(failing, "crossspec_verifier"), failing, other]))
+    started = time.monotonic()
+    assert service.run() == 1
+    assert time.monotonic() - started < 30  # at once, not after the other process's 60 s
+    assert module.said == [  # the launch's last line
+        "crossspec: the launch failed: crossspec_verifier exited with code 2 (its log above "
+        "says why)"]
 
 
 def _server_verifier_actions() -> tuple[launch.LaunchContext, list]:
@@ -132,9 +165,13 @@ def test_the_server_launch_leaves_the_clock_to_follow_the_robots_input():
 
     _, actions = _server_verifier_actions()
     [node] = [a for a in actions if isinstance(a, LifecycleNode)]
-    # launch_ros keeps the overrides normalized: names as text substitutions
-    overrides = {name[0].text: value for name, value in node._Node__parameters[-1].items()}
-    assert overrides["use_sim_time"] is False and overrides["follow_clock"] is True
+    # one parameter file per launch, each node's values under its own name (issue 53, item 9)
+    import yaml
+
+    [parameter_file] = node._Node__parameters
+    path = "".join(part.text for part in parameter_file.param_file)
+    values = yaml.safe_load(Path(path).read_text())["/crossspec_verifier"]["ros__parameters"]
+    assert values["use_sim_time"] is False and values["follow_clock"] is True
 
 
 def test_an_exit_while_launch_shuts_down_asks_for_no_second_shutdown():
@@ -152,6 +189,7 @@ def test_an_exit_while_launch_shuts_down_asks_for_no_second_shutdown():
                  and isinstance(a.event_handler, OnProcessExit)]
     died = ProcessExited(action=node, name="crossspec", cmd=["crossspec"], cwd=None, env=None,
                          pid=1, returncode=-2)
-    assert handler.handle(died, context)  # on its own: the launch shuts down
+    with pytest.raises(RuntimeError, match="killed by SIGINT"):
+        handler.handle(died, context)  # on its own: the launch shuts down, exit code 1
     context._set_is_shutdown(True)  # launch is stopping already (Ctrl-C)
     assert not handler.handle(died, context)

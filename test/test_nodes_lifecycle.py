@@ -447,3 +447,26 @@ def test_a_shutdown_ends_every_open_window_unverified_at_once_and_finalizes_the_
         assert node.finalized and not node.active
     finally:
         node.destroy_node()
+
+
+def test_an_activate_that_fails_leaves_the_node_inactive_saying_why_and_its_process_ends(ros):
+    # issue 53, item 12: an exception in activate became rclpy's silent ERROR (the node fell
+    # back to unconfigured and its process ran on, doing nothing)
+    from crossspec_ros.cli.node_cmd import _failed_start
+    from crossspec_ros.nodes.lifecycle import NodeStartError
+
+    node = DraftNode(tiny_eventgpt_drafter(seed=1))
+    try:
+        def no_worker() -> None:
+            raise RuntimeError("cannot start a thread")
+
+        node.start = no_worker
+        with pytest.raises(NodeStartError, match="'crossspec_draft' could not be activated: "
+                           "cannot start a thread"):
+            bring_up(node)
+        assert node._state_machine.current_state[1] == "inactive" and not node.active
+        # what `crossspec node` says and exits 2 on when launch asked for the activate
+        assert _failed_start([node]) == \
+            "crossspec_draft could not be activated: cannot start a thread"
+    finally:
+        node.destroy_node()

@@ -6,7 +6,8 @@ What launch files and `ros2 run crossspec crossspec node draft` start. ROS argum
 The nodes are lifecycle nodes: by default they configure (load their models) and activate at
 once; ``--no-autostart`` leaves them unconfigured for a lifecycle manager (`ros2 lifecycle set
 /crossspec_verifier configure`, launch). A configure that fails (a missing model, CUDA asked for
-on a machine without it) ends the process with one line and exit code 2, either way. Ctrl-C and
+on a machine without it), or an activate, ends the process with one line naming the node and
+why, and exit code 2, either way. Ctrl-C and
 SIGTERM stop the spin loop, then the nodes stop their workers and the process exits 0; while
 models load or compile, the loading is cut short at once.
 """
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from crossspec_ros.models.errors import ModelLoadError
     from crossspec_ros.nodes.graph import create_nodes, tune_process_for_models
-    from crossspec_ros.nodes.lifecycle import where_raised
+    from crossspec_ros.nodes.lifecycle import NodeStartError, where_raised
     from crossspec_ros.params import ParameterError
     from crossspec_ros.speculative.corpus import CorpusError
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             nodes[:] = create_nodes(kinds, use_overrides=False,
                                     state="unconfigured" if "--no-autostart" in ours else
                                     "active")
-        except (ParameterError, ModelLoadError, CorpusError) as err:
+        except (ParameterError, ModelLoadError, CorpusError, NodeStartError) as err:
             print(f"crossspec node {args.kind}: {err}", file=sys.stderr)
             return 2
         except Exception as err:  # any other reason a node could not come up: one line too
@@ -156,7 +157,7 @@ def _spin(args: argparse.Namespace, nodes: list, stopping: threading.Event,
         executor.spin_once(timeout_sec=0.1)
         if check_graph is not None:
             check_graph()
-        failed = _failed_configure(nodes)
+        failed = _failed_start(nodes)
         if failed:  # asked by a lifecycle manager (launch): the process ends, saying why
             print(f"crossspec node {args.kind}: {failed}", file=sys.stderr)
             return 2
@@ -207,11 +208,13 @@ def _shut_down(nodes: list) -> None:
         rclpy.shutdown()
 
 
-def _failed_configure(nodes: list) -> str | None:
-    """Why a node's configure failed (not a signal's interruption), or None. A node that cannot
-    configure (a missing model or bag, CUDA asked for on a CPU machine) ends its process, as a
-    bad parameter file does, instead of leaving launch up with a node that does nothing."""
+def _failed_start(nodes: list) -> str | None:
+    """Why a node's configure or activate failed (not a signal's interruption), or None. A
+    node that cannot configure (a missing model or bag, CUDA asked for on a CPU machine) or
+    activate ends its process, as a bad parameter file does, instead of leaving launch up with
+    a node that does nothing."""
     for node in nodes:
         if node.failure is not None and not isinstance(node.failure, KeyboardInterrupt):
-            return f"{node.get_name()} could not be configured: {node.failure}"
+            done = "configured" if node.failed_transition == "configure" else "activated"
+            return f"{node.get_name()} could not be {done}: {node.failure}"
     return None

@@ -20,6 +20,7 @@ from crossspec_ros.params import Param, ParameterError, check_value, validate
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.worker import Worker  # noqa: F401 (the nodes')
 from crossspec_ros.stamps import join_ns, split_ns
+from crossspec_ros.sync.captions import WindowCaption
 from crossspec_ros.sync.synchronizer import sync_from_params  # noqa: F401 (the nodes')
 
 
@@ -265,6 +266,20 @@ def stats_msg(stats: WindowStats, prefill_slowdown: float = math.nan) -> Any:
         draft_done_ms=_f(stats.draft_done_ms),
         confirmed_first_ms=_f(stats.confirmed_first_ms),
         confirmed_done_ms=_f(stats.confirmed_done_ms))
+
+
+def caption_msg(caption: WindowCaption) -> Any:
+    """crossspec/Caption for one window's caption (header stamp left to the publisher)."""
+    return cs_msg.Caption(
+        window_id=caption.window_id, epoch=caption.epoch,
+        window_start=ns_to_msg(caption.t0), window_end=ns_to_msg(caption.t1),
+        status=int(caption.status), confirmed_text=caption.confirmed_text,
+        unconfirmed_text=caption.unconfirmed_text, draft_text=caption.draft_text,
+        draft_first_token_ms=caption.draft_first_token_ms,
+        draft_done_ms=caption.draft_done_ms, confirmed_first_ms=caption.confirmed_first_ms,
+        confirmed_done_ms=caption.confirmed_done_ms, acceptance=caption.acceptance,
+        unverified_reason=int(caption.unverified_reason), draft_state=int(caption.draft_state),
+        acceptance_rule=caption.acceptance_rule)
 
 
 def diagnostics(node: Node, name: str, values: dict[str, Any], level: int = 0,

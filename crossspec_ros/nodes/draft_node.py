@@ -9,6 +9,12 @@ and drafts on from there (re-sync). A newer window always wins:
 the drafter leaves the old one as soon as the next window closes, and says so (a
 DraftTokens with ``cut_short``), as it does for a window it drops unstarted, so the verifier's
 captions never pass a fragment off as the whole draft.
+
+Every window it drafted ends in a terminal caption, also when no verifier answers (the verifier
+unconfigured, its process dead or restarting, the link down): it hears the verifier's captions
+and confirmed tokens, and a window the verifier stays silent about for ``verifier_silence_s``
+it publishes itself on the caption topics, UNVERIFIED with reason VERIFIER_ABSENT and its
+draft (sync/robot_captions.py; docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -20,16 +26,18 @@ from crossspec import msg as cs_msg
 from diagnostic_msgs.msg import DiagnosticArray
 from event_camera_msgs.msg import EventPacket
 
-from crossspec_ros.composition import share_turns
+from crossspec_ros.composition import caption_patience_s, share_turns
 from crossspec_ros.events.decode import EventPacketDecoder
 from crossspec_ros.events.packet import from_msg
 from crossspec_ros.models.runtime_setup import runtime_counters
 from crossspec_ros.models.streams import assign_cuda_streams
 from crossspec_ros.nodes.common import (
     Worker,
+    caption_msg,
     declare_params,
     diagnostics,
     follow_clock,
+    latched_qos,
     ns_to_msg,
     reliable_qos,
     sensor_qos,
@@ -42,6 +50,8 @@ from crossspec_ros.speculative.events import EngineEvent
 from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.stats import WindowStats
 from crossspec_ros.speculative.verifier_first import VerifierFirst
+from crossspec_ros.sync.captions import CaptionStatus, UnverifiedReason, WindowCaption
+from crossspec_ros.sync.robot_captions import RobotCaptionBook, verifier_silence_s
 
 
 class DraftNode(ManagedNode):
@@ -62,6 +72,11 @@ class DraftNode(ManagedNode):
                               warn=self.get_logger().warning, error=self.get_logger().error)
         self._given_drafter = self.drafter = drafter
         self.worker: Worker | None = None
+        # the windows drafted here until a terminal caption ends them (the verifier's, or
+        # this node's once the verifier stayed silent); the worker and the executor share it
+        self.robot_captions = RobotCaptionBook(
+            verifier_silence_s(self.params, caption_patience_s(self.params)))
+        self._captions_lock = threading.Lock()
         self.drafter_runs_in = "a thread"  # where the last configure put it (for reports)
 
     def configure_node(self) -> None:
@@ -98,6 +113,7 @@ class DraftNode(ManagedNode):
                               sensor_qos(p["event_qos_depth"]))
         self.add_subscription(cs_msg.ConfirmedTokens, p["confirmed_topic"],
                               self._on_confirmed, reliable_qos())
+        self._keep_robot_captions()
         self.add_timer(0.1, self._tick)
         self.add_timer(p["diagnostics_period_s"], self._publish_diagnostics)
         if p["follow_clock"]:  # the server of a split: its robot may replay a bag, or not
@@ -108,6 +124,18 @@ class DraftNode(ManagedNode):
             f"drafting {p['event_topic']} -> {p['draft_topic']} "
             f"({type(self.drafter).__name__} on {getattr(self.drafter, 'device', 'cpu')}, "
             f"in {self.drafter_runs_in})")
+
+    def _keep_robot_captions(self) -> None:
+        """Hear the verifier's captions; publish those of the windows it stays silent about
+        (while configured, active or not: a drafted window is owed its caption)."""
+        p = self.params
+        self.pub_caption = self.add_publisher(cs_msg.Caption, p["caption_topic"],
+                                              reliable_qos())
+        self.pub_latest = self.add_publisher(cs_msg.Caption, p["latest_caption_topic"],
+                                             latched_qos())
+        self.add_subscription(cs_msg.Caption, p["caption_topic"], self._on_caption,
+                              reliable_qos())
+        self.add_timer(0.1, self._end_silent_windows)
 
     def start(self) -> None:
         self.loop.start()
@@ -141,7 +169,30 @@ class DraftNode(ManagedNode):
         if self.active:
             self.loop.tick()
 
+    def _on_caption(self, msg: Any) -> None:
+        with self._captions_lock:
+            self.robot_captions.on_caption(
+                (int(msg.epoch), int(msg.window_id)), CaptionStatus(msg.status),
+                UnverifiedReason(msg.unverified_reason), MONOTONIC.now())
+
+    def _end_silent_windows(self) -> None:
+        with self._captions_lock:  # published under the lock: in the order they ended
+            for caption in self.robot_captions.expire(MONOTONIC.now()):
+                self._publish_caption(caption_msg(caption), caption)
+
+    def _publish_caption(self, msg: Any, caption: WindowCaption) -> None:
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.pub_caption.publish(msg)
+        self.pub_latest.publish(msg)
+        self.get_logger().warning(
+            f"window {caption.window_id}: no caption from the verifier within "
+            f"{self.robot_captions.silence_s:g} s: published UNVERIFIED (verifier absent) with "
+            "its draft", throttle_duration_sec=10.0)
+
     def _on_confirmed(self, msg: Any) -> None:
+        with self._captions_lock:
+            self.robot_captions.on_verifier_word((int(msg.epoch), int(msg.window_id)),
+                                                 MONOTONIC.now())
         self.loop.on_confirmed((int(msg.epoch), int(msg.window_id)), int(msg.base_index),
                                [int(t) for t in msg.new_token_ids], msg.text, msg.done,
                                float(msg.stats.confirmed_done_ms))
@@ -164,12 +215,18 @@ class DraftNode(ManagedNode):
             msg.window_state = window_state.detach().float().cpu().numpy()
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.header.frame_id = "event_camera"
+        with self._captions_lock:  # booked first: the verifier's answer may come at once
+            self.robot_captions.on_draft(
+                (int(window.epoch), int(window.id)), window.t0, window.t1, event.text,
+                float(stats.draft_first_token_ms), event.done, MONOTONIC.now(),
+                cut_short=cut_short)
         self.pub_draft.publish(msg)
 
     def _publish_diagnostics(self) -> None:
         values = {**self.loop.diagnostics, "callback_errors": self.callback_errors,
                   "bad_packets": self.decoder.stats.bad_packets,
                   "missing_packets": self.decoder.stats.missing_packets,
+                  **self.robot_captions.diagnostics,
                   **runtime_counters(self.drafter)}  # eager_steps: not compiled, see its log
         stats = self.decoder.stats
         level = 1 if self.loop.queue.dropped or stats.bad_packets or stats.missing_packets or \

@@ -46,7 +46,8 @@ class ManagedNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         self.active = False
         self.configured = False  # configure ran (maybe in part) and cleanup did not yet
-        self.failure: BaseException | None = None  # why the last configure failed
+        self.failure: BaseException | None = None  # why the last configure or activate failed
+        self.failed_transition = ""  # which of them: "configure" or "activate"
         self.callback_errors = 0  # exceptions caught in its callbacks (``_guarded``)
         self.configuring = False  # in ``configure`` now (loading models, compiling)
         self.shutting_down = False  # in the shutdown transition: nothing published after it
@@ -119,12 +120,12 @@ class ManagedNode(LifecycleNode):
 
     # ------------------------------------------------------------ transitions
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.failure = None
+        self.failure, self.failed_transition = None, ""
         self.configured = self.configuring = True
         try:
             self.configure_node()
         except Exception as err:  # a model that does not load: the node stays unconfigured
-            self.failure = err
+            self.failure, self.failed_transition = err, "configure"
             self.get_logger().error(f"configure failed: {err}")
             self._release_all()
             return FAILURE
@@ -140,7 +141,18 @@ class ManagedNode(LifecycleNode):
         return SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.start()
+        self.failure, self.failed_transition = None, ""
+        try:
+            self.start()
+        except Exception as err:  # rclpy would turn it into an ERROR that silently ends
+            # the node unconfigured: it stays inactive instead, saying why
+            self.failure, self.failed_transition = err, "activate"
+            self.get_logger().error(f"activate failed: {err}")
+            try:
+                self.stop()  # what did start is stopped again
+            except Exception as also:
+                self.get_logger().error(f"stopping after the failed activate: {also}")
+            return FAILURE
         self.active = True
         return super().on_activate(state)
 
@@ -208,7 +220,8 @@ def bring_up(node: ManagedNode, activate: bool = True) -> ManagedNode:
             raise failure
         raise NodeStartError(f"node '{node.get_name()}' could not be configured")
     if activate and node.trigger_activate() != SUCCESS:
-        raise NodeStartError(f"node '{node.get_name()}' could not be activated")
+        why = f": {node.failure}" if node.failure is not None else ""
+        raise NodeStartError(f"node '{node.get_name()}' could not be activated{why}")
     return node
 
 

@@ -36,6 +36,7 @@ from crossspec_ros.models.runtime_setup import runtime_counters
 from crossspec_ros.nodes.caption_action import CaptionWindowServer
 from crossspec_ros.nodes.common import (
     Worker,
+    caption_msg,
     declare_params,
     diagnostic_array,
     follow_clock,
@@ -366,17 +367,3 @@ class VerifierNode(ManagedNode):
 # the parameters each stream resolves under its name
 STREAM_TOPICS = ("rgb_topic", "draft_topic", "confirmed_topic", "caption_topic",
                  "latest_caption_topic", "caption_action")
-
-
-def caption_msg(caption: WindowCaption) -> Any:
-    """crossspec/Caption for one window's caption (header stamp left to the publisher)."""
-    return cs_msg.Caption(
-        window_id=caption.window_id, epoch=caption.epoch,
-        window_start=ns_to_msg(caption.t0), window_end=ns_to_msg(caption.t1),
-        status=int(caption.status), confirmed_text=caption.confirmed_text,
-        unconfirmed_text=caption.unconfirmed_text, draft_text=caption.draft_text,
-        draft_first_token_ms=caption.draft_first_token_ms,
-        draft_done_ms=caption.draft_done_ms, confirmed_first_ms=caption.confirmed_first_ms,
-        confirmed_done_ms=caption.confirmed_done_ms, acceptance=caption.acceptance,
-        unverified_reason=int(caption.unverified_reason), draft_state=int(caption.draft_state),
-        acceptance_rule=caption.acceptance_rule)

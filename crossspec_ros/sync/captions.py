@@ -24,9 +24,11 @@ order returned. A window's caption only moves forward:
   ``confirmed_text`` (a space where a new word starts, none inside a word).
 
 The draft node's side (one window drafted at a time, the confirmed prefix it re-syncs to) is
-``DraftCursor`` at the end of this module. Neither class locks for ``CaptionBook`` (the node
-publishes under its own lock, so captions leave in the order their states changed);
-``DraftCursor`` is shared by the executor and the worker thread and locks itself.
+``DraftCursor`` at the end of this module; the windows it drafted that no verifier answers for
+end UNVERIFIED there (``VERIFIER_ABSENT``: sync/robot_captions.py). Neither class locks for
+``CaptionBook`` (the node publishes under its own lock, so captions leave in the order their
+states changed); ``DraftCursor`` is shared by the executor and the worker thread and locks
+itself.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class UnverifiedReason(IntEnum):
     VERIFIER_BUSY = 2     # the verifier's queue was full: the window was dropped
     VERIFIER_FAILED = 3   # the verifier failed on the window (its log says why)
     VERIFIER_STOPPED = 4  # the verifier was deactivated or shut down
+    VERIFIER_ABSENT = 5   # no verifier answered for the window: the robot's draft node gave
+    #                       it up (sync/robot_captions.py); never given by a verifier
 
 
 class DraftState(IntEnum):
@@ -261,6 +265,28 @@ class CaptionBook:
                 out.append(self._finish(state, CaptionStatus.UNVERIFIED, now))
         return out
 
+    def give_up_now(self, key: WindowKey, now: float, reason: UnverifiedReason
+                    ) -> list[WindowCaption]:
+        """``key`` ends UNVERIFIED now (``reason``) with the draft it has; [] when it is not
+        open here."""
+        state = self.windows.get(key)
+        if state is None:
+            return []
+        state.verifying, state.given_up_at, state.reason = False, now, reason
+        return [self._finish(state, CaptionStatus.UNVERIFIED, now)]
+
+    def finished_elsewhere(self, key: WindowKey, outcome: CaptionStatus, now: float) -> None:
+        """``key`` got its terminal caption from another book (the verifier's, heard on the
+        robot): it ends here without a caption of this book's, and its drafts after this
+        are late, also when this book never heard of it."""
+        if self.is_finished(key):
+            return
+        state = self.windows.get(key)
+        if state is not None:
+            self._finish(state, outcome, now)
+        else:
+            self._finished[key] = now
+
     # ------------------------------------------------------------ time passing
     def expire(self, now: float, waiting: set[WindowKey], closed: WindowKey | None
                ) -> list[WindowCaption]:
@@ -278,11 +304,16 @@ class CaptionBook:
                 state.given_up_at, state.reason = now, UnverifiedReason.NO_RGB
             if state.draft_final or now - state.given_up_at > self.patience_s:
                 out.append(self._finish(state, CaptionStatus.UNVERIFIED, now))
+        self.forget_finished(now)
+        return out
+
+    def forget_finished(self, now: float) -> None:
+        """Finished keys older than ``finished_memory_s`` are kept only as their epoch's
+        floor (ids below it stay late): memory stays bounded however long the node runs."""
         for (epoch, wid), t in list(self._finished.items()):
             if now - t > self.finished_memory_s:
                 del self._finished[(epoch, wid)]
                 self._forgotten_below[epoch] = max(self._forgotten_below.get(epoch, wid), wid + 1)
-        return out
 
     def _state(self, key: WindowKey, t0: int, t1: int, now: float) -> WindowCaption:
         state = self.windows.get(key)
