@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -309,3 +311,195 @@ def test_two_models_calls_compute_here_one_at_a_time_and_end_there_one_after_the
     device.occupy("verifier_vision", inner, 0.0)
     device.occupy("verifier_pass", begun, 1.0)
     assert device._holder is None
+
+
+# ------------------------------------------------------------------ lanes (issue 57)
+def _lane_profile_file(tmp_path, name: str, lanes: dict[str, float] | None = None,
+                       copy_ms: float | None = 0.5) -> Path:
+    """The H200 profile with short waits: passes of 1 ms, lane steps of ``lanes`` (None: no
+    lane_pass_ms_by_lanes), an adoption copy of ``copy_ms`` (None: no lane_copy_ms)."""
+    data = json.loads((PROFILE_DIR / "h200-bf16-static-2026-11-27.json").read_text())
+    data["name"] = name
+    verifier = data["verifier"]
+    verifier["prefill_ms_per_token"]["ms"] = 0.0001
+    verifier["vision_ms_per_frame"]["ms"] = 0.0
+    verifier["pass_ms_by_rows"] = {"1": {"ms": 1.0, "from": "this test"},
+                                   "8": {"ms": 1.5, "from": "this test"}}
+    verifier.pop("lane_pass_ms_by_lanes")
+    verifier.pop("lane_copy_ms")
+    if lanes is not None:
+        verifier["lane_pass_ms_by_lanes"] = {s: {"ms": ms, "from": "this test"}
+                                             for s, ms in lanes.items()}
+    if copy_ms is not None:
+        verifier["lane_copy_ms"] = {"ms": copy_ms, "from": "this test", "filled": True}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+LANE_MS = {"1": 2.0, "2": 3.0, "4": 5.0, "8": 9.0}
+
+
+def _emulated_lanes(tmp_path, name: str, streams: int, **profile: Any):
+    """``streams`` twins of an emulated tiny verifier (8-row eager steps) and its device."""
+    from crossspec_ros.models.lanes import use_lanes
+    from crossspec_ros.models.static_runtime import RuntimeOptions
+    from crossspec_ros.models.tiny import tiny_verifier
+
+    verifier = tiny_verifier(seed=0)
+    device = emulate(verifier, "verifier",
+                     _lane_profile_file(tmp_path, name, **{"lanes": LANE_MS, **profile}))
+    options = RuntimeOptions(compile=False, step_rows=(8,))
+    return use_lanes(verifier, options, streams, max_new_tokens=8), device
+
+
+def _rows(laned, rows: int = 8) -> torch.Tensor:
+    return torch.randn(rows, laned.pool.embed.weight.shape[1], generator=torch.Generator()
+                       .manual_seed(rows))
+
+
+def test_a_lane_step_is_charged_the_profiles_cost_for_its_lanes_whatever_its_positions(
+        tmp_path):
+    from crossspec_ros.models.lanes import LaneRequest
+
+    twins, device = _emulated_lanes(tmp_path, "lanes-3", 3)
+    laned = twins[0].runtime.laned
+    costs = device.profile.verifier
+    # the warm-up's step, every lane parked: one [3, 8] forward
+    assert device.calls["verifier_lane_pass"] == 1
+    assert device.emulated_ms["verifier_lane_pass"] == costs.lane_pass_ms(3) == 4.0
+    before = Counter(device.calls)
+    # lane 0 at position 0 (as a forward of one lane it would be a prefill), lane 2 mid-cache,
+    # lane 1 parked: still one lane step of 3 lanes, priced by its lanes, not its 24 rows
+    laned.step({0: LaneRequest(0, _rows(laned)), 2: LaneRequest(20, _rows(laned, 3))})
+    assert device.calls - before == Counter({"verifier_lane_pass": 1})
+    assert device.emulated_ms["verifier_lane_pass"] == 2 * 4.0
+    assert device.report()["calls"]["verifier_lane_pass"] == 2 and device._holder is None
+
+
+def test_one_lane_steps_like_the_one_stream_runtime_and_is_charged_its_pass(tmp_path):
+    from crossspec_ros.models.lanes import LaneRequest
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
+
+    twins, device = _emulated_lanes(tmp_path, "lanes-1", 1)
+    laned, verifier = twins[0].runtime.laned, twins[0]
+    after_prompt = verifier.prompt_layout()[0] + 2
+    before = Counter(device.emulated_ms)
+    laned.step({0: LaneRequest(after_prompt, _rows(laned))})
+    lane_charge = Counter(device.emulated_ms) - before
+    # a [1, 8] forward is a plain pass: what an 8-row step of the one-stream runtime costs
+    plain = verifier.with_runtime(None)
+    use_static_runtime(plain, RuntimeOptions(compile=False, step_rows=(8,)), 8)
+    slot = plain.runtime.acquire()
+    before = Counter(device.emulated_ms)
+    with torch.inference_mode():
+        plain.runtime.chain(slot, after_prompt, _rows(laned)[None], rows=8)
+    plain_charge = Counter(device.emulated_ms) - before
+    assert lane_charge == plain_charge == Counter({"verifier_pass": 1.5})
+    assert device.calls["verifier_lane_pass"] == 0
+
+
+def test_a_lane_steps_cost_is_linear_between_lane_counts_and_past_the_last_two():
+    from crossspec_ros.models.emulated import Cost, ModelCosts
+
+    def costs(table: dict[int, float]) -> ModelCosts:
+        return ModelCosts(Cost(1, "t"), Cost(0.1, "t"), {1: Cost(1, "t")}, None,
+                          {s: Cost(ms, "t") for s, ms in table.items()})
+
+    grid = costs({1: 10.0, 2: 11.0, 4: 13.0, 8: 17.0})
+    assert [grid.lane_pass_ms(s) for s in (1, 2, 3, 4, 6, 8)] == \
+        [10.0, 11.0, 12.0, 13.0, 15.0, 17.0]
+    assert grid.lane_pass_ms(16) == 17.0 + (17.0 - 13.0) * 8 / 4  # the last two's line
+    assert costs({2: 11.0, 4: 13.0}).lane_pass_ms(1) == 11.0  # below: the first one's
+    assert costs({4: 13.0, 8: 12.5}).lane_pass_ms(16) == 12.5  # never below the last
+    assert costs({4: 13.0}).lane_pass_ms(16) == 13.0
+    h200 = CostProfile.load("h200-bf16-static-2026-11-27")
+    assert h200.call_ms("verifier", "lane_pass", 6) == h200.verifier.lane_pass_ms(6)
+
+
+def test_a_lane_step_on_a_profile_without_lane_costs_is_one_line_saying_what_to_do(tmp_path):
+    from crossspec_ros.models.lanes import LaneRequest
+
+    with pytest.raises(ProfileError) as refused:  # at the warm-up's step of use_lanes
+        _emulated_lanes(tmp_path, "no-lane-costs", 2, lanes=None)
+    message = str(refused.value)
+    assert "\n" not in message and "no-lane-costs" in message
+    assert "verifier.lane_pass_ms_by_lanes" in message and "add it to the profile" in message
+    device = CostProfile.load(tmp_path / "no-lane-costs.json")
+    assert device.verifier.lane_pass_ms_by_lanes is None
+    # one lane is a plain pass: no lane cost needed; the device was given back
+    twins, emulated = _emulated_lanes(tmp_path, "one-lane-no-lane-costs", 1, lanes=None)
+    laned = twins[0].runtime.laned
+    laned.step({0: LaneRequest(3, _rows(laned))})
+    assert emulated._holder is None and emulated.calls["verifier_lane_pass"] == 0
+    # and the adoption copy without lane_copy_ms, before anything is copied
+    twins, _ = _emulated_lanes(tmp_path, "no-copy-cost", 2, copy_ms=None)
+    laned = twins[0].runtime.laned
+    with pytest.raises(ProfileError, match=r"no-copy-cost: no verifier\.lane_copy_ms"):
+        laned.adopt(0, laned.pool.acquire(), 5)
+    assert laned.lane_copies == 0
+
+
+def test_a_windows_adoption_into_its_lane_is_charged_the_profiles_copy(tmp_path, windows):
+    twins, device = _emulated_lanes(tmp_path, "lane-copy", 2, copy_ms=0.75)
+    laned = twins[1].runtime.laned
+    laned.adopt(0, laned.pool.acquire(), 5)
+    assert device.calls["verifier_lane_copy"] == 1
+    assert device.emulated_ms["verifier_lane_copy"] == 0.75
+    # a window decoded in its lane: its prompt adopted once, then lane steps
+    steps = device.calls["verifier_lane_pass"]
+    twins[1].generate_greedy(twins[1].prepare(windows[0]), 4)
+    assert laned.lane_copies == 2 and device.calls["verifier_lane_copy"] == 2
+    assert device.calls["verifier_lane_pass"] > steps
+    assert device._holder is None
+
+
+def test_lane_costs_in_a_profile_are_checked_when_it_loads(tmp_path):
+    base = json.loads((PROFILE_DIR / "h200-bf16-static-2026-11-27.json").read_text())
+    broken = {
+        "not ascending": ("lane_pass_ms_by_lanes", {"2": {"ms": 1, "from": "t"},
+                                                    "1": {"ms": 1, "from": "t"}}),
+        "zero lanes": ("lane_pass_ms_by_lanes", {"0": {"ms": 1, "from": "t"}}),
+        "not a number of lanes": ("lane_pass_ms_by_lanes", {"two": {"ms": 1, "from": "t"}}),
+        "empty": ("lane_pass_ms_by_lanes", {}),
+        "free": ("lane_pass_ms_by_lanes", {"1": {"ms": 0, "from": "t"}}),
+        "no source": ("lane_pass_ms_by_lanes", {"1": {"ms": 1}}),
+        "a free copy": ("lane_copy_ms", {"ms": 0.0, "from": "t"}),
+        "a copy of no cost": ("lane_copy_ms", 0.5),
+    }
+    for case, (key, value) in broken.items():
+        data = json.loads(json.dumps(base))
+        data["verifier"][key] = value
+        path = tmp_path / "lanes.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(ProfileError, match="not a cost profile") as refused:
+            CostProfile.load(path)
+        assert "\n" not in str(refused.value), case
+        assert f"verifier.{key}" in str(refused.value), case
+
+
+def test_the_bundled_profiles_lane_costs_are_their_32_row_pass_scaled_by_bytes_read():
+    """docs/design-streams.md section 5: S lanes of 32 rows read 13.5 GB of weights and S x
+    1.13 GB of KV; one lane is the 32-row pass; an adoption reads and writes 1.13 GB."""
+    bandwidth_tb_s = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
+    for name in available():
+        profile = CostProfile.load(name)
+        costs = profile.verifier
+        assert costs.lane_pass_ms_by_lanes is not None and costs.lane_copy_ms is not None
+        assert sorted(costs.lane_pass_ms_by_lanes) == [1, 2, 4, 8]
+        one = costs.pass_ms(32)
+        assert costs.lane_pass_ms(1) == one
+        for lanes, cost in costs.lane_pass_ms_by_lanes.items():
+            assert cost.ms == pytest.approx(one * (13.5 + 1.13 * lanes) / 14.63, abs=1e-3)
+            assert cost.filled == (lanes > 1 or profile.kind != "measured"
+                                   or not name.startswith("h200")), (name, lanes)
+            assert cost.source
+        assert costs.lane_copy_ms.filled
+        assert costs.lane_copy_ms.ms == pytest.approx(2 * 1.13 / bandwidth_tb_s[profile.device],
+                                                      abs=1e-3)
+    # which numbers are filled: in the log line and the run's JSON
+    static = CostProfile.load("h200-bf16-static-2026-11-27")
+    assert static.filled() == {"verifier": ["lane_pass_ms_by_lanes[2, 4, 8]", "lane_copy_ms"]}
+    assert static.describe().endswith(
+        "filled, not measured: verifier lane_pass_ms_by_lanes[2, 4, 8], lane_copy_ms")
+    assert EmulatedDevice(static).report()["filled"] == static.filled()

@@ -19,6 +19,10 @@ order against a time budget (``--budget``, default 480 s):
                   drafts of acceptance 0.5 and 0.8; the live graphs after_close_alone,
                   live_alone, text_only and crossspec_live through the product's loops)
   drafter         the drafter: load, compile, prefill and step
+  streams         lane steps (issue 57, ``bench/kit_streams.py``): a compiled ``[S, step-rows]``
+                  step for S = 1, 2, 4, 8 on the exact runtime, a lane's adoption copy, and
+                  T1 (a lane's rows whatever the other lanes hold); after the stages above:
+                  the profile it completes needs the drafter's costs
   prefill-compiled, exactness-float32, 4bit, sharing, tests
                   what the budget leaves: the prompt's chunks compiled as well (the first
                   stages run prefill eager, so that their compile is the decoding steps'
@@ -722,6 +726,24 @@ def _decode_window_s(kit: Kit) -> float:
     return kit.seconds("exactness", _prior(kit, 60, 4)) / (2 * EXACTNESS_WINDOWS)
 
 
+def stage_streams(kit: Kit) -> dict[str, Any]:
+    from crossspec_ros.bench.kit_streams import stage_streams as run_streams
+
+    return run_streams(kit)
+
+
+def _streams_s(kit: Kit) -> float:
+    """A compile of the lane step per lane count, each about the exact runtime's step
+    compile (its seconds from the verifier stage), and their steps: a prior without it."""
+    from crossspec_ros.bench.kit_streams import LANE_COUNTS
+
+    compile_s = (kit.exact.runtime.compile_s.get(f"rows {kit.step_rows}")
+                 if kit.exact is not None else None)
+    if compile_s is None:
+        return _prior(kit, 90, 6)
+    return len(LANE_COUNTS) * 1.3 * compile_s + _prior(kit, 15, 3)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("env", stage_env, lambda kit: 5),
     Stage("verifier", stage_verifier, lambda kit: _prior(kit, 300, 10)),
@@ -740,6 +762,9 @@ STAGES: tuple[Stage, ...] = (
           ("verifier",), file="fidelity-{dtype}"),
     Stage("drafter", stage_drafter,
           lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
+    # after the verifier's and the drafter's stages (the lease is short, and the profile its
+    # lane costs go into needs the drafter's): a compile per lane count, a few steps each
+    Stage("streams", stage_streams, _streams_s, ("verifier",)),
     Stage("prefill-compiled", stage_prefill_compiled,
           lambda kit: kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 10, 2),
           ("verifier",)),

@@ -3,7 +3,7 @@ report, JSON and Markdown, under docs/ (the README's GPU section quotes it).
 
 The kit (``crossspec bench gpu-kit``) leaves ``stages.json`` (every stage: done, skipped or
 failed, and why), one JSON per stage (``env``, ``verifier``, ``exactness-*``, ``passes-*``,
-``engine-*``, ``drafter``, ``tests``) and the run's cost profile (``profile``:
+``engine-*``, ``drafter``, ``streams``, ``tests``) and the run's cost profile (``profile``:
 ``bench/kit_profile.py``); this reads whatever came back, names the stages that were skipped,
 failed or never reached, files the kit's profile under the bundled ones (named for this
 report) and writes the tables: the verifier's
@@ -29,7 +29,7 @@ from crossspec_ros.models.emulated import PROFILE_DIR
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
                "engine-4bit", "fidelity-bfloat16", "fidelity-float32", "drafter",
-               "prefill-compiled", "sharing", PROFILE_STAGE)
+               "prefill-compiled", "sharing", "streams", PROFILE_STAGE)
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -112,6 +112,7 @@ def markdown(stages: dict[str, Any], date: str) -> str:
     lines += _exactness_table(stages)
     lines += _engine_table(stages)
     lines += _fidelity_table(stages)
+    lines += _streams_table(stages.get("streams"))
     return "\n".join(lines) + "\n"
 
 
@@ -293,6 +294,36 @@ def _fidelity_table(stages: dict[str, Any]) -> list[str]:
         return []
     return ["## Fidelity: the cost profile against each window's trace", "",
             *fidelity_markdown(result), ""]
+
+
+def _streams_table(streams: dict[str, Any] | None) -> list[str]:
+    """The streams stage: a lane step's cost per lane count (issue 57), the adoption copy and
+    T1 (a lane's rows whatever the other lanes hold)."""
+    if not streams or not streams.get("lanes"):
+        return []
+    lanes = streams["lanes"]
+    one = lanes.get("1", {}).get("ms_per_step")
+    rows = [f"| {s} | {_f(r['ms_per_step'], places=3)} | "
+            f"{_f(r['ms_per_step'] / one if one else None, 'x', 2)} | "
+            f"{_f(r['ms_per_step'] / int(s), places=3)} | "
+            f"{'compiled' if r.get('compiled') else 'eager'} | {_f(r.get('warm_up_s'))} |"
+            for s, r in sorted(lanes.items(), key=lambda item: int(item[0]))]
+    lines = [f"## Lane steps: several streams' steps as one forward ({streams.get('dtype')})", "",
+             f"Every lane a {streams.get('step_rows')}-row step at a mid-cache position, the "
+             f"median of {streams.get('repeats')} steps (models/lanes.py, "
+             "docs/design-streams.md).", "",
+             "| lanes | ms per step | x one lane | ms per lane | step | warm-up s |",
+             "|---:|---:|---:|---:|---|---:|", *rows, ""]
+    adoption, t1 = streams.get("adoption"), streams.get("t1")
+    if adoption:
+        lines.append(f"Adoption (a prompt of {adoption.get('positions')} positions copied from "
+                     f"a pool slot into a lane): {_f(adoption.get('ms'), ' ms', 3)}.")
+    if t1:
+        verdict = "bit-identical" if t1.get("bit_identical") else \
+            f"NOT bit-identical (largest logit difference {t1.get('max_logit_difference')})"
+        lines.append(f"T1, {t1.get('lanes')} lanes: lane 0's rows with the other lanes "
+                     f"parked against random rows there: {verdict}.")
+    return [*lines, ""]
 
 
 def run(args: argparse.Namespace) -> int:

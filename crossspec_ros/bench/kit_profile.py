@@ -1,9 +1,9 @@
 """The cost profile a GPU kit run measured, in the layout the emulation reads
 (``models/emulated.py``, ``crossspec_ros/data/cost_profiles/``): the kit writes it into its OUT
 (``profile.json``) after every stage once the verifier's passes on the exact runtime and the
-drafter's costs are in, and ``gpu-report`` files that one under the bundled profiles, named for
-its report. Every number says which stage and field it comes from; nothing a stage did not
-measure is in it."""
+drafter's costs are in (and the verifier's lane costs once the streams stage has run), and
+``gpu-report`` files that one under the bundled profiles, named for its report. Every number
+says which stage and field it comes from; nothing a stage did not measure is in it."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def measured_profile(stages: dict[str, Any], name: str, report: str) -> dict[str
     drafter = _drafter_costs(stages.get("drafter", {}))
     if verifier is None or drafter is None:
         return None
+    verifier.update(lane_costs(stages.get("streams") or {}))
     compiled = stages.get("verifier", {}).get("runtimes", {}).get("exact", {}).get("compiled")
     return {
         "name": name, "kind": "measured", "device": stages.get("env", {}).get("gpu", "?"),
@@ -73,6 +74,29 @@ def verifier_costs(stages: dict[str, Any]) -> tuple[str | None, dict[str, Any] |
         "prompt": {"tokens": passes["prefill"]["prompt_tokens"],
                    "chunks": [c["tokens"] for c in chunks],
                    "from": f"{stage}.prefill.prompt_tokens and per_frame_chunk[].tokens"}}
+
+
+def lane_costs(streams: dict[str, Any]) -> dict[str, Any]:
+    """The verifier's lane costs the streams stage measured (``bench/kit_streams.py``):
+    ``lane_pass_ms_by_lanes`` and ``lane_copy_ms``, measured, each citing its field; {} when
+    the stage did not run (a lane step on the profile then says what is missing)."""
+    lanes = streams.get("lanes") or {}
+    costs: dict[str, Any] = {}
+    if lanes:
+        costs["lane_pass_ms_by_lanes"] = {
+            s: {"ms": r["ms_per_step"],
+                "from": f"streams.lanes[{s}].ms_per_step: median of {streams.get('repeats')} "
+                        f"{'compiled' if r.get('compiled') else 'eager'} [{s}, "
+                        f"{streams.get('step_rows')}] steps, every lane at position "
+                        f"{r.get('position')}"}
+            for s, r in sorted(lanes.items(), key=lambda item: int(item[0]))}
+    adoption = streams.get("adoption")
+    if adoption:
+        costs["lane_copy_ms"] = {
+            "ms": adoption["ms"], "from": f"streams.adoption.ms: median of "
+            f"{len(adoption.get('ms_all', [])) or '?'} copies of {adoption.get('positions')} "
+            "positions from a pool slot into a lane (LanedLM.adopt)"}
+    return costs
 
 
 def _drafter_costs(drafter: dict[str, Any]) -> dict[str, Any] | None:

@@ -30,18 +30,22 @@ on the one device of the process for that profile; one function reads it back:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import itertools
 import json
 import threading
 import time
+import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "cost_profiles"
+# the call kinds of lanes (models/lanes.py) -> the key of a model's costs that prices them
+LANE_KEYS = {"lane_pass": "lane_pass_ms_by_lanes", "lane_copy": "lane_copy_ms"}
 SHARING_RULES = ("serial",)
 FIRST_OVERRUNS = 20  # the overruns a report lists one by one
 
@@ -97,6 +101,10 @@ class ModelCosts:
     prefill_ms_per_token: Cost
     pass_ms_by_rows: dict[int, Cost]  # a forward of that many rows (1: a decoding step)
     prompt: PromptLayout | None = None  # None: a forward's rows are charged as they are
+    # a lane step of that many lanes (models/lanes.py: [S, step_rows] as one forward) and the
+    # copy of a prompt into a lane; None: the profile has no lane costs (a lane step raises)
+    lane_pass_ms_by_lanes: dict[int, Cost] | None = None
+    lane_copy_ms: Cost | None = None
 
     def pass_ms(self, rows: int) -> float:
         """A forward of ``rows`` rows: linear between the profile's row counts (the first one's
@@ -115,13 +123,60 @@ class ModelCosts:
         a, b = self.pass_ms_by_rows[lo].ms, self.pass_ms_by_rows[hi].ms
         return a + (b - a) * (rows - lo) / (hi - lo)
 
+    def lane_pass_ms(self, lanes: int) -> float:
+        """A lane step of ``lanes`` lanes: linear between the profile's lane counts (the first
+        one's cost below it); past the last one the line through the last two, never less
+        than the last (the KV cache each lane adds is read once more)."""
+        if self.lane_pass_ms_by_lanes is None:
+            raise ProfileError(f"no {LANE_KEYS['lane_pass']} in these costs")
+        known = sorted(self.lane_pass_ms_by_lanes)
+        ms = {s: self.lane_pass_ms_by_lanes[s].ms for s in known}
+        if lanes <= known[0]:
+            return ms[known[0]]
+        if lanes >= known[-1]:
+            if len(known) == 1:
+                return ms[known[-1]]
+            lo, hi = known[-2], known[-1]
+            return max(ms[hi], ms[hi] + (ms[hi] - ms[lo]) * (lanes - hi) / (hi - lo))
+        at = bisect.bisect_left(known, lanes)
+        if known[at] == lanes:
+            return ms[lanes]
+        lo, hi = known[at - 1], known[at]
+        return ms[lo] + (ms[hi] - ms[lo]) * (lanes - lo) / (hi - lo)
+
     def vision_ms(self, frames: int) -> float:
         return frames * self.vision_ms_per_frame.ms
 
     def call_ms(self, kind: str, count: int) -> float:
-        """One device call: ``kind`` "vision" encodes ``count`` frames, any other kind
+        """One device call: ``kind`` "vision" encodes ``count`` frames, "lane_pass" is a lane
+        step of ``count`` lanes, "lane_copy" one prompt copied into a lane, any other kind
         ("pass", "prefill") is a forward of ``count`` rows of the target model."""
-        return self.vision_ms(count) if kind == "vision" else self.pass_ms(count)
+        if kind == "vision":
+            return self.vision_ms(count)
+        if kind == "lane_pass":
+            return self.lane_pass_ms(count)
+        if kind == "lane_copy":
+            if self.lane_copy_ms is None:
+                raise ProfileError(f"no {LANE_KEYS['lane_copy']} in these costs")
+            return self.lane_copy_ms.ms
+        return self.pass_ms(count)
+
+    def filled(self) -> list[str]:
+        """The names of this model's numbers that were filled, not measured
+        ("pass_ms_by_rows[25]", "lane_pass_ms_by_lanes[2, 4, 8]")."""
+        numbers: dict[str, Cost | dict[int, Cost] | None] = {
+            "vision_ms_per_frame": self.vision_ms_per_frame,
+            "prefill_ms_per_token": self.prefill_ms_per_token,
+            "pass_ms_by_rows": self.pass_ms_by_rows,
+            "lane_pass_ms_by_lanes": self.lane_pass_ms_by_lanes, "lane_copy_ms": self.lane_copy_ms}
+        names = []
+        for name, number in numbers.items():
+            if isinstance(number, dict):
+                keys = [str(k) for k, cost in sorted(number.items()) if cost.filled]
+                names += [f"{name}[{', '.join(keys)}]"] if keys else []
+            elif number is not None and number.filled:
+                names.append(name)
+        return names
 
 
 @dataclass(frozen=True)
@@ -146,9 +201,17 @@ class CostProfile:
         return f"emulated: {self.name} ({what}; {self.report})"
 
     def describe(self) -> str:
-        """One line for a log: the label, the target and its sharing rule."""
+        """One line for a log: the label, the target, its sharing rule and the numbers that
+        were filled, not measured."""
+        filled = "; ".join(f"{role} {', '.join(names)}"
+                           for role, names in self.filled().items())
         return f"{self.label}: {self.device}, {self.dtype}, {self.runtime}; sharing " \
-               f"{self.sharing}"
+               f"{self.sharing}" + (f"; filled, not measured: {filled}" if filled else "")
+
+    def filled(self) -> dict[str, list[str]]:
+        """Each model's numbers that were filled, not measured (roles without any left out)."""
+        return {role: names for role in ("verifier", "drafter")
+                if (names := self.costs(role).filled())}
 
     def costs(self, role: str) -> ModelCosts:
         return self.verifier if role == "verifier" else self.drafter
@@ -156,9 +219,17 @@ class CostProfile:
     def call_ms(self, role: str, kind: str, count: int) -> float:
         """What one device call costs on the target: ``kind`` "vision" encodes ``count``
         frames, any other kind ("pass", "prefill") is a forward of ``count`` rows of the
-        target model. The emulation waits it out; the GPU kit's fidelity check sums it over a
-        real run's trace."""
-        return self.costs(role).call_ms(kind, count)
+        target model; "lane_pass" a lane step of ``count`` lanes, "lane_copy" a prompt's copy
+        into a lane (ProfileError when the profile lacks their costs). The emulation waits it
+        out; the GPU kit's fidelity check sums it over a real run's trace."""
+        costs = self.costs(role)
+        key = LANE_KEYS.get(kind)
+        if key is not None and getattr(costs, key) is None:
+            raise ProfileError(
+                f"cost profile {self.name}: no {role}.{key}, which an emulated {kind} needs: "
+                f"add it to the profile (docs/engine.md, the emulation's lane costs) or run "
+                f"the GPU kit's streams stage")
+        return costs.call_ms(kind, count)
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> CostProfile:
@@ -175,7 +246,8 @@ class CostProfile:
                 name=data["name"], kind=data["kind"], device=data["device"],
                 dtype=data["dtype"], runtime=data["runtime"], report=data["report"],
                 sharing=data["sharing"]["rule"], sharing_about=data["sharing"]["about"],
-                verifier=model_costs(data["verifier"]), drafter=model_costs(data["drafter"]))
+                verifier=model_costs(data["verifier"], "verifier"),
+                drafter=model_costs(data["drafter"], "drafter"))
         except (ValueError, KeyError, TypeError) as err:
             raise ProfileError(f"{path}: not a cost profile ({type(err).__name__}: {err}); "
                                f"see {PROFILE_DIR} for the layout") from err
@@ -195,11 +267,13 @@ def _cost(entry: dict[str, Any]) -> Cost:
     return Cost(ms, str(entry["from"]), bool(entry.get("filled", False)))
 
 
-def model_costs(data: dict[str, Any]) -> ModelCosts:
-    """One model's part of a profile file (``verifier`` or ``drafter``)."""
+def model_costs(data: dict[str, Any], role: str = "") -> ModelCosts:
+    """One model's part of a profile file (``role``: ``verifier`` or ``drafter``, for the
+    errors)."""
     passes = {int(rows): _cost(entry) for rows, entry in data["pass_ms_by_rows"].items()}
     if not passes or min(passes) < 1:
         raise ValueError("pass_ms_by_rows needs row counts >= 1")
+    lanes, copy = _lane_costs(data, f"{role}." if role else "")
     prompt = None
     if "prompt" in data:
         entry = data["prompt"]
@@ -208,7 +282,39 @@ def model_costs(data: dict[str, Any]) -> ModelCosts:
         if prompt.tokens < 1 or sum(prompt.chunks) > prompt.tokens or min(prompt.chunks) < 0:
             raise ValueError(f"a prompt of {prompt.tokens} tokens in chunks {prompt.chunks}")
     return ModelCosts(_cost(data["vision_ms_per_frame"]), _cost(data["prefill_ms_per_token"]),
-                      passes, prompt)
+                      passes, prompt, lanes, copy)
+
+
+def _lane_costs(data: dict[str, Any], where: str
+                ) -> tuple[dict[int, Cost] | None, Cost | None]:
+    """A model's optional lane costs: ``lane_pass_ms_by_lanes`` (lane counts >= 1 in
+    ascending order, each cost > 0) and ``lane_copy_ms`` (> 0). ``where``: "verifier."."""
+    lanes = None
+    if "lane_pass_ms_by_lanes" in data:
+        table = data["lane_pass_ms_by_lanes"]
+        if not isinstance(table, dict) or not table:
+            raise ValueError(f"{where}lane_pass_ms_by_lanes must map lane counts to costs")
+        counts = [int(k) if str(k).isdigit() else 0 for k in table]
+        if min(counts) < 1 or counts != sorted(set(counts)):
+            raise ValueError(f"{where}lane_pass_ms_by_lanes needs lane counts >= 1 in "
+                             f"ascending order, got {list(table)}")
+        lanes = {int(k): _positive(entry, f"{where}lane_pass_ms_by_lanes[{k}]")
+                 for k, entry in table.items()}
+    copy = None
+    if "lane_copy_ms" in data:
+        copy = _positive(data["lane_copy_ms"], f"{where}lane_copy_ms")
+    return lanes, copy
+
+
+def _positive(entry: dict[str, Any], name: str) -> Cost:
+    try:
+        cost = _cost(entry)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{name} needs an ms and a from ({type(err).__name__}: {err})") \
+            from err
+    if not cost.ms > 0:
+        raise ValueError(f"{name} must cost more than 0 ms, got {cost.ms}")
+    return cost
 
 
 def available() -> list[str]:
@@ -317,6 +423,7 @@ class EmulatedDevice:
                 "over_budget": dict(self.over_budget),
                 "over_budget_ms": {k: round(v, 1) for k, v in self.over_budget_ms.items()},
                 "first_overruns": [list(o) for o in self.first_overruns],
+                "filled": self.profile.filled(),
                 "held": self.held,
                 "checked_against_a_gpu": False}
 
@@ -327,6 +434,15 @@ def forward_rows(args: tuple, kwargs: dict[str, Any]) -> int:
         if value is not None:
             return int(value.shape[1])
     return int(args[0].shape[1]) if args else 1
+
+
+def forward_lanes(args: tuple, kwargs: dict[str, Any]) -> int:
+    """A forward's batch rows: > 1 for a lane step (models/lanes.py: one row a lane)."""
+    for name in ("inputs_embeds", "input_ids"):
+        value = kwargs.get(name)
+        if value is not None:
+            return int(value.shape[0])
+    return int(args[0].shape[0]) if args else 1
 
 
 def forward_position(kwargs: dict[str, Any]) -> int:
@@ -443,8 +559,12 @@ def _install(model: Any, role: str, device: EmulatedDevice) -> None:
 
     def after(_module: Any, args: tuple, kwargs: dict, _out: Any) -> None:
         begun, pos = started.pop(threading.get_ident(), (time.monotonic(), 0))
-        rows, kind = rows_of(pos, forward_rows(args, kwargs))
-        device.occupy(f"{role}_{kind}", begun, device.profile.call_ms(role, kind, rows))
+        try:
+            kind, cost_ms = _forward_cost(device, role, rows_of, pos, args, kwargs)
+        except BaseException:  # a profile without lane costs: the device is not held on
+            device.give_back()
+            raise
+        device.occupy(f"{role}_{kind}", begun, cost_ms)
 
     # always_call: a forward that raises gives the device back too
     undo_steps += [lm.register_forward_pre_hook(before, with_kwargs=True).remove,
@@ -465,5 +585,48 @@ def _install(model: Any, role: str, device: EmulatedDevice) -> None:
         return call
 
     undo_steps += wrap_vision(model, timed)
+    _LM_EMULATION[lm] = (device, role)
+    undo_steps.append(functools.partial(_LM_EMULATION.pop, lm, None))
     model._emulated_on = device
     model._emulation_undo = undo_steps
+
+
+def _forward_cost(device: EmulatedDevice, role: str, rows_of: Callable[[int, int],
+                  tuple[int, str]], pos: int, args: tuple, kwargs: dict[str, Any]
+                  ) -> tuple[str, float]:
+    """(kind, ms) of a language model forward after ``pos`` cached positions: a lane step
+    (several batch rows; its per-lane positions are no prefill) is priced by its lanes,
+    any other forward by the rows it stands for on the target."""
+    lanes = forward_lanes(args, kwargs)
+    if lanes > 1:
+        return "lane_pass", device.profile.call_ms(role, "lane_pass", lanes)
+    rows, kind = rows_of(pos, forward_rows(args, kwargs))
+    return kind, device.profile.call_ms(role, kind, rows)
+
+
+# a language model module -> the emulated device and role its model is emulated on: what a
+# device call outside a forward (a lane's adoption copy) is charged on
+_LM_EMULATION: weakref.WeakKeyDictionary[Any, tuple[EmulatedDevice, str]] = \
+    weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def emulated_call(lm: Any, kind: str, count: int = 1) -> Iterator[None]:
+    """A device call that is no forward (``kind`` "lane_copy": a prompt copied into a lane),
+    made on the language model ``lm``: on the emulated device of the model ``lm`` belongs
+    to, it takes the device (``acquire``) and lasts what the profile says (``occupy``);
+    nothing changes when that model is not emulated. The price is read before the call
+    runs: a profile without it raises ProfileError first."""
+    emulated = _LM_EMULATION.get(lm)
+    if emulated is None:
+        yield
+        return
+    device, role = emulated
+    cost_ms = device.profile.call_ms(role, kind, count)
+    begun = device.acquire()
+    try:
+        yield
+    except BaseException:
+        device.give_back()
+        raise
+    device.occupy(f"{role}_{kind}", begun, cost_ms)

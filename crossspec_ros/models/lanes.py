@@ -212,8 +212,13 @@ class LanedLM:
             return self._lane_rows(*args, self.cache)
 
     def adopt(self, lane: int, slot: Any, n: int) -> None:
-        """Copy a pool slot's first ``n`` positions into ``lane``, bit for bit."""
-        with inference(self.device, self.pool.stream), self.device_lock:
+        """Copy a pool slot's first ``n`` positions into ``lane``, bit for bit (on an
+        emulated target a "lane_copy" call: models/emulated.py)."""
+        from crossspec_ros.models.emulated import emulated_call
+
+        # the emulated device is taken inside the lock, as a step's forward takes it
+        with inference(self.device, self.pool.stream), self.device_lock, \
+                emulated_call(self.pool.lm, "lane_copy"):
             for lane_layer, slot_layer in zip(self.cache.layers, slot.cache.layers,
                                               strict=True):
                 lane_layer.keys[lane, :, :n].copy_(slot_layer.keys[0, :, :n])
