@@ -157,6 +157,16 @@ def test_two_models_on_one_emulated_device_take_turns(tmp_path):
     assert device.calls == {"verifier_pass": 1, "drafter_pass": 1}
 
 
+def test_calls_while_paused_are_not_charged_but_counted_apart(tmp_path):
+    device = EmulatedDevice(_profile(tmp_path, step_ms=1.0))
+    with device.paused():
+        device.occupy("verifier_pass", device.acquire(), 60_000.0)  # no minute's wait
+    assert device.calls == {} and device.uncharged == {"verifier_pass": 1}
+    device.occupy("verifier_pass", device.acquire(), 1.0)
+    assert device.calls == {"verifier_pass": 1} and device.report()["uncharged"] == \
+        {"verifier_pass": 1}
+
+
 def test_bench_engine_emulated_says_so_and_stays_lossless(tmp_path, capsys):
     from crossspec_ros.cli.main import main
 

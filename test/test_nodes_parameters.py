@@ -187,7 +187,8 @@ def test_a_combination_the_engine_cannot_run_is_refused_and_the_node_goes_on():
             node.loop.step()
             assert node.loop.engine.config.mode == "sampling"
             assert node.loop.engine.config.acceptance.lossless
-            assert node.stream.counters["errors"] == 0 and node.stream.counters["windows_verified"] == 1
+            counters = node.stream.counters
+            assert counters["errors"] == 0 and counters["windows_verified"] == 1
         finally:
             node.destroy_node()
     finally:

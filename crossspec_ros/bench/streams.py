@@ -25,6 +25,7 @@ text_only (comparison.py) by default: no drafter, so the question is the verifie
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ from crossspec_ros.composition import (
     verifier_streams,
 )
 from crossspec_ros.models.device_turns import DeviceTurns
+from crossspec_ros.models.emulated import emulation_of
 from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.worker import Worker
 from crossspec_ros.stamps import ns_to_seconds
@@ -166,8 +168,10 @@ class References:
     def of(self, stream: int, model: Any, row: ReplayedWindow) -> list[int]:
         key = (stream, id(model.runtime), row.frame_stamps)
         if key not in self._made:
-            self._made[key] = model.generate_greedy(model.prepare(row.window),
-                                                    self.max_new_tokens)
+            emulated = emulation_of(model)  # not a timed run: nothing to charge
+            with emulated.paused() if emulated is not None else contextlib.nullcontext():
+                self._made[key] = model.generate_greedy(model.prepare(row.window),
+                                                        self.max_new_tokens)
         return self._made[key]
 
 
@@ -270,6 +274,7 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
                             for row in out.values())
                 log(f"streams {n}, {g}, round {r + 1}/{rounds}: {final}/{n * len(windows)} "
                     f"windows FINAL ({device[g][-1]['wall_s']:.0f} s)")
+        log(f"streams {n}: every FINAL caption against its stream's own greedy decoding")
         for g in graphs:
             run = {"streams": n, "graph": g,
                    **stream_run_report(built[g], outcomes[g], keys, references,

@@ -329,6 +329,8 @@ class EmulatedDevice:
     def __init__(self, profile: CostProfile) -> None:
         self.profile = profile
         self._lock = threading.Lock()
+        self._paused = 0  # inside paused(): calls are not charged
+        self.uncharged: Counter[str] = Counter()
         self._free_at = 0.0  # monotonic time the device finishes its last call (serial)
         self._turn = threading.Condition()
         self._holder: int | None = None  # the thread whose call computes here
@@ -362,7 +364,23 @@ class EmulatedDevice:
         on the target. It overran when its compute here ended after its end there (on a busy
         device it begins there when the call before ends)."""
         self.give_back()
+        if self._paused:
+            self.uncharged[kind] += 1
+            return
         self._wait_out(kind, started, cost_ms)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Calls inside cost what they cost here, charged nothing and counted apart
+        (``uncharged``): a bench's reference decodings after its timed runs, which no
+        reported number includes."""
+        with self._lock:
+            self._paused += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused -= 1
 
     def give_back(self) -> None:
         """This thread's compute is over (``occupy`` calls it; a call that raised, alone)."""
@@ -423,6 +441,7 @@ class EmulatedDevice:
                 "over_budget": dict(self.over_budget),
                 "over_budget_ms": {k: round(v, 1) for k, v in self.over_budget_ms.items()},
                 "first_overruns": [list(o) for o in self.first_overruns],
+                "uncharged": dict(self.uncharged),
                 "filled": self.profile.filled(),
                 "held": self.held,
                 "checked_against_a_gpu": False}
