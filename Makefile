@@ -58,6 +58,8 @@ test: setup lint
 lint: setup
 	$(BIN)/ruff check .
 
+# several cameras on one verifier, on the measured H200 profile (lane steps filled there)
+STREAMS_PROFILE = h200-bf16-static-2026-11-27
 BENCH_ENGINE_ARGS = --live --head crossspec_ros/data/tiny_pair/distilled_head/head
 
 bench: setup
@@ -70,6 +72,10 @@ bench: setup
 	  $(CROSSSPEC) bench engine --out build/bench/emulated-$$profile $(BENCH_ENGINE_ARGS) \
 	    --emulate $$profile || exit $$?; \
 	done
+	$(CROSSSPEC) bench streams --streams 1,2,4 --json build/bench/streams.json \
+	  --plot build/bench/streams.png
+	$(CROSSSPEC) bench streams --streams 1,2,4,8 --emulate $(STREAMS_PROFILE) \
+	  --json build/bench/streams-emulated.json --plot build/bench/streams-emulated.png
 
 clean:
 	rm -rf build install log .pytest_cache .hypothesis

@@ -88,6 +88,10 @@ ARGUMENTS = {
     "foxglove_port": ("8765", "the Foxglove server's port (foxglove:=true); 0 picks a free one"),
     "rviz": ("false", "start RViz with config/crossspec.rviz"),
     "namespace": ("", "namespace of every node and topic (two robots on one DDS domain)"),
+    "streams": ("", "several cameras on one verifier: their names, comma-separated (front,rear), "
+                "each a namespace of that camera's topics (front/camera/image_raw -> "
+                "front/crossspec/caption); the verifier node serves them all, one draft node "
+                "per camera runs with namespace:=NAME (docs/streams.md); empty: one camera"),
     "nodes": ("draft,verifier,viz", "which of the graph's nodes this launch starts: all (one "
               "host), or a side of the edge-cloud split (robot.launch.py: draft,viz; "
               "server.launch.py: verifier); a subset runs one process per node"),
@@ -119,6 +123,7 @@ def _nodes(context, *_args, **_kwargs) -> list:
                  "device": get("device"),
                  "drafter_model": get("drafter_model"), "draft_head": get("draft_head"),
                  "verifier_model": get("verifier_model"), "emulate": get("emulate"),
+                 "streams": get("streams"),
                  "foxglove": launch_flag("foxglove", get("foxglove")),
                  "foxglove_port": _port(get("foxglove_port"))}
     namespace = _namespace(context)

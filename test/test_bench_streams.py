@@ -9,8 +9,9 @@ import argparse
 import numpy as np
 import pytest
 
-from crossspec_ros.bench.streams import stream_messages, stream_windows
+from crossspec_ros.bench.streams import stream_messages, stream_windows, window_frames
 from crossspec_ros.bench.streams_cmd import graph_names, stream_counts
+from crossspec_ros.paths import sample_bag
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +35,18 @@ def test_every_stream_replays_the_bags_windows_rotated_onto_the_same_grid(four):
         assert [f.stamp_ns for f in w1.frames] == [f.stamp_ns + shift for f in source.frames]
         assert np.array_equal(w1.events.t, source.events.t + shift)
         assert all(w1.t0 <= f.stamp_ns < w1.t1 for f in w1.frames)
-    messages = stream_messages(per_stream)
+    messages = stream_messages(few, 2)
     assert [m[0] for m in messages] == sorted(m[0] for m in messages)
     assert {m[1] for m in messages} == {0, 1}
+    assert len(messages) == 2 * (sum(len(w.frames) for w in few) + 1)  # + each closing frame
+    every = window_frames(sample_bag(), few)  # a camera's every frame, not only the chosen
+    assert all(len(all_of) >= len(w.frames) for all_of, w in zip(every, few, strict=True))
+    assert all(w.t0 <= f.stamp_ns < w.t1 for all_of, w in zip(every, few, strict=True)
+               for f in all_of)
+    rear = [m for m in stream_messages(few, 2, every) if m[1] == 1]
+    assert len(rear) == sum(map(len, every)) + 1
+    assert rear[0][2].image is every[2][0].image  # slot 0 of stream 1: window 2's frames
+    assert rear[0][0] == every[2][0].stamp_ns - (few[2].t0 - few[0].t0)
 
 
 def test_stream_counts_and_graphs_are_refused_in_one_line_when_they_make_no_sense():

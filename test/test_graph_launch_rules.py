@@ -194,3 +194,18 @@ def test_a_launch_argument_wins_over_every_section_of_the_config_it_names(tmp_pa
         node.destroy_node()
     finally:
         rclpy.shutdown(context=context)
+
+
+def test_the_streams_launch_argument_reaches_the_verifier_alone(tmp_path):
+    import yaml
+
+    from crossspec_ros.nodes.graph import launch_parameter_file
+
+    config = tmp_path / "drive.yaml"
+    config.write_text("/**:\n  ros__parameters:\n    window_length_s: 1.0\n")
+    path = launch_parameter_file(config, {"streams": "front,rear"}, "",
+                                 tmp_path / "launch.yaml")
+    doc = yaml.safe_load(path.read_text())
+    having = {node for node, section in doc.items() if "streams" in section["ros__parameters"]}
+    assert having == {"/crossspec_verifier"}
+    assert doc["/crossspec_verifier"]["ros__parameters"]["streams"] == "front,rear"

@@ -25,23 +25,25 @@ text_only (comparison.py) by default: no drafter, so the question is the verifie
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from crossspec_ros import summaries
 from crossspec_ros.bench.live_replay import (
+    CLOSING_NS,
     SETTLE_S,
     TICK_S,
     ReplayedWindow,
     ReplayExecutor,
     record_captions,
     record_result,
-    replay_messages,
     window_keys,
 )
 from crossspec_ros.composition import (
@@ -71,18 +73,54 @@ def shifted_window(window: Window, onto: Window) -> Window:
                    epoch=onto.epoch)
 
 
+def _source(i: int, k: int, n: int, streams: int) -> int:
+    """The bag window stream ``k`` replays in slot ``i`` (rotated by k·n/streams)."""
+    return (i + k * n // streams) % n
+
+
 def stream_windows(windows: Sequence[Window], streams: int) -> list[list[Window]]:
     """Each stream's windows: the bag's, rotated by k·n/streams for stream k, on the same
     grid (every stream closes a window at the same moments, each with another scene)."""
     n = len(windows)
-    return [[shifted_window(windows[(i + k * n // streams) % n], onto)
+    return [[shifted_window(windows[_source(i, k, n, streams)], onto)
              for i, onto in enumerate(windows)] for k in range(streams)]
 
 
-def stream_messages(per_stream: Sequence[Sequence[Window]]) -> list[Message]:
-    """Every stream's frames (and the frame that closes its last window), in stamp order."""
-    out = [(stamp, k, frame) for k, windows in enumerate(per_stream)
-           for stamp, kind, frame in replay_messages(windows) if kind == "rgb"]
+def window_frames(path: str | Path, windows: Sequence[Window]) -> list[list[StampedFrame]]:
+    """Every RGB frame the bag holds in each of ``windows`` (not only the ones a window
+    selected: a camera sends them all, and the next one decides a window's last slot)."""
+    from crossspec_ros.bags.inputs import read_inputs
+
+    out: list[list[StampedFrame]] = [[] for _ in windows]
+    starts = [w.t0 for w in windows]
+    for item in read_inputs(path):
+        if item.frame is None:
+            continue
+        i = bisect.bisect_right(starts, item.frame.stamp_ns) - 1
+        if i >= 0 and item.frame.stamp_ns < windows[i].t1:
+            out[i].append(item.frame)
+    return out
+
+
+def stream_messages(windows: Sequence[Window], streams: int,
+                    frames: Sequence[Sequence[StampedFrame]] | None = None) -> list[Message]:
+    """Every stream's frames in stamp order: in slot i stream k replays the frames of bag
+    window ``_source(i, k, ...)`` (``frames``: every frame of each window, from
+    ``window_frames``; None: only the frames each window selected), moved onto slot i, and
+    one frame CLOSING_NS past the last window, so the last window closes by data."""
+    n = len(windows)
+    frames = frames if frames is not None else [w.frames for w in windows]
+    out: list[Message] = []
+    for k in range(streams):
+        for i, onto in enumerate(windows):
+            source = _source(i, k, n, streams)
+            shift = onto.t0 - windows[source].t0
+            out += [(f.stamp_ns + shift, k, StampedFrame(f.stamp_ns + shift, f.image,
+                                                         f.encoding, f.frame_id))
+                    for f in frames[source]]
+        last = out[-1][2]
+        after = windows[-1].t1 + CLOSING_NS
+        out.append((after, k, StampedFrame(after, last.image, last.encoding, last.frame_id)))
     out.sort(key=lambda m: (m[0], m[1]))
     return out
 
@@ -245,10 +283,12 @@ class DeviceClock:
 
 def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any], *,
                       counts: Sequence[int], graphs: Sequence[str], rounds: int, warmup: int,
+                      frames: Sequence[Sequence[StampedFrame]] | None = None,
                       emulated: Any = None, log: Callable[[str], None] = print
                       ) -> dict[str, Any]:
     """Every graph at every stream count, ``rounds`` times (every other round in reverse
-    order, so a drifting load favours no graph); returns the report (``runs``)."""
+    order, so a drifting load favours no graph; ``frames``: every frame of each window, as
+    ``window_frames`` reads them); returns the report (``runs``)."""
     turns = DeviceTurns()
     turns.install(verifier)  # after the emulation (load_pair): the turn wraps it
     clock, references = DeviceClock(turns, emulated), References(p["max_new_tokens"])
@@ -256,7 +296,7 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
     runs = []
     for n in counts:
         per_stream = stream_windows(windows, n)
-        messages = stream_messages(per_stream)
+        messages = stream_messages(windows, n, frames)
         keys = [list(window_keys(ws, window_ns)) for ws in per_stream]
         built = {g: verifier_streams(p, verifier, n, graph=g, turns=turns,
                                      where=f"bench streams {g} x{n}", say=log) for g in graphs}

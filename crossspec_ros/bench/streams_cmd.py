@@ -89,7 +89,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bench import engine as bench
-    from crossspec_ros.bench.streams import run_streams_bench
+    from crossspec_ros.bench.streams import run_streams_bench, window_frames
     from crossspec_ros.models.emulated import emulation_of
     from crossspec_ros.models.loading import resolve_device
     from crossspec_ros.process_tuning import tune_process_for_models
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     verifier, _drafter, label = load_pair(args, device)
     emulated = emulation_of(verifier)
     report = run_streams_bench(verifier, windows, p, counts=args.streams, graphs=args.graphs,
-                               rounds=args.rounds, warmup=args.warmup, emulated=emulated,
+                               rounds=args.rounds, warmup=args.warmup,
+                               frames=window_frames(args.bag, windows), emulated=emulated,
                                log=lambda s: print(s, file=sys.stderr, flush=True))
     report.update({"models": label, "device": device, "bag": str(args.bag),
                    "windows_per_stream": len(windows), "warmup": args.warmup,
