@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -422,6 +422,17 @@ def stream_names(text: str) -> list[str]:
     return names
 
 
+def stream_graph(p: Mapping[str, Any]) -> str:
+    """How the verifier parameters ``p`` run several streams' steps: "batched" (lanes) or
+    "separate" (``stream_steps``; auto: lanes where a step's cost hardly grows with its rows,
+    a GPU or an emulated one, on the static runtime)."""
+    steps = p["stream_steps"]
+    if steps == "auto":
+        on_gpu = str(p["device"]).startswith("cuda") or bool(p["emulate"])
+        steps = "lanes" if on_gpu and p["runtime"] == "static" else "separate"
+    return "batched" if steps == "lanes" else "separate"
+
+
 def _stream_names_ok(text: str) -> bool:
     try:
         stream_names(text)
@@ -434,10 +445,15 @@ STREAM_PARAMS = [
     Param("streams", "", "several camera streams on this one verifier (and GPU): their names, "
           "comma-separated, each a namespace under which the RGB, draft and caption topics and "
           "the caption action are resolved (front,rear: front/camera/image_raw -> "
-          "front/crossspec/caption, ...); on the static runtime their decoding steps run "
-          "together in lanes (models/lanes.py), each stream's captions exact as verified "
-          "alone on that runtime. Empty: one stream on the topics as given",
+          "front/crossspec/caption, ...), each stream's captions exact as verified alone on "
+          "the same runtime (stream_steps). Empty: one stream on the topics as given",
           _stream_names_ok, "comma-separated names of letters, digits and '_', each once"),
+    Param("stream_steps", "auto", "several streams: lanes (the streams' decoding steps run "
+          "together as one step of the static runtime: on a GPU a step of several streams' "
+          "rows costs little more than one stream's), separate (each stream's steps alone, "
+          "taking turns: on a CPU a step costs its rows, so lanes only add the idle lanes' "
+          "rows) or auto (lanes on a GPU or an emulated one, separate on the CPU)",
+          one_of("auto", "lanes", "separate"), "auto, lanes or separate"),
     Param("stream_budget_ms", 100.0, "several streams: a closed window's device calls are due "
           "this long after its close, and the device serves the call due first (an open "
           "window's live prefill is due a window later)", positive, "> 0"),

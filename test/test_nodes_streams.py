@@ -39,7 +39,7 @@ def streams_node(names: str, on_result=None, **more):
 def test_each_stream_verifies_its_own_windows_on_its_own_topics_losslessly(ros):
     results = {}
     node = bring_up(streams_node("front,rear", on_result=lambda w, r: results.update(
-        {w.id: list(r.tokens)})))
+        {w.id: list(r.tokens)}), stream_steps="lanes"))
     try:
         front, rear = node.streams
         assert [s.name for s in node.streams] == ["front", "rear"] and node.stream is front
@@ -95,3 +95,16 @@ def test_one_stream_is_todays_node_and_an_absolute_topic_with_streams_is_refused
 def test_stream_names_that_are_not_ros_names_or_repeat_are_refused(ros, bad):
     with pytest.raises(ParameterError, match="'streams'"):
         streams_node(bad)
+
+
+def test_streams_run_in_lanes_on_a_gpu_or_an_emulated_one_and_separately_on_the_cpu():
+    from crossspec_ros.params import VERIFIER_NODE_PARAMS, stream_graph, validate
+
+    def graph(**given):
+        return stream_graph(validate(given, VERIFIER_NODE_PARAMS))
+
+    assert graph() == "separate"  # a CPU step costs its rows: idle lanes' rows are waste
+    assert graph(device="cuda") == "batched" and graph(emulate="h100-bf16-limit") == "batched"
+    assert graph(device="cuda", runtime="transformers") == "separate"
+    assert graph(stream_steps="lanes") == "batched"
+    assert graph(device="cuda", stream_steps="separate") == "separate"

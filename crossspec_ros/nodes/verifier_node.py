@@ -54,6 +54,7 @@ from crossspec_ros.params import (
     check_against_vocabulary,
     combination_problem,
     engine_config,
+    stream_graph,
     stream_names,
 )
 from crossspec_ros.speculative.engine import WindowResult
@@ -296,7 +297,7 @@ class VerifierNode(ManagedNode):
             emulate(verifier, "verifier", p["emulate"])
         turns = DeviceTurns()
         self._uninstall_turns = turns.install(verifier)
-        graph = "batched" if p["runtime"] == "static" else "separate"
+        graph = stream_graph(p)
         self.shared = verifier_streams(p, verifier, len(self.streams), graph=graph,
                                        turns=turns, where=where, say=say)
         say(f"{len(self.streams)} streams ({', '.join(s.name for s in self.streams)}) on one "
