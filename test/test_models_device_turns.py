@@ -95,23 +95,3 @@ def test_installed_on_a_model_every_forward_and_vision_call_takes_a_turn_and_und
     assert turns.turns == before
     probe.remove()
 
-
-def test_a_compiled_static_runtime_takes_its_turns_outside_the_compiled_step():
-    """A lock cannot live in a compiled graph: with turns installed the steps still compile
-    (fullgraph), and each step takes a turn around the compiled call."""
-    from crossspec_ros.bench.engine import pattern_windows
-    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
-    from crossspec_ros.models.tiny import tiny_verifier
-
-    verifier = tiny_verifier(seed=2)
-    turns = DeviceTurns()
-    turns.install(verifier)
-    use_static_runtime(verifier, RuntimeOptions(compile=True, step_rows=(4,)), 4)
-    runtime = verifier.runtime
-    assert runtime.compiled and runtime.compile_failed is None
-    window = pattern_windows(1)[0]
-    before = turns.turns
-    tokens = verifier.generate_greedy(verifier.prepare(window), 4)
-    assert tokens and runtime.eager_steps == 0
-    chunks = len(verifier.prompt_layout()[1])
-    assert turns.turns - before >= chunks + len(tokens)  # every chunk and step, and vision

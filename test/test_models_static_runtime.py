@@ -247,15 +247,31 @@ def test_a_cache_allocated_beyond_the_pool_mid_drive_steps_compiled_and_bit_exac
         bundled, windows, monkeypatch):
     """More windows at once than the pool's caches (several streams, a burst): the cache
     allocated then, inside a model call's inference mode, is taken by the compiled graphs
-    like the pool's own (an inference tensor was not: its steps ran eager, other numerics)."""
+    like the pool's own (an inference tensor was not: its steps ran eager, other numerics).
+    With several streams' device turns installed: a lock cannot live in a compiled graph, so
+    each step takes its turn around the compiled call (models/device_turns.py)."""
+    from crossspec_ros.models.device_turns import DeviceTurns
+
     monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
-    verifier = static_twin(bundled[0], RuntimeOptions(compile=True, step_rows=(8,), caches=1))
-    inputs = verifier.prepare(windows[0])
-    alone = verifier.prefill(inputs)
-    first = alone.last_logits.clone()
-    beside = verifier.prefill(inputs)  # the pool's one cache is held by ``alone``
-    assert verifier.runtime.extra_caches == 1
-    assert torch.equal(beside.last_logits, first)
-    rows = beside.feed([int(first.argmax())])
-    assert torch.equal(rows, alone.feed([int(first.argmax())]))
-    assert verifier.runtime.eager_steps == 0
+    twin = copy.copy(bundled[0])
+    twin.__dict__.pop("_static_runtimes", None)
+    twin.runtime = None
+    turns = DeviceTurns()
+    undo = turns.install(twin)  # on the fixture's modules: undone whatever happens
+    try:
+        verifier = static_twin(twin, RuntimeOptions(compile=True, step_rows=(8,), caches=1))
+        assert verifier.runtime.compiled and verifier.runtime.compile_failed is None
+        inputs = verifier.prepare(windows[0])
+        before = turns.turns
+        alone = verifier.prefill(inputs)
+        first = alone.last_logits.clone()
+        beside = verifier.prefill(inputs)  # the pool's one cache is held by ``alone``
+        assert verifier.runtime.extra_caches == 1
+        assert torch.equal(beside.last_logits, first)
+        rows = beside.feed([int(first.argmax())])
+        assert torch.equal(rows, alone.feed([int(first.argmax())]))
+        assert verifier.runtime.eager_steps == 0
+        chunks = len(verifier.prompt_layout()[1])
+        assert turns.turns - before >= 2 * (chunks + 1)  # every chunk, vision and step its turn
+    finally:
+        undo()

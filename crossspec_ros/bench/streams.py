@@ -55,7 +55,7 @@ from crossspec_ros.models.device_turns import DeviceTurns
 from crossspec_ros.models.emulated import emulation_of
 from crossspec_ros.speculative.loop_clock import MONOTONIC
 from crossspec_ros.speculative.worker import Worker
-from crossspec_ros.stamps import ns_to_seconds
+from crossspec_ros.stamps import ns_to_seconds, seconds_to_ns
 from crossspec_ros.sync.captions import WindowKey
 from crossspec_ros.sync.window import StampedFrame, Window
 
@@ -292,7 +292,7 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
     turns = DeviceTurns()
     turns.install(verifier)  # after the emulation (load_pair): the turn wraps it
     clock, references = DeviceClock(turns, emulated), References(p["max_new_tokens"])
-    window_ns = round(p["window_length_s"] * 1e9)
+    window_ns = seconds_to_ns(p["window_length_s"])
     runs = []
     for n in counts:
         per_stream = stream_windows(windows, n)
