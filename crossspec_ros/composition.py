@@ -172,6 +172,6 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
         say(models[0].runtime.describe())
     engines = [build_engine(p, model, None, where=f"{where} stream {i}", runtimes=(),
                             corpus=corpus) for i, model in enumerate(models)]
-    due = StreamDue(budget_s=p["stream_budget_ms"] / 1e3,
-                    open_s=p["window_length_s"])
+    due = StreamDue(budget_s=p["stream_budget_ms"] / 1e3, open_s=p["window_length_s"],
+                    shed_s=p["shed_late_ms"] / 1e3)
     return VerifierStreams(graph, engines, models, turns, due, batcher)

@@ -454,6 +454,11 @@ STREAM_PARAMS = [
           "taking turns: on a CPU a step costs its rows, so lanes only add the idle lanes' "
           "rows) or auto (lanes on a GPU or an emulated one, separate on the CPU)",
           one_of("auto", "lanes", "separate"), "auto, lanes or separate"),
+    Param("shed_late_ms", 0.0, "several streams, an overloaded device: a closed window still "
+          "waiting this long past its due time (stream_budget_ms after its close) is given up "
+          "UNVERIFIED (VERIFIER_BUSY, counted windows_shed), so the device serves windows that "
+          "can still be in time instead of every window late [ms] (0: never)", non_negative,
+          ">= 0"),
     Param("stream_budget_ms", 100.0, "several streams: a closed window's device calls are due "
           "this long after its close, and the device serves the call due first (an open "
           "window's live prefill is due a window later)", positive, "> 0"),

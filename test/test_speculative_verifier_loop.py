@@ -163,3 +163,39 @@ def test_a_queued_window_wakes_the_worker_and_a_step_with_nothing_queued_says_so
     loop.enqueue([random_window(12)])
     assert woken == [1]  # woken with the window queued
     assert loop.step() == 0.0 and len(out.results) == 1  # verified; look again at once
+
+
+def test_with_shedding_a_window_already_past_its_due_time_is_given_up_and_a_timely_one_verified(
+        verifier):
+    from crossspec_ros.models.device_turns import StreamDue
+
+    loop, out = make_loop(verifier)
+    loop.due = StreamDue(budget_s=0.1, open_s=1.0, shed_s=0.2)
+    late, timely = random_window(5), random_window(6)
+    final_draft(loop, late)
+    loop.enqueue([late])  # queued at 0.0: due at 0.1, shed after 0.3
+    loop.clock.advance(0.31)
+    loop.step()
+    assert out.results == [] and loop.counters["windows_shed"] == 1
+    [caption] = [c for c in out.captions if c.finished]
+    assert (caption.key, caption.status, caption.unverified_reason) == \
+        (late.key, UNVERIFIED, UnverifiedReason.VERIFIER_BUSY)
+    assert caption.draft_text == "a red car" and out.warnings
+    loop.enqueue([timely])
+    loop.clock.advance(0.29)  # within its due time and the shedding margin
+    loop.step()
+    assert [key for key, _ in out.results] == [timely.key]
+    assert loop.counters["windows_shed"] == 1
+
+
+def test_without_shedding_a_late_window_is_still_verified(verifier):
+    from crossspec_ros.models.device_turns import StreamDue
+
+    loop, out = make_loop(verifier)
+    loop.due = StreamDue(budget_s=0.1, open_s=1.0)  # shed_s 0: never
+    window = random_window(7)
+    loop.enqueue([window])
+    loop.clock.advance(30.0)
+    loop.step()
+    assert [key for key, _ in out.results] == [window.key]
+    assert loop.counters["windows_shed"] == 0

@@ -185,7 +185,8 @@ class StreamsReplay:
 
     def per_stream_counters(self) -> list[dict[str, Any]]:
         """Each stream's loop counters that say what it lost (dropped, live_dropped...)."""
-        wanted = ("dropped_windows", "live_dropped", "early_dropped", "windows_verified")
+        wanted = ("dropped_windows", "windows_shed", "live_dropped", "early_dropped",
+                  "windows_verified")
         return [{k: v for k, v in loop.diagnostics.items() if k in wanted}
                 for loop in self.loops]
 

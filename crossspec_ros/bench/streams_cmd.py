@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="first windows of each stream not counted (default 2)")
     parser.add_argument("--rounds", type=whole_number(1), default=1,
                         help="rounds per stream count, every other in reverse graph order")
+    parser.add_argument("--shed-late-ms", type=float, default=0.0, metavar="MS",
+                        help="verifier parameter shed_late_ms: a closed window still waiting "
+                        "this long past its due time is given up (default 0: never)")
     parser.add_argument("--max-new-tokens", type=whole_number(1), default=48)
     parser.add_argument("--max-proposal", type=whole_number(0), default=24)
     add_model_options(parser)
@@ -83,7 +86,8 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return validate({**BY_NAME["text_only"].verifier_params,
                      "max_new_tokens": args.max_new_tokens, "max_proposal": args.max_proposal,
                      "runtime": args.runtime, "compile": not args.no_compile,
-                     "step_rows": args.step_rows, "emulate": args.emulate or ""},
+                     "step_rows": args.step_rows, "emulate": args.emulate or "",
+                     "shed_late_ms": args.shed_late_ms},
                     VERIFIER_NODE_PARAMS, COMMAND)
 
 

@@ -42,10 +42,12 @@ _DUE: contextvars.ContextVar[float | None] = contextvars.ContextVar("crossspec_d
 @dataclass(frozen=True)
 class StreamDue:
     """When a stream's calls are due: a closed window's ``budget_s`` after its close; a
-    window still open (its live prefill, an early start) ``open_s`` from now."""
+    window still open (its live prefill, an early start) ``open_s`` from now. ``shed_s`` > 0:
+    a closed window still waiting that long past its due time is given up (overload)."""
 
     budget_s: float = 0.1
     open_s: float = 1.0
+    shed_s: float = 0.0
 
 
 @contextlib.contextmanager

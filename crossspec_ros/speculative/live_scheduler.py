@@ -90,6 +90,12 @@ class LivePrefillScheduler:
         self._frames.pop(key, None)
         return self._live.pop(key, None)
 
+    def let_go(self, key: WindowKey) -> None:
+        """Drop the window ``key``'s queued frames and live prefill unprefilled (its window
+        is given up: the work would be for nothing)."""
+        self._frames.pop(key, None)
+        self._live.pop(key, None)
+
     def take_complete(self) -> tuple[WindowKey, Any, list[StampedFrame]] | None:
         """The oldest held prefill whose every frame is in, with its frames (slot order),
         taken as ``take`` takes one: its window can be captioned before it closes

@@ -76,7 +76,7 @@ class VerifierLoop:
         self.channels: dict[WindowKey, DraftChannel] = {}  # drafts on their way to the engine
         self.queue = WindowQueue(max_queued)
         self.held = HeldCaptions()  # early start: captions decoded before their close
-        self.counters = {"windows_verified": 0, "live_redone": 0}
+        self.counters = {"windows_verified": 0, "live_redone": 0, "windows_shed": 0}
         self.last_stats: dict[str, float] = {}
         self.engine: SpeculativeEngine | None = None
         self.sync: Any = None
@@ -229,6 +229,9 @@ class VerifierLoop:
         if held is not None:
             self._release(held, window, t_close)
             return
+        if self._past_shedding(t_close):
+            self._shed(window)
+            return
         with self.lock:
             started = self.book.on_verifier_start(key, window.t0, window.t1, self.clock.now())
             channel = self.channels.setdefault(key, DraftChannel()) if started else \
@@ -251,6 +254,27 @@ class VerifierLoop:
                         key, window.t0, window.t1, self.clock.now(),
                         UnverifiedReason.VERIFIER_FAILED))
         self._finish(window, result)
+
+    def _past_shedding(self, t_close: float) -> bool:
+        """Several streams on one device, overloaded: the window closed at ``t_close`` is
+        already ``shed_s`` past its due time (``StreamDue``)."""
+        due = self.due
+        return due is not None and due.shed_s > 0 and \
+            self.clock.now() > t_close + due.budget_s + due.shed_s
+
+    def _shed(self, window: Any) -> None:
+        """Give the late ``window`` up unverified (its draft is its caption), so that the
+        device serves windows that can still be in time rather than every window late."""
+        if self.live is not None:
+            self.live.let_go(window.key)
+        self.counters["windows_shed"] += 1
+        self.warn(f"verifier behind: window {window.id} shed, past its due time "
+                  f"({self.counters['windows_shed']} so far); its draft is published as "
+                  "UNVERIFIED")
+        with self.lock:
+            self.publish(self.book.on_verifier_gave_up(
+                window.key, window.t0, window.t1, self.clock.now(),
+                UnverifiedReason.VERIFIER_BUSY))
 
     def _take_config(self) -> None:
         with self.lock:
