@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from crossspec_ros.models.device_turns import DeviceTurns, StreamDue
+from crossspec_ros.models.device_turns import StreamDue
 from crossspec_ros.speculative.draft_loop import DraftLoop
 from crossspec_ros.speculative.engine import SpeculativeEngine, WindowResult
 from crossspec_ros.speculative.loop_clock import LoopClock
@@ -107,12 +107,11 @@ STREAM_GRAPHS = ("batched", "separate")
 class VerifierStreams:
     """Several camera streams on one verifier (issue 57): an engine per stream, each on the
     verifier it decodes with (``models``: a lane's twin when batched, the verifier itself when
-    separate), the lanes' step batcher (batched only), and the device's turns."""
+    separate), when their device calls are due, and the lanes' step batcher (batched only)."""
 
     graph: str
     engines: list[SpeculativeEngine]
     models: list[Any]
-    turns: DeviceTurns
     due: StreamDue
     batcher: Any = None
 
@@ -130,17 +129,18 @@ class VerifierStreams:
 
 
 def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph: str,
-                     turns: DeviceTurns, where: str,
+                     where: str,
                      corpus: Sequence[Sequence[int]] | None = None,
                      say: Say = lambda _line: None) -> VerifierStreams:
     """``streams`` engines over ``verifier`` for the verifier parameters ``p`` (their static
-    runtime, their emulated target), sharing one device through ``turns``: ``graph``
+    runtime, their emulated target), sharing one device whose turns are installed on it: ``graph``
     "batched" decodes every stream in its own lane of one laned runtime (models/lanes.py:
     a stream's captions are exact per lane, whatever the other streams do); "separate" runs
     the streams' engines on the one-stream runtime side by side, what N verifier nodes on one
     device do (without their N copies of the weights). Install the emulation ``p`` names, then
-    ``turns`` (``DeviceTurns.install``), on ``verifier`` before, in that order (the turn wraps
-    the emulated call) and once for every graph of a process: the lanes' twins copy its hooks."""
+    the device's turns (``DeviceTurns.install``), on ``verifier`` before, in that order (the
+    turn wraps the emulated call) and once for every graph of a process: the lanes' twins copy
+    its hooks."""
     from crossspec_ros.models.emulated import emulation_of
     from crossspec_ros.models.lanes import use_lanes
     from crossspec_ros.models.runtime_setup import runtime_options
@@ -170,8 +170,13 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
         models = use_lanes(verifier, options, streams, max_new_tokens=p["max_new_tokens"])
         batcher = models[0].runtime.batcher
         say(models[0].runtime.describe())
+    if corpus is None:  # read once for every stream's engine
+        from crossspec_ros.speculative.corpus import load_corpus
+
+        loaded = load_corpus(p["caption_corpus"], verifier)
+        corpus = loaded.captions if loaded is not None else ()
     engines = [build_engine(p, model, None, where=f"{where} stream {i}", runtimes=(),
                             corpus=corpus) for i, model in enumerate(models)]
     due = StreamDue(budget_s=p["stream_budget_ms"] / 1e3, open_s=p["window_length_s"],
                     shed_s=p["shed_late_ms"] / 1e3)
-    return VerifierStreams(graph, engines, models, turns, due, batcher)
+    return VerifierStreams(graph, engines, models, due, batcher)

@@ -74,30 +74,26 @@ def test_a_drafter_sharing_the_process_pauses_for_the_verifiers_turn_and_hears_i
 def test_several_streams_are_refused_in_one_line_where_the_runtime_or_emulation_cannot_serve(
         verifier):
     from crossspec_ros.composition import verifier_streams
-    from crossspec_ros.models.device_turns import DeviceTurns
 
     p = validate({"runtime": "transformers", "caption_corpus": "none"}, VERIFIER_NODE_PARAMS)
     with pytest.raises(ParameterError, match="batched streams need the static runtime"):
-        verifier_streams(p, verifier, 2, graph="batched", turns=DeviceTurns(), where="test")
+        verifier_streams(p, verifier, 2, graph="batched", where="test")
     with pytest.raises(ValueError, match="graph 'lanes' is not one of batched, separate"):
-        verifier_streams(p, verifier, 2, graph="lanes", turns=DeviceTurns(), where="test")
+        verifier_streams(p, verifier, 2, graph="lanes", where="test")
     emulated = validate({"emulate": "h100-bf16-limit", "caption_corpus": "none"},
                         VERIFIER_NODE_PARAMS)
     # the emulation must wrap the calls before the turns do: said, not deadlocked later
     with pytest.raises(ValueError, match="emulate h100-bf16-limit before the device's turns"):
-        verifier_streams(emulated, verifier, 2, graph="separate", turns=DeviceTurns(),
-                         where="test")
+        verifier_streams(emulated, verifier, 2, graph="separate", where="test")
 
 
 def test_separate_streams_are_one_engine_each_on_the_verifier_with_the_window_budget(verifier):
     from crossspec_ros.composition import verifier_streams
-    from crossspec_ros.models.device_turns import DeviceTurns
 
     p = validate({"compile": False, "caption_corpus": "none", "window_length_s": 0.5,
                   "stream_budget_ms": 80.0},
                  VERIFIER_NODE_PARAMS)
-    streams = verifier_streams(p, verifier, 3, graph="separate", turns=DeviceTurns(),
-                               where="test")
+    streams = verifier_streams(p, verifier, 3, graph="separate", where="test")
     assert len({id(e) for e in streams.engines}) == 3  # each stream's own history
     [model] = set(streams.models)  # one runtime, caches for every stream's two windows
     assert model.runtime.options.caches == 7 and streams.batcher is None

@@ -299,7 +299,7 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
         per_stream = stream_windows(windows, n)
         messages = stream_messages(windows, n, frames)
         keys = [list(window_keys(ws, window_ns)) for ws in per_stream]
-        built = {g: verifier_streams(p, verifier, n, graph=g, turns=turns,
+        built = {g: verifier_streams(p, verifier, n, graph=g,
                                      where=f"bench streams {g} x{n}", say=log) for g in graphs}
         outcomes: dict[str, list] = {g: [] for g in graphs}
         device: dict[str, list] = {g: [] for g in graphs}

@@ -27,7 +27,6 @@ import heapq
 import itertools
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +82,6 @@ class DeviceTurns:
         self.waited_turns = 0  # turns that waited for another call
         self.busy_s = 0.0  # the turns' held time, summed: the device's busy time
         self._held_since = 0.0
-        self.by_thread: Counter[str] = Counter()
 
     def acquire(self) -> None:
         me = threading.get_ident()
@@ -102,7 +100,6 @@ class DeviceTurns:
             self._holder, self._depth = me, 1
             self._held_since = time.monotonic()
             self.turns += 1
-            self.by_thread[threading.current_thread().name] += 1
 
     def release(self) -> None:
         with self._cond:

@@ -299,7 +299,7 @@ class VerifierNode(ManagedNode):
         self._uninstall_turns = turns.install(verifier)
         graph = stream_graph(p)
         self.shared = verifier_streams(p, verifier, len(self.streams), graph=graph,
-                                       turns=turns, where=where, say=say)
+                                       where=where, say=say)
         say(f"{len(self.streams)} streams ({', '.join(s.name for s in self.streams)}) on one "
             f"verifier: {graph}")
         return self.shared.engines
