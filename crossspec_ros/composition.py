@@ -114,6 +114,7 @@ class VerifierStreams:
     models: list[Any]
     due: StreamDue
     batcher: Any = None
+    prompt_batcher: Any = None  # the streams' prompt frames batched (stream_prompts)
 
     def counters(self) -> dict[str, Any]:
         """The lanes' counters (a node's diagnostics, the bench; none when separate)."""
@@ -125,6 +126,10 @@ class VerifierStreams:
                        gather_wait_ms=round(c.gather_wait_ms, 1),
                        lane_copies=self.batcher.laned.lane_copies,
                        lane_eager_steps=self.batcher.laned.eager_steps)
+        if self.prompt_batcher is not None:
+            c = self.prompt_batcher.counters
+            out.update(self.prompt_batcher.laned.counters(), failed_prompt_steps=c.failed_steps,
+                       prompt_gather_wait_ms=round(c.gather_wait_ms, 1))
         return out
 
 
@@ -135,7 +140,9 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
     """``streams`` engines over ``verifier`` for the verifier parameters ``p`` (their static
     runtime, their emulated target), sharing one device whose turns are installed on it: ``graph``
     "batched" decodes every stream in its own lane of one laned runtime (models/lanes.py:
-    a stream's captions are exact per lane, whatever the other streams do); "separate" runs
+    a stream's captions are exact per lane, whatever the other streams do), and with
+    ``stream_prompts`` batched (auto) encodes and prefills the frames that arrive together in
+    one step (models/prompt_lanes.py); "separate" runs
     the streams' engines on the one-stream runtime side by side, what N verifier nodes on one
     device do (without their N copies of the weights). Install the emulation ``p`` names, then
     the device's turns (``DeviceTurns.install``), on ``verifier`` before, in that order (the
@@ -146,6 +153,7 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
     from crossspec_ros.models.runtime_setup import runtime_options
     from crossspec_ros.models.static_runtime import use_static_runtime
     from crossspec_ros.param_files import ParameterError
+    from crossspec_ros.params import stream_prompts_batched
 
     if graph not in STREAM_GRAPHS:
         raise ValueError(f"{where}: graph {graph!r} is not one of {', '.join(STREAM_GRAPHS)}")
@@ -153,6 +161,10 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
         raise ValueError(f"{where}: emulate {p['emulate']} before the device's turns are "
                          "installed (models/device_turns.py)")
     options = runtime_options(dict(p), "verifier")
+    try:
+        prompts = stream_prompts_batched(p, graph)
+    except ValueError as err:
+        raise ParameterError(f"{where}: {err}") from err
     if graph == "separate":
         model = verifier.with_runtime(None)  # the transformers runtime, or the static one
         if options is not None:  # with a live prefill and a decoding window per stream
@@ -162,13 +174,14 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
         say(model.runtime.describe() if model.runtime is not None else
             f"{model.info.name}: transformers runtime")
         models = [model] * streams
-        batcher = None
+        batcher = prompt_batcher = None
     else:
         if options is None:
             raise ParameterError(f"{where}: batched streams need the static runtime "
                                  "(runtime: static), got the transformers runtime")
-        models = use_lanes(verifier, options, streams, max_new_tokens=p["max_new_tokens"])
-        batcher = models[0].runtime.batcher
+        models = use_lanes(verifier, options, streams, max_new_tokens=p["max_new_tokens"],
+                           batch_prompts=prompts)
+        batcher, prompt_batcher = models[0].runtime.batcher, models[0].runtime.prompt_batcher
         say(models[0].runtime.describe())
     if corpus is None:  # read once for every stream's engine
         from crossspec_ros.speculative.corpus import load_corpus
@@ -179,4 +192,4 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
                             corpus=corpus) for i, model in enumerate(models)]
     due = StreamDue(budget_s=p["stream_budget_ms"] / 1e3, open_s=p["window_length_s"],
                     shed_s=p["shed_late_ms"] / 1e3)
-    return VerifierStreams(graph, engines, models, due, batcher)
+    return VerifierStreams(graph, engines, models, due, batcher, prompt_batcher)

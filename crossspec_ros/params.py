@@ -433,6 +433,18 @@ def stream_graph(p: Mapping[str, Any]) -> str:
     return "batched" if steps == "lanes" else "separate"
 
 
+def stream_prompts_batched(p: Mapping[str, Any], graph: str) -> bool:
+    """Whether the verifier parameters ``p`` batch several streams' prompt work (their frames'
+    vision calls and prompt chunks, models/prompt_lanes.py) in the streams ``graph``
+    (``stream_graph``): ``stream_prompts`` batched, or auto with lanes. Batched prompts
+    need lanes: ValueError otherwise."""
+    prompts = p.get("stream_prompts", "auto")
+    if prompts == "batched" and graph != "batched":
+        raise ValueError("stream_prompts batched needs the streams' steps in lanes "
+                         "(stream_steps: lanes, or auto on a GPU or an emulated one)")
+    return prompts == "batched" or (prompts == "auto" and graph == "batched")
+
+
 def _stream_names_ok(text: str) -> bool:
     try:
         stream_names(text)
@@ -454,6 +466,12 @@ STREAM_PARAMS = [
           "taking turns: on a CPU a step costs its rows, so lanes only add the idle lanes' "
           "rows) or auto (lanes on a GPU or an emulated one, separate on the CPU)",
           one_of("auto", "lanes", "separate"), "auto, lanes or separate"),
+    Param("stream_prompts", "auto", "several streams with lanes: batched (the streams' frames "
+          "that arrive together are encoded in one vision call and prefilled in one prompt "
+          "step: a rig's cameras trigger together, and on the H200 profile a window's prompt "
+          "work, not its decoding, fills the device), separate (each stream's frames alone) "
+          "or auto (batched with lanes)", one_of("auto", "batched", "separate"),
+          "auto, batched or separate"),
     Param("shed_late_ms", 0.0, "several streams, an overloaded device: a closed window still "
           "waiting this long past its due time (stream_budget_ms after its close) is given up "
           "UNVERIFIED (VERIFIER_BUSY, counted windows_shed), so the device serves windows that "

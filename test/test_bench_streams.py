@@ -43,10 +43,40 @@ def test_every_stream_replays_the_bags_windows_rotated_onto_the_same_grid(four):
     assert all(len(all_of) >= len(w.frames) for all_of, w in zip(every, few, strict=True))
     assert all(w.t0 <= f.stamp_ns < w.t1 for all_of, w in zip(every, few, strict=True)
                for f in all_of)
-    rear = [m for m in stream_messages(few, 2, every) if m[1] == 1]
+    rear = [m for m in stream_messages(few, 2, every, "free-running") if m[1] == 1]
     assert len(rear) == sum(map(len, every)) + 1
     assert rear[0][2].image is every[2][0].image  # slot 0 of stream 1: window 2's frames
     assert rear[0][0] == every[2][0].stamp_ns - (few[2].t0 - few[0].t0)
+
+
+def test_a_triggered_rigs_streams_send_their_frames_at_the_same_stamps(four):
+    """Every stream's frames of slot i at slot i's own frame stamps (the cameras fire
+    together), each the rotated window's frame nearest in the window."""
+    every = window_frames(sample_bag(), four)
+    messages = stream_messages(four, 3, every)  # triggered: the default
+    by_stream = [[m for m in messages if m[1] == k] for k in range(3)]
+    stamps = [[m[0] for m in ms] for ms in by_stream]
+    assert stamps[0] == stamps[1] == stamps[2]
+    assert stamps[0][:-1] == [f.stamp_ns for frames in every for f in frames]
+    assert all(m[2].stamp_ns == m[0] for m in messages)
+    # stream 2 in slot 0 replays window 2's frames (rotated by 2 * 4 // 3), moved to slot 0
+    shift = four[0].t0 - four[2].t0
+    for (stamp, _, frame) in by_stream[2][:len(every[0])]:
+        nearest = min(every[2], key=lambda f: abs(f.stamp_ns + shift - stamp))
+        assert frame.image is nearest.image
+    with pytest.raises(ValueError, match="rig 'loose'"):
+        stream_messages(four, 2, every, "loose")
+
+
+def test_a_runs_counters_are_its_rounds_not_the_warm_up_or_the_references():
+    from crossspec_ros.bench.streams import counters_since, summed_counters
+
+    before = {"lane_steps": 5, "lanes_per_step": {1: 5}, "gather_wait_ms": 1.5}
+    after = {"lane_steps": 9, "lanes_per_step": {1: 6, 2: 3}, "gather_wait_ms": 4.0}
+    one = counters_since(before, after)
+    assert one == {"lane_steps": 4, "lanes_per_step": {1: 1, 2: 3}, "gather_wait_ms": 2.5}
+    assert summed_counters([one, one]) == {"lane_steps": 8, "lanes_per_step": {1: 2, 2: 6},
+                                           "gather_wait_ms": 5.0}
 
 
 def test_stream_counts_and_graphs_are_refused_in_one_line_when_they_make_no_sense():
@@ -83,5 +113,10 @@ def test_batched_and_separate_streams_each_caption_every_window_losslessly(bundl
     batched = runs["batched"]
     assert batched["lane_steps"] > 0 and batched["lane_copies"] >= 6
     assert sum(batched["lanes_per_step"].values()) == batched["lane_steps"]
-    assert "lane_steps" not in runs["separate"]
+    # the streams' frames prefilled in prompt steps (stream_prompts auto: batched with lanes):
+    # every frame of the round's windows in one of them
+    assert sum(batched["frames_per_prompt_step"].values()) == batched["prompt_steps"] > 0
+    assert sum(k * v for k, v in batched["frames_per_prompt_step"].items()) >= 2 * 4 * 8
+    assert batched["failed_prompt_steps"] == 0
+    assert "lane_steps" not in runs["separate"] and "prompt_steps" not in runs["separate"]
     assert set(report["most_streams_holding_target"]) == {"batched", "separate"}

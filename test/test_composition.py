@@ -80,6 +80,11 @@ def test_several_streams_are_refused_in_one_line_where_the_runtime_or_emulation_
         verifier_streams(p, verifier, 2, graph="batched", where="test")
     with pytest.raises(ValueError, match="graph 'lanes' is not one of batched, separate"):
         verifier_streams(p, verifier, 2, graph="lanes", where="test")
+    static = validate({"stream_prompts": "batched", "caption_corpus": "none"},
+                      VERIFIER_NODE_PARAMS)
+    with pytest.raises(ParameterError, match="test: stream_prompts batched needs the "
+                       "streams' steps in lanes"):
+        verifier_streams(static, verifier, 2, graph="separate", where="test")
     emulated = validate({"emulate": "h100-bf16-limit", "caption_corpus": "none"},
                         VERIFIER_NODE_PARAMS)
     # the emulation must wrap the calls before the turns do: said, not deadlocked later
@@ -99,4 +104,18 @@ def test_separate_streams_are_one_engine_each_on_the_verifier_with_the_window_bu
     assert model.runtime.options.caches == 7 and streams.batcher is None
     assert all(e.verifier is model for e in streams.engines)
     assert streams.due.budget_s == 0.08 and streams.due.open_s == 0.5
-    assert streams.counters() == {}
+    assert streams.counters() == {} and streams.prompt_batcher is None
+
+
+@pytest.mark.parametrize(("prompts", "batched"), [("auto", True), ("batched", True),
+                                                  ("separate", False)])
+def test_batched_streams_batch_their_prompt_frames_unless_told_not_to(verifier, prompts,
+                                                                       batched):
+    from crossspec_ros.composition import verifier_streams
+
+    p = validate({"compile": False, "caption_corpus": "none", "stream_prompts": prompts},
+                 VERIFIER_NODE_PARAMS)
+    streams = verifier_streams(p, verifier, 2, graph="batched", where="test")
+    assert (streams.prompt_batcher is not None) == batched
+    assert all(m.runtime.batches_prompts == batched for m in streams.models)
+    assert ("prompt_steps" in streams.counters()) == batched

@@ -325,9 +325,11 @@ def test_two_models_calls_compute_here_one_at_a_time_and_end_there_one_after_the
 
 # ------------------------------------------------------------------ lanes (issue 57)
 def _lane_profile_file(tmp_path, name: str, lanes: dict[str, float] | None = None,
-                       copy_ms: float | None = 0.5) -> Path:
+                       copy_ms: float | None = 0.5, chunks: dict[str, float] | None = None,
+                       vision: dict[str, float] | None = None) -> Path:
     """The H200 profile with short waits: passes of 1 ms, lane steps of ``lanes`` (None: no
-    lane_pass_ms_by_lanes), an adoption copy of ``copy_ms`` (None: no lane_copy_ms)."""
+    lane_pass_ms_by_lanes), an adoption copy of ``copy_ms`` (None: no lane_copy_ms), batched
+    prompt chunks and vision calls of ``chunks`` and ``vision`` (None: none)."""
     data = json.loads((PROFILE_DIR / "h200-bf16-static-2026-11-27.json").read_text())
     data["name"] = name
     verifier = data["verifier"]
@@ -335,8 +337,12 @@ def _lane_profile_file(tmp_path, name: str, lanes: dict[str, float] | None = Non
     verifier["vision_ms_per_frame"]["ms"] = 0.0
     verifier["pass_ms_by_rows"] = {"1": {"ms": 1.0, "from": "this test"},
                                    "8": {"ms": 1.5, "from": "this test"}}
-    verifier.pop("lane_pass_ms_by_lanes")
-    verifier.pop("lane_copy_ms")
+    for key in ("lane_pass_ms_by_lanes", "lane_copy_ms", "chunk_ms_by_frames",
+                "vision_ms_by_batch"):
+        verifier.pop(key)
+    for key, table in (("chunk_ms_by_frames", chunks), ("vision_ms_by_batch", vision)):
+        if table is not None:
+            verifier[key] = {k: {"ms": ms, "from": "this test"} for k, ms in table.items()}
     if lanes is not None:
         verifier["lane_pass_ms_by_lanes"] = {s: {"ms": ms, "from": "this test"}
                                              for s, ms in lanes.items()}
@@ -350,7 +356,8 @@ def _lane_profile_file(tmp_path, name: str, lanes: dict[str, float] | None = Non
 LANE_MS = {"1": 2.0, "2": 3.0, "4": 5.0, "8": 9.0}
 
 
-def _emulated_lanes(tmp_path, name: str, streams: int, **profile: Any):
+def _emulated_lanes(tmp_path, name: str, streams: int, batch_prompts: bool = False,
+                    **profile: Any):
     """``streams`` twins of an emulated tiny verifier (8-row eager steps) and its device."""
     from crossspec_ros.models.lanes import use_lanes
     from crossspec_ros.models.static_runtime import RuntimeOptions
@@ -360,7 +367,8 @@ def _emulated_lanes(tmp_path, name: str, streams: int, **profile: Any):
     device = emulate(verifier, "verifier",
                      _lane_profile_file(tmp_path, name, **{"lanes": LANE_MS, **profile}))
     options = RuntimeOptions(compile=False, step_rows=(8,))
-    return use_lanes(verifier, options, streams, max_new_tokens=8), device
+    return use_lanes(verifier, options, streams, max_new_tokens=8,
+                     batch_prompts=batch_prompts), device
 
 
 def _rows(laned, rows: int = 8) -> torch.Tensor:
@@ -509,7 +517,75 @@ def test_the_bundled_profiles_lane_costs_are_their_32_row_pass_scaled_by_bytes_r
                                                       abs=1e-3)
     # which numbers are filled: in the log line and the run's JSON
     static = CostProfile.load("h200-bf16-static-2026-11-27")
-    assert static.filled() == {"verifier": ["lane_pass_ms_by_lanes[2, 4, 8]", "lane_copy_ms"]}
-    assert static.describe().endswith(
-        "filled, not measured: verifier lane_pass_ms_by_lanes[2, 4, 8], lane_copy_ms")
+    filled = ["lane_pass_ms_by_lanes[2, 4, 8]", "lane_copy_ms", "chunk_ms_by_frames[2, 4, 8]",
+              "vision_ms_by_batch[2, 4, 8]"]
+    assert static.filled() == {"verifier": filled}
+    assert static.describe().endswith("filled, not measured: verifier " + ", ".join(filled))
     assert EmulatedDevice(static).report()["filled"] == static.filled()
+
+
+def test_the_bundled_profiles_batched_prompt_costs_are_one_frames_cost_plus_compute():
+    """docs/design-streams.md section 5: K frames' chunks in one step cost the one-frame
+    chunk plus K - 1 chunks' compute (3.46 TFLOP at 60% of 989 TFLOP/s) plus copying each
+    chunk's KV out of its lane; K frames in one vision call the one-frame call plus 0.3 ms a
+    frame; on the bound profile K times the one-frame bound. One frame is the one-stream
+    cost: measured on the H200 profile, filled elsewhere."""
+    compute_ms = 257 * 2 * 6.74e9 / (0.6 * 989e12) * 1e3
+    for name in available():
+        profile = CostProfile.load(name)
+        costs, bound = profile.verifier, profile.kind == "bound"
+        bandwidth = 4.8 if name.startswith("h200") else 3.35
+        copy_ms = 2 * 257 * 0.5 * 2**20 / (bandwidth * 1e12) * 1e3
+        one_chunk = costs.chunk_ms_by_frames[1].ms
+        assert one_chunk == pytest.approx(257 * costs.prefill_ms_per_token.ms, abs=1e-3)
+        assert costs.vision_ms_by_batch[1].ms == costs.vision_ms_per_frame.ms
+        for k in (2, 4, 8):
+            chunk = k * (one_chunk + copy_ms) if bound else \
+                one_chunk + (k - 1) * compute_ms + k * copy_ms
+            vision = k * costs.vision_ms_per_frame.ms if bound else \
+                costs.vision_ms_per_frame.ms + (k - 1) * 0.3
+            assert costs.chunk_ms_by_frames[k].ms == pytest.approx(chunk, abs=2e-3), (name, k)
+            assert costs.vision_ms_by_batch[k].ms == pytest.approx(vision, abs=2e-3), (name, k)
+            assert costs.chunk_ms_by_frames[k].filled and costs.vision_ms_by_batch[k].filled
+        measured_one = name.startswith("h200")
+        assert costs.chunk_ms_by_frames[1].filled != measured_one
+        assert costs.vision_ms_by_batch[1].filled != measured_one
+
+
+def test_a_prompt_step_of_several_streams_is_charged_its_frames_chunk_and_vision_costs(
+        tmp_path, windows):
+    """One prompt step of 3 streams (models/prompt_lanes.py): one vision call of 3 frames
+    ("vision_batch") and one chunk step of 3 lanes ("lane_chunk"), whatever how many streams
+    had a frame; a one-shot prefill's 8 frames are 8 such steps."""
+    twins, device = _emulated_lanes(tmp_path, "prompt-3", 3, batch_prompts=True,
+                                    chunks={"1": 3.0, "2": 4.0, "4": 6.0},
+                                    vision={"1": 1.0, "2": 1.5, "4": 2.5})
+    costs = device.profile.verifier
+    assert costs.by_count("chunk_ms_by_frames", 3) == 5.0
+    assert costs.by_count("vision_ms_by_batch", 3) == 2.0
+    assert device.calls["verifier_lane_chunk"] == 1  # the warm-up's, every lane parked
+    before = Counter(device.calls), Counter(device.emulated_ms)
+    twins[1].prefill(twins[1].prepare(windows[0])).close()
+    calls = Counter(device.calls) - before[0]
+    charged = Counter(device.emulated_ms) - before[1]
+    assert calls["verifier_lane_chunk"] == calls["verifier_vision_batch"] == 8
+    assert charged["verifier_lane_chunk"] == pytest.approx(8 * 5.0)
+    assert charged["verifier_vision_batch"] == pytest.approx(8 * 2.0)
+    assert calls["verifier_vision"] == calls["verifier_prefill"] == 0
+    assert device._holder is None
+
+
+def test_batched_prompts_on_a_profile_without_their_costs_are_one_line_saying_what_to_do(
+        tmp_path, windows):
+    with pytest.raises(ProfileError) as refused:  # at the warm-up's chunk step
+        _emulated_lanes(tmp_path, "no-chunk-costs", 2, batch_prompts=True,
+                        vision={"1": 1.0, "2": 1.5})
+    assert "\n" not in str(refused.value)
+    assert "no-chunk-costs: no verifier.chunk_ms_by_frames" in str(refused.value)
+    twins, device = _emulated_lanes(tmp_path, "no-vision-costs", 2, batch_prompts=True,
+                                    chunks={"1": 3.0, "2": 4.0})
+    # at the first frame's step, which carries the error to its riders (in one line)
+    with pytest.raises(RuntimeError, match=r"ProfileError: cost profile no-vision-costs: no "
+                       r"verifier\.vision_ms_by_batch, which an emulated vision_batch needs"):
+        twins[0].prefill(twins[0].prepare(windows[0]))
+    assert device._holder is None

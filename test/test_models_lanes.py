@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
+from typing import Any
 
 import pytest
 import torch
@@ -348,3 +350,101 @@ def test_a_failing_step_reaches_every_rider_and_the_next_step_runs():
     clock.now += 0.05
     assert batcher.result(ticket)[1].item() == 1
     assert laned.steps == [{0, 1}, {1}]
+
+
+def test_an_expected_lane_is_waited_for_until_it_submits_or_its_wait_ends():
+    """A stream whose prompt was just prefilled is expected: the step waits for its first
+    rows (the streams prefilled together decode together), but no longer than its wait."""
+    batcher, laned, clock = batcher_of((0,))
+    batcher.expect(1, 0.03)
+    first = batcher.submit(0, request())
+    clock.now += 0.02
+    assert not batcher.ready()
+    second = batcher.submit(1, request())
+    assert batcher.ready()
+    batcher.result(first), batcher.result(second)
+    assert laned.steps == [{0, 1}]
+    batcher.expect(1, 0.03)  # expected again, never comes
+    third = batcher.submit(0, request())
+    clock.now += 0.029
+    assert not batcher.ready()
+    clock.now += 0.002
+    assert batcher.ready()
+    batcher.result(third)
+    assert laned.steps == [{0, 1}, {0}]
+    batcher.expect(1, 0.03)
+    batcher.deactivate(1)  # its window ended: not expected any more
+    batcher.result(batcher.submit(0, request()))
+    assert laned.steps[-1] == {0}
+
+
+def test_a_wait_behind_a_running_step_is_no_gather_wait():
+    """Rows submitted while a step ran wait the gather time from the step's end for the
+    active lanes that have not submitted, not from their own submission."""
+    batcher, laned, clock = batcher_of((0, 1, 2))
+    behind: list = []
+
+    def lane_1_submits_during_a_long_step():
+        behind.append(batcher.submit(1, request()))
+        clock.now += 0.2
+
+    laned.during_step = lane_1_submits_during_a_long_step
+    ticket = batcher.submit(0, request())
+    clock.now += 0.05  # lanes 1 and 2 do not come: the gather wait ends
+    batcher.result(ticket)
+    assert not batcher.ready()  # lanes 0 and 2 active, the device free for no time yet
+    clock.now += 0.049
+    assert not batcher.ready()
+    clock.now += 0.002
+    batcher.result(behind[0])
+    assert laned.steps == [{0}, {1}]
+
+
+def test_a_laned_object_that_expects_lanes_holds_the_step_for_them():
+    batcher, laned, clock = batcher_of(())
+    laned.expected_lanes = lambda pending: {1} - set(pending)
+    ticket = batcher.submit(0, request())
+    assert not batcher.ready()
+    clock.now += 0.05
+    assert batcher.ready()
+    batcher.result(ticket)
+    tickets = [batcher.submit(0, request()), batcher.submit(1, request())]
+    assert batcher.ready()
+    for t in tickets:
+        batcher.result(t)
+    assert laned.steps == [{0}, {0, 1}]
+
+
+def test_rows_submitted_while_a_step_waits_for_the_device_ride_it():
+    """The step takes the device's turn first and its riders then: a lane submitting while
+    another call holds the device rides the step that was waiting for it."""
+    from types import SimpleNamespace
+
+    from crossspec_ros.models.device_turns import DeviceTurns
+
+    turns = DeviceTurns()
+    batcher, laned, _ = batcher_of((0,), gather_s=0.0)
+    laned.pool = SimpleNamespace(lm=SimpleNamespace(_device_turns=turns))
+    out: dict[int, Any] = {}
+
+    def stream(lane):
+        out[lane] = batcher.run(lane, request(lane))
+
+    turns.acquire()  # another call holds the device
+    first = threading.Thread(target=stream, args=(0,))
+    first.start()
+    until(lambda: turns._waiting)  # the step of lane 0 waits for the device
+    second = threading.Thread(target=stream, args=(1,))
+    second.start()
+    until(lambda: 1 in batcher._pending)
+    turns.release()
+    for t in (first, second):
+        t.join(timeout=30)
+    assert laned.steps == [{0, 1}] and set(out) == {0, 1}
+
+
+def until(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)

@@ -102,12 +102,21 @@ def window_frames(path: str | Path, windows: Sequence[Window]) -> list[list[Stam
     return out
 
 
+RIGS = ("triggered", "free-running")
+
+
 def stream_messages(windows: Sequence[Window], streams: int,
-                    frames: Sequence[Sequence[StampedFrame]] | None = None) -> list[Message]:
+                    frames: Sequence[Sequence[StampedFrame]] | None = None,
+                    rig: str = "triggered") -> list[Message]:
     """Every stream's frames in stamp order: in slot i stream k replays the frames of bag
     window ``_source(i, k, ...)`` (``frames``: every frame of each window, from
     ``window_frames``; None: only the frames each window selected), moved onto slot i, and
-    one frame CLOSING_NS past the last window, so the last window closes by data."""
+    one frame CLOSING_NS past the last window, so the last window closes by data. ``rig``
+    "triggered": every stream's frames at slot i's own frame stamps (a surround rig's
+    cameras fire together), each the source's frame nearest in the window; "free-running":
+    each source's frames keep their own phase in the window."""
+    if rig not in RIGS:
+        raise ValueError(f"rig {rig!r} is not one of {', '.join(RIGS)}")
     n = len(windows)
     frames = frames if frames is not None else [w.frames for w in windows]
     out: list[Message] = []
@@ -115,14 +124,22 @@ def stream_messages(windows: Sequence[Window], streams: int,
         for i, onto in enumerate(windows):
             source = _source(i, k, n, streams)
             shift = onto.t0 - windows[source].t0
-            out += [(f.stamp_ns + shift, k, StampedFrame(f.stamp_ns + shift, f.image,
-                                                         f.encoding, f.frame_id))
-                    for f in frames[source]]
+            moved = [StampedFrame(f.stamp_ns + shift, f.image, f.encoding, f.frame_id)
+                     for f in frames[source]]
+            if rig == "triggered" and moved and frames[i]:
+                moved = [_nearest(moved, f.stamp_ns) for f in frames[i]]
+            out += [(f.stamp_ns, k, f) for f in moved]
         last = out[-1][2]
         after = windows[-1].t1 + CLOSING_NS
         out.append((after, k, StampedFrame(after, last.image, last.encoding, last.frame_id)))
     out.sort(key=lambda m: (m[0], m[1]))
     return out
+
+
+def _nearest(frames: Sequence[StampedFrame], stamp_ns: int) -> StampedFrame:
+    """The frame of ``frames`` nearest ``stamp_ns``, stamped ``stamp_ns``."""
+    f = min(frames, key=lambda f: abs(f.stamp_ns - stamp_ns))
+    return StampedFrame(stamp_ns, f.image, f.encoding, f.frame_id)
 
 
 class StreamsReplay:
@@ -282,14 +299,43 @@ class DeviceClock:
         return out
 
 
+def counters_since(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the shared lanes' counters (``VerifierStreams.counters``: numbers and tables of
+    numbers) counted between two readings: a round's steps, not the warm-up's or the
+    references'."""
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        if isinstance(value, dict):
+            was = before.get(key, {})
+            out[key] = {k: v - was.get(k, 0) for k, v in value.items() if v != was.get(k, 0)}
+        elif isinstance(value, (int, float)):
+            out[key] = round(value - before.get(key, 0), 1)
+    return out
+
+
+def summed_counters(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds' counters (``counters_since``) added up."""
+    total: dict[str, Any] = {}
+    for counted in rounds:
+        for key, value in counted.items():
+            if isinstance(value, dict):
+                table = total.setdefault(key, {})
+                for k, v in value.items():
+                    table[k] = table.get(k, 0) + v
+            else:
+                total[key] = round(total.get(key, 0) + value, 1)
+    return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in total.items()}
+
+
 def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any], *,
                       counts: Sequence[int], graphs: Sequence[str], rounds: int, warmup: int,
                       frames: Sequence[Sequence[StampedFrame]] | None = None,
-                      emulated: Any = None, log: Callable[[str], None] = print
-                      ) -> dict[str, Any]:
+                      rig: str = "triggered", emulated: Any = None,
+                      log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every graph at every stream count, ``rounds`` times (every other round in reverse
     order, so a drifting load favours no graph; ``frames``: every frame of each window, as
-    ``window_frames`` reads them); returns the report (``runs``)."""
+    ``window_frames`` reads them; ``rig``: ``stream_messages``); returns the report
+    (``runs``)."""
     turns = DeviceTurns()
     turns.install(verifier)  # after the emulation (load_pair): the turn wraps it
     clock, references = DeviceClock(turns, emulated), References(p["max_new_tokens"])
@@ -297,7 +343,7 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
     runs = []
     for n in counts:
         per_stream = stream_windows(windows, n)
-        messages = stream_messages(windows, n, frames)
+        messages = stream_messages(windows, n, frames, rig)
         keys = [list(window_keys(ws, window_ns)) for ws in per_stream]
         built = {g: verifier_streams(p, verifier, n, graph=g,
                                      where=f"bench streams {g} x{n}", say=log) for g in graphs}
@@ -305,11 +351,12 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
         device: dict[str, list] = {g: [] for g in graphs}
         for r in range(rounds):
             for g in (graphs if r % 2 == 0 else graphs[::-1]):
-                before = clock.read()
+                before, counted = clock.read(), built[g].counters()
                 replay = StreamsReplay(built[g], p, log)
                 outcomes[g].append(replay.run(messages, [set(k) for k in keys]))
                 device[g].append({**clock.since(before),
                                   "per_stream": replay.per_stream_counters(),
+                                  "counters": counters_since(counted, built[g].counters()),
                                   "errors": replay.errors[:5]})
                 final = sum(row.status == "FINAL" for out in outcomes[g][-1]
                             for row in out.values())
@@ -320,7 +367,8 @@ def run_streams_bench(verifier: Any, windows: Sequence[Window], p: dict[str, Any
             run = {"streams": n, "graph": g,
                    **stream_run_report(built[g], outcomes[g], keys, references,
                                        warmup=warmup),
-                   "rounds": device[g], **built[g].counters()}
+                   "rounds": device[g],
+                   **summed_counters([d["counters"] for d in device[g]])}
             run["emulated"] = device[g][0]["emulated"]
             if run["emulated"] is not None:
                 run["emulated"] = {**run["emulated"], "over_budget": sum(

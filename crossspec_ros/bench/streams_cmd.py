@@ -69,6 +69,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--shed-late-ms", type=float, default=0.0, metavar="MS",
                         help="verifier parameter shed_late_ms: a closed window still waiting "
                         "this long past its due time is given up (default 0: never)")
+    parser.add_argument("--rig", choices=("triggered", "free-running"), default="triggered",
+                        help="triggered: every camera's frames at the same stamps (a surround "
+                        "rig's cameras fire together; default); free-running: each replayed "
+                        "drive's frames keep their own phase")
+    parser.add_argument("--stream-prompts", choices=("auto", "batched", "separate"),
+                        default="auto", help="verifier parameter stream_prompts: the batched "
+                        "graph encodes and prefills the streams' frames together (auto, "
+                        "batched) or each stream's alone (separate)")
     parser.add_argument("--max-new-tokens", type=whole_number(1), default=48)
     parser.add_argument("--max-proposal", type=whole_number(0), default=24)
     add_model_options(parser)
@@ -87,7 +95,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
                      "max_new_tokens": args.max_new_tokens, "max_proposal": args.max_proposal,
                      "runtime": args.runtime, "compile": not args.no_compile,
                      "step_rows": args.step_rows, "emulate": args.emulate or "",
-                     "shed_late_ms": args.shed_late_ms},
+                     "shed_late_ms": args.shed_late_ms, "stream_prompts": args.stream_prompts},
                     VERIFIER_NODE_PARAMS, COMMAND)
 
 
@@ -118,11 +126,13 @@ def run(args: argparse.Namespace) -> int:
     emulated = emulation_of(verifier)
     report = run_streams_bench(verifier, windows, p, counts=args.streams, graphs=args.graphs,
                                rounds=args.rounds, warmup=args.warmup,
-                               frames=window_frames(args.bag, windows), emulated=emulated,
+                               frames=window_frames(args.bag, windows), rig=args.rig,
+                               emulated=emulated,
                                log=lambda s: print(s, file=sys.stderr, flush=True))
     report.update({"models": label, "device": device, "bag": str(args.bag),
                    "windows_per_stream": len(windows), "warmup": args.warmup,
-                   "graph": "text_only", "step_rows": args.step_rows, **tuning,
+                   "graph": "text_only", "step_rows": args.step_rows,
+                   "stream_prompts": p["stream_prompts"], "rig": args.rig, **tuning,
                    "date": datetime.date.today().isoformat(),
                    "machine": f"{platform.machine()}"})
     if emulated is not None:  # never a measurement of this machine: says so everywhere
@@ -151,16 +161,21 @@ def table(report: dict[str, Any]) -> str:
         if emulation else \
         f"{report['device']} ({report['machine']}), measured"
     lines = [f"bench streams: {report['models']} on {where}; graph text_only, "
-             f"{report['windows_per_stream']} windows per stream ({report['warmup']} warm-up)",
+             f"{report['windows_per_stream']} windows per stream ({report['warmup']} warm-up), "
+             f"stream_prompts {report.get('stream_prompts', 'auto')}, "
+             f"{report.get('rig', 'free-running')} cameras",
              "", "| streams | graph | confirmed after close, median ms | p95 ms | not FINAL "
-             "| lossless | device busy | lanes per step |", "|---|---|---|---|---|---|---|---|"]
+             "| lossless | device busy | lanes per step | frames per prompt step |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         lanes = ", ".join(f"{k}: {v}" for k, v in r.get("lanes_per_step", {}).items()) or "-"
+        frames = ", ".join(f"{k}: {v}" for k, v in
+                           r.get("frames_per_prompt_step", {}).items()) or "-"
         busy = r["device_busy_share"]
         lines.append(f"| {r['streams']} | {r['graph']} | {_ms(r['confirmed_ms_median'])} | "
                      f"{_ms(r['confirmed_ms_p95'])} | {r['dropped']} | "
                      f"{r['lossless_equal']}/{r['lossless_checked']} | "
-                     f"{'-' if busy is None else f'{busy:.0%}'} | {lanes} |")
+                     f"{'-' if busy is None else f'{busy:.0%}'} | {lanes} | {frames} |")
     most = ", ".join(f"{g} {n}" for g, n in report["most_streams_holding_target"].items())
     lines += ["", f"most streams holding median <= {TARGET_MEDIAN_MS:.0f} ms, p95 <= "
               f"{TARGET_P95_MS:.0f} ms, 0 not FINAL, lossless: {most}"]

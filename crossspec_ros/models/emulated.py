@@ -44,8 +44,12 @@ from pathlib import Path
 from typing import Any
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "cost_profiles"
-# the call kinds of lanes (models/lanes.py) -> the key of a model's costs that prices them
-LANE_KEYS = {"lane_pass": "lane_pass_ms_by_lanes", "lane_copy": "lane_copy_ms"}
+# the call kinds of lanes (models/lanes.py, models/prompt_lanes.py) -> the key of a model's
+# costs that prices them
+LANE_KEYS = {"lane_pass": "lane_pass_ms_by_lanes", "lane_copy": "lane_copy_ms",
+             "lane_chunk": "chunk_ms_by_frames", "vision_batch": "vision_ms_by_batch"}
+# the lane costs that are tables by count (lanes, frames); the rest are single costs
+LANE_TABLES = ("lane_pass_ms_by_lanes", "chunk_ms_by_frames", "vision_ms_by_batch")
 SHARING_RULES = ("serial",)
 FIRST_OVERRUNS = 20  # the overruns a report lists one by one
 
@@ -105,6 +109,11 @@ class ModelCosts:
     # copy of a prompt into a lane; None: the profile has no lane costs (a lane step raises)
     lane_pass_ms_by_lanes: dict[int, Cost] | None = None
     lane_copy_ms: Cost | None = None
+    # the streams' prompt work batched (models/prompt_lanes.py): a chunk step of that many
+    # frames' chunks ([K, chunk] as one forward, the copy of its new positions out of the
+    # lanes included) and a vision call of that many frames; None: the profile has none
+    chunk_ms_by_frames: dict[int, Cost] | None = None
+    vision_ms_by_batch: dict[int, Cost] | None = None
 
     def pass_ms(self, rows: int) -> float:
         """A forward of ``rows`` rows: linear between the profile's row counts (the first one's
@@ -124,37 +133,44 @@ class ModelCosts:
         return a + (b - a) * (rows - lo) / (hi - lo)
 
     def lane_pass_ms(self, lanes: int) -> float:
-        """A lane step of ``lanes`` lanes: linear between the profile's lane counts (the first
-        one's cost below it); past the last one the line through the last two, never less
-        than the last (the KV cache each lane adds is read once more)."""
-        if self.lane_pass_ms_by_lanes is None:
-            raise ProfileError(f"no {LANE_KEYS['lane_pass']} in these costs")
-        known = sorted(self.lane_pass_ms_by_lanes)
-        ms = {s: self.lane_pass_ms_by_lanes[s].ms for s in known}
-        if lanes <= known[0]:
+        """A lane step of ``lanes`` lanes (``by_count``)."""
+        return self.by_count("lane_pass_ms_by_lanes", lanes)
+
+    def by_count(self, key: str, count: int) -> float:
+        """A call of ``count`` lanes (or frames) priced by the table ``key`` (``LANE_TABLES``):
+        linear between the profile's counts (the first one's cost below it); past the last
+        one the line through the last two, never less than the last (each lane adds work)."""
+        table = getattr(self, key)
+        if table is None:
+            raise ProfileError(f"no {key} in these costs")
+        known = sorted(table)
+        ms = {s: table[s].ms for s in known}
+        if count <= known[0]:
             return ms[known[0]]
-        if lanes >= known[-1]:
+        if count >= known[-1]:
             if len(known) == 1:
                 return ms[known[-1]]
             lo, hi = known[-2], known[-1]
-            return max(ms[hi], ms[hi] + (ms[hi] - ms[lo]) * (lanes - hi) / (hi - lo))
-        at = bisect.bisect_left(known, lanes)
-        if known[at] == lanes:
-            return ms[lanes]
+            return max(ms[hi], ms[hi] + (ms[hi] - ms[lo]) * (count - hi) / (hi - lo))
+        at = bisect.bisect_left(known, count)
+        if known[at] == count:
+            return ms[count]
         lo, hi = known[at - 1], known[at]
-        return ms[lo] + (ms[hi] - ms[lo]) * (lanes - lo) / (hi - lo)
+        return ms[lo] + (ms[hi] - ms[lo]) * (count - lo) / (hi - lo)
 
     def vision_ms(self, frames: int) -> float:
         return frames * self.vision_ms_per_frame.ms
 
     def call_ms(self, kind: str, count: int) -> float:
-        """One device call: ``kind`` "vision" encodes ``count`` frames, "lane_pass" is a lane
-        step of ``count`` lanes, "lane_copy" one prompt copied into a lane, any other kind
-        ("pass", "prefill") is a forward of ``count`` rows of the target model."""
+        """One device call: ``kind`` "vision" encodes ``count`` frames one at a time,
+        "vision_batch" ``count`` frames in one call, "lane_pass" is a lane step of ``count``
+        lanes, "lane_chunk" a prompt chunk step of ``count`` lanes, "lane_copy" one prompt
+        copied into a lane, any other kind ("pass", "prefill") is a forward of ``count`` rows
+        of the target model."""
         if kind == "vision":
             return self.vision_ms(count)
-        if kind == "lane_pass":
-            return self.lane_pass_ms(count)
+        if kind in LANE_KEYS and LANE_KEYS[kind] in LANE_TABLES:
+            return self.by_count(LANE_KEYS[kind], count)
         if kind == "lane_copy":
             if self.lane_copy_ms is None:
                 raise ProfileError(f"no {LANE_KEYS['lane_copy']} in these costs")
@@ -168,7 +184,9 @@ class ModelCosts:
             "vision_ms_per_frame": self.vision_ms_per_frame,
             "prefill_ms_per_token": self.prefill_ms_per_token,
             "pass_ms_by_rows": self.pass_ms_by_rows,
-            "lane_pass_ms_by_lanes": self.lane_pass_ms_by_lanes, "lane_copy_ms": self.lane_copy_ms}
+            "lane_pass_ms_by_lanes": self.lane_pass_ms_by_lanes, "lane_copy_ms": self.lane_copy_ms,
+            "chunk_ms_by_frames": self.chunk_ms_by_frames,
+            "vision_ms_by_batch": self.vision_ms_by_batch}
         names = []
         for name, number in numbers.items():
             if isinstance(number, dict):
@@ -273,7 +291,7 @@ def model_costs(data: dict[str, Any], role: str = "") -> ModelCosts:
     passes = {int(rows): _cost(entry) for rows, entry in data["pass_ms_by_rows"].items()}
     if not passes or min(passes) < 1:
         raise ValueError("pass_ms_by_rows needs row counts >= 1")
-    lanes, copy = _lane_costs(data, f"{role}." if role else "")
+    tables, copy = _lane_costs(data, f"{role}." if role else "")
     prompt = None
     if "prompt" in data:
         entry = data["prompt"]
@@ -282,28 +300,31 @@ def model_costs(data: dict[str, Any], role: str = "") -> ModelCosts:
         if prompt.tokens < 1 or sum(prompt.chunks) > prompt.tokens or min(prompt.chunks) < 0:
             raise ValueError(f"a prompt of {prompt.tokens} tokens in chunks {prompt.chunks}")
     return ModelCosts(_cost(data["vision_ms_per_frame"]), _cost(data["prefill_ms_per_token"]),
-                      passes, prompt, lanes, copy)
+                      passes, prompt, tables["lane_pass_ms_by_lanes"], copy,
+                      tables["chunk_ms_by_frames"], tables["vision_ms_by_batch"])
 
 
 def _lane_costs(data: dict[str, Any], where: str
-                ) -> tuple[dict[int, Cost] | None, Cost | None]:
-    """A model's optional lane costs: ``lane_pass_ms_by_lanes`` (lane counts >= 1 in
+                ) -> tuple[dict[str, dict[int, Cost] | None], Cost | None]:
+    """A model's optional lane costs: the tables of ``LANE_TABLES`` (counts >= 1 in
     ascending order, each cost > 0) and ``lane_copy_ms`` (> 0). ``where``: "verifier."."""
-    lanes = None
-    if "lane_pass_ms_by_lanes" in data:
-        table = data["lane_pass_ms_by_lanes"]
+    tables: dict[str, dict[int, Cost] | None] = dict.fromkeys(LANE_TABLES)
+    for key in LANE_TABLES:
+        if key not in data:
+            continue
+        table = data[key]
         if not isinstance(table, dict) or not table:
-            raise ValueError(f"{where}lane_pass_ms_by_lanes must map lane counts to costs")
+            raise ValueError(f"{where}{key} must map counts to costs")
         counts = [int(k) if str(k).isdigit() else 0 for k in table]
         if min(counts) < 1 or counts != sorted(set(counts)):
-            raise ValueError(f"{where}lane_pass_ms_by_lanes needs lane counts >= 1 in "
-                             f"ascending order, got {list(table)}")
-        lanes = {int(k): _positive(entry, f"{where}lane_pass_ms_by_lanes[{k}]")
-                 for k, entry in table.items()}
+            raise ValueError(f"{where}{key} needs counts >= 1 in ascending order, got "
+                             f"{list(table)}")
+        tables[key] = {int(k): _positive(entry, f"{where}{key}[{k}]")
+                       for k, entry in table.items()}
     copy = None
     if "lane_copy_ms" in data:
         copy = _positive(data["lane_copy_ms"], f"{where}lane_copy_ms")
-    return lanes, copy
+    return tables, copy
 
 
 def _positive(entry: dict[str, Any], name: str) -> Cost:
@@ -592,14 +613,14 @@ def _install(model: Any, role: str, device: EmulatedDevice) -> None:
     def timed(method: Any, frames_of: Any) -> Any:
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
+            kind, cost_ms = _vision_cost(device, role, args, frames_of(args, kwargs))
             begun = device.acquire()
             try:
                 out = method(*args, **kwargs)
             except BaseException:
                 device.give_back()
                 raise
-            device.occupy(f"{role}_vision", begun,
-                          device.profile.call_ms(role, "vision", frames_of(args, kwargs)))
+            device.occupy(f"{role}_{kind}", begun, cost_ms)
             return out
         return call
 
@@ -610,6 +631,20 @@ def _install(model: Any, role: str, device: EmulatedDevice) -> None:
     model._emulation_undo = undo_steps
 
 
+def _vision_cost(device: EmulatedDevice, role: str, args: tuple, frames: int
+                 ) -> tuple[str, float]:
+    """(kind, ms) of a vision call of ``frames`` frames: a batch of several videos' frames
+    (pixels [B > 1, F, 3, H, W]: the streams' frames of models/prompt_lanes.py) is F calls of
+    B frames each ("vision_batch", priced before the call: a profile without it raises
+    first); anything else is encoded frame by frame ("vision")."""
+    shape = getattr(args[0], "shape", ()) if args else ()
+    batch = int(shape[0]) if len(shape) == 5 else 1
+    if batch > 1:
+        return "vision_batch", frames // batch * device.profile.call_ms(
+            role, "vision_batch", batch)
+    return "vision", device.profile.call_ms(role, "vision", frames)
+
+
 def _forward_cost(device: EmulatedDevice, role: str, rows_of: Callable[[int, int],
                   tuple[int, str]], pos: int, args: tuple, kwargs: dict[str, Any]
                   ) -> tuple[str, float]:
@@ -617,8 +652,9 @@ def _forward_cost(device: EmulatedDevice, role: str, rows_of: Callable[[int, int
     (several batch rows; its per-lane positions are no prefill) is priced by its lanes,
     any other forward by the rows it stands for on the target."""
     lanes = forward_lanes(args, kwargs)
-    if lanes > 1:
-        return "lane_pass", device.profile.call_ms(role, "lane_pass", lanes)
+    if lanes > 1:  # a decoding step, or a prompt chunk step (the cache says which)
+        kind = getattr(kwargs.get("past_key_values"), "lane_kind", "lane_pass")
+        return kind, device.profile.call_ms(role, kind, lanes)
     rows, kind = rows_of(pos, forward_rows(args, kwargs))
     return kind, device.profile.call_ms(role, kind, rows)
 

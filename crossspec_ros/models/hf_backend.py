@@ -257,21 +257,15 @@ class HFLlavaFamilyModel(CaptionModel):
                 pixels = inputs.pixel_values.to(self.device, self.vision_dtype,
                                                 non_blocking=True)
                 ids = inputs.input_ids.to(self.device)
-                embeds = self.merged_embeds(ids, self._encode(pixels), inputs.keep)
-                vision_ms = watch.lap_ms()
-                pos = 0
-                prompt = inputs.input_ids[0].tolist()
-                if inputs.keep is None:
-                    for size in self.prompt_chunks(prompt):
-                        rt.chain(slot, pos, embeds[:, pos:pos + size], last_only=True)
-                        pos += size
-                else:  # a pruned prompt's length varies: in the steps' own compiled shape
-                    end = self.question_tail_start(prompt)
-                    while pos < end:
-                        size = min(rt.max_rows, end - pos)
-                        rt.chain(slot, pos, embeds[:, pos:pos + size], rows=rt.max_rows)
-                        pos += size
-                session, rows = self.static_finish(slot, pos, embeds[:, pos:], proposal,
+                if inputs.keep is None and getattr(rt, "batches_prompts", False):
+                    pos, vision_ms = self._prefill_frames(slot, ids, pixels), 0.0
+                    tail = self.model.get_input_embeddings()(ids[:, pos:])
+                else:
+                    embeds = self.merged_embeds(ids, self._encode(pixels), inputs.keep)
+                    vision_ms = watch.lap_ms()
+                    pos = self._prefill_chunks(slot, embeds, inputs)
+                    tail = embeds[:, pos:]
+                session, rows = self.static_finish(slot, pos, tail, proposal,
                                                    PrefillTiming(vision_ms, 0.0))
             session.timing.prefill_ms = watch.lap_ms()
         except BaseException:
@@ -279,6 +273,39 @@ class HFLlavaFamilyModel(CaptionModel):
             raise
         synchronize(self.device, self.stream)
         return session, rows
+
+    def _prefill_chunks(self, slot: Any, embeds: torch.Tensor, inputs: VisionTextInputs
+                        ) -> int:
+        """The prompt's merged ``embeds`` up to the question's tail, in the runtime's prompt
+        chunks; returns the positions prefilled."""
+        rt, pos = self.runtime, 0
+        prompt = inputs.input_ids[0].tolist()
+        if inputs.keep is None:
+            for size in self.prompt_chunks(prompt):
+                rt.chain(slot, pos, embeds[:, pos:pos + size], last_only=True)
+                pos += size
+            return pos
+        end = self.question_tail_start(prompt)  # a pruned prompt's length varies: in the
+        while pos < end:  # steps' own compiled shape
+            size = min(rt.max_rows, end - pos)
+            rt.chain(slot, pos, embeds[:, pos:pos + size], rows=rt.max_rows)
+            pos += size
+        return pos
+
+    def _prefill_frames(self, slot: Any, ids: torch.Tensor, pixels: torch.Tensor) -> int:
+        """The prompt's chunks, frame by frame, each encoded and prefilled in one step with
+        the other streams' frames (a runtime that ``batches_prompts``: the steps a live
+        prefill runs); returns the positions prefilled."""
+        chunks = self.prompt_chunks(ids[0].tolist())
+        if len(chunks) != pixels.shape[1]:
+            raise ValueError(f"{self.info.name}: {len(chunks)} prompt chunks for "
+                             f"{pixels.shape[1]} frames")
+        pos = 0
+        for frame, size in enumerate(chunks):
+            self.runtime.prefill_frame(self, slot, pos, ids[:, pos:pos + size],
+                                       pixels[:, frame:frame + 1])
+            pos += size
+        return pos
 
     def reference_generate(self, inputs: VisionTextInputs, max_new_tokens: int | None = None,
                            **generate_options: Any) -> list[int]:

@@ -70,7 +70,7 @@ from crossspec_ros.models.streams import inference, synchronize
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_GATHER_S = 0.002  # how long a submitted step waits for the other active lanes
+DEFAULT_GATHER_S = 0.005  # how long a submitted step waits for the other active lanes
 
 
 class LaneLayer(StaticLayer):
@@ -116,12 +116,19 @@ LaneRows = tuple[torch.Tensor, torch.Tensor]  # (hidden [q, d], logits [q, vocab
 class LanedLM:
     """The lane caches of a ``StaticLM``'s language model and its ``[S, B]`` step."""
 
-    def __init__(self, pool: StaticLM, lanes: int) -> None:
+    def __init__(self, pool: StaticLM, lanes: int, *, rows: int | None = None,
+                 last_only: bool = False, kind: str = "lane_pass") -> None:
+        """``rows``: the step's rows per lane (default: the pool's decoding step);
+        ``last_only``: a step returns each lane's last real row only (prompt chunks,
+        models/prompt_lanes.py); ``kind``: what an emulated step is charged as
+        (models/emulated.py: "lane_pass" or "lane_chunk")."""
         if not pool.options.exact:
             raise ValueError(f"lanes need one step shape, got step_rows {pool.step_rows}")
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
-        self.pool, self.lanes, self.rows = pool, lanes, pool.max_rows
+        self.pool, self.lanes = pool, lanes
+        self.rows = pool.max_rows if rows is None else rows
+        self.last_only, self.kind = last_only, kind
         self.device, self.dtype = pool.device, pool.dtype
         self.park_at = pool.max_len  # idle lanes write here: past every real step's rows
         self.max_len = pool.max_len + self.rows
@@ -130,7 +137,9 @@ class LanedLM:
         self.tri = torch.ones(self.max_len, self.max_len, dtype=torch.bool,
                               device=self.device).tril_()
         self.row_offsets = torch.arange(self.rows, device=self.device)
-        self._step_fn = self._lane_rows
+        self.lane_index = torch.arange(lanes, device=self.device)
+        self._eager_fn = self._lane_last_rows if last_only else self._lane_rows
+        self._step_fn = self._eager_fn
         self.compiled = False
         self.compile_failed: str | None = None
         self.warmed = False
@@ -141,13 +150,14 @@ class LanedLM:
 
     @property
     def shape(self) -> str:
-        return f"lanes {self.lanes}x{self.rows}"
+        return f"{'prompt ' if self.last_only else ''}lanes {self.lanes}x{self.rows}"
 
     def _new_cache(self) -> Cache:
         config = self.pool._config
         layers = [LaneLayer(self.max_len, self.lane_start, self.rows)
                   for _ in range(config.num_hidden_layers)]
         cache = Cache(layers=layers)
+        cache.lane_kind = self.kind  # what the emulation charges a step on it as
         head_dim = getattr(config, "head_dim", None) or \
             config.hidden_size // config.num_attention_heads
         cache.early_initialization(batch_size=self.lanes,
@@ -165,6 +175,17 @@ class LanedLM:
                               use_cache=True).last_hidden_state
         return hidden, self.pool.head(hidden)
 
+    def _lane_last_rows(self, embeds: torch.Tensor, positions: torch.Tensor,
+                        mask: torch.Tensor, last: torch.Tensor, cache: Cache
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every lane's last real row (``last[S]``): (hidden [S, d], logits [S, vocab]): a
+        prompt chunk reads one row, and the head runs on S rows, not S x rows."""
+        self.lane_start.copy_(positions[:, 0])
+        hidden = self.pool.lm(inputs_embeds=embeds, position_ids=positions,
+                              attention_mask=mask, past_key_values=cache,
+                              use_cache=True).last_hidden_state[self.lane_index, last]
+        return hidden, self.pool.head(hidden)
+
     def step(self, requests: Mapping[int, LaneRequest]) -> dict[int, LaneRows]:
         """One ``[S, B]`` forward: each requesting lane's rows at its position, every other
         lane parked. Returns each requesting lane's real rows (float32 copies)."""
@@ -173,33 +194,38 @@ class LanedLM:
         with inference(self.device, self.pool.stream), turn_of(self.pool.lm), \
                 self.device_lock, CUDA_GRAPH_REPLAY if one_at_a_time else contextlib.nullcontext():
             hidden, logits = self._run(*self._inputs(requests))
-            out = {lane: (hidden[lane, :r.rows].to(torch.float32, copy=True),
-                          logits[lane, :r.rows].to(torch.float32, copy=True))
+            # copies: a CUDA graph's outputs are written over by its next replay
+            keep = (lambda lane, r: slice(lane, lane + 1)) if self.last_only else \
+                (lambda lane, r: (lane, slice(0, r.rows)))
+            out = {lane: (hidden[keep(lane, r)].to(torch.float32, copy=True),
+                          logits[keep(lane, r)].to(torch.float32, copy=True))
                    for lane, r in requests.items()}
             synchronize(self.device, self.pool.stream)
         return out
 
-    def _inputs(self, requests: Mapping[int, LaneRequest]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _inputs(self, requests: Mapping[int, LaneRequest]) -> tuple[torch.Tensor, ...]:
         """The step's embeddings [S, B, d] (zero padding, zero parked lanes), positions
-        [S, B] and mask [S, 1, B, M] (rows of the one table at each lane's positions)."""
+        [S, B] and mask [S, 1, B, M] (rows of the one table at each lane's positions), and
+        with ``last_only`` each lane's last real row [S]."""
         embeds = torch.zeros(self.lanes, self.rows, self.pool.embed.weight.shape[1],
                              dtype=self.dtype, device=self.device)
         starts = [self.park_at] * self.lanes
+        last = [0] * self.lanes
         for lane, request in requests.items():
             if not 0 <= request.pos <= self.park_at - self.rows or request.rows > self.rows:
                 raise ValueError(f"{self.pool.name}: lane {lane}'s {request.rows} rows at "
                                  f"{request.pos} do not fit a step in its cache of "
                                  f"{self.park_at} positions")
             embeds[lane, :request.rows] = request.embeds.to(self.dtype)
-            starts[lane] = request.pos
+            starts[lane], last[lane] = request.pos, request.rows - 1
         positions = torch.tensor(starts, device=self.device)[:, None] + self.row_offsets
-        return embeds, positions, self.tri[positions][:, None]
+        inputs = (embeds, positions, self.tri[positions][:, None])
+        return (*inputs, torch.tensor(last, device=self.device)) if self.last_only else inputs
 
     def _run(self, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Compiled when the warm-up compiled it and a graph takes the call, else eager."""
         if not self.compiled:
-            return self._lane_rows(*args, self.cache)
+            return self._eager_fn(*args, self.cache)
         try:
             return self._step_fn(*args, self.cache)
         except RuntimeError as err:
@@ -209,22 +235,33 @@ class LanedLM:
             if self.eager_steps == 1:
                 logger.warning("%s: a lane step runs eager (%s); counted in eager_steps",
                                self.pool.name, str(err).strip().splitlines()[-1])
-            return self._lane_rows(*args, self.cache)
+            return self._eager_fn(*args, self.cache)
 
     def adopt(self, lane: int, slot: Any, n: int) -> None:
         """Copy a pool slot's first ``n`` positions into ``lane``, bit for bit (on an
         emulated target a "lane_copy" call: models/emulated.py)."""
         from crossspec_ros.models.emulated import emulated_call
 
-        # the emulated device is taken inside the lock, as a step's forward takes it
+        self.copy(lane, slot, 0, n, into_lane=True,
+                  charged=emulated_call(self.pool.lm, "lane_copy"))
+        self.lane_copies += 1
+
+    def copy(self, lane: int, slot: Any, start: int, end: int, *, into_lane: bool,
+             charged: contextlib.AbstractContextManager | None = None) -> None:
+        """Copy positions ``[start, end)`` between a pool slot and ``lane``, bit for bit:
+        into the lane, or out of it into the slot. ``charged``: the emulated call, entered
+        inside the lock, as a step's forward takes the emulated device (the other order
+        could deadlock with a step)."""
         with inference(self.device, self.pool.stream), self.device_lock, \
-                emulated_call(self.pool.lm, "lane_copy"):
+                charged or contextlib.nullcontext():
             for lane_layer, slot_layer in zip(self.cache.layers, slot.cache.layers,
                                               strict=True):
-                lane_layer.keys[lane, :, :n].copy_(slot_layer.keys[0, :, :n])
-                lane_layer.values[lane, :, :n].copy_(slot_layer.values[0, :, :n])
+                for lane_t, slot_t in ((lane_layer.keys, slot_layer.keys),
+                                       (lane_layer.values, slot_layer.values)):
+                    source, target = (slot_t[0], lane_t[lane]) if into_lane else \
+                        (lane_t[lane], slot_t[0])
+                    target[:, start:end].copy_(source[:, start:end])
             synchronize(self.device, self.pool.stream)
-        self.lane_copies += 1
 
     def warm_up(self, compile: bool | None = None) -> float:
         """Compile (``compile``; default: as the pool's options say) and run the ``[S, B]``
@@ -236,7 +273,7 @@ class LanedLM:
             if compile and not self.compiled:
                 use_compile_cache()
                 _configure_compiler(self.device)
-                self._step_fn = _compiled(self._lane_rows, self.device)
+                self._step_fn = _compiled(self._eager_fn, self.device)
                 self.compiled = True
             try:
                 self.step({})
@@ -246,7 +283,7 @@ class LanedLM:
                 self.compile_failed = f"{type(err).__name__}: {err}"
                 logger.warning("%s: compiling the lane step failed (%s); it runs eager",
                                self.pool.name, self.compile_failed)
-                self._step_fn, self.compiled = self._lane_rows, False
+                self._step_fn, self.compiled = self._eager_fn, False
                 self.step({})
             COMPILE_GATE.compiled |= self.compiled
         self.warmed = True
@@ -291,8 +328,12 @@ class StepBatcher:
         self.counters = BatcherCounters()
         self._cond = threading.Condition()
         self._active: set[int] = set()
+        # lanes about to submit (a stream whose prompt was just prefilled): lane -> when the
+        # wait for it ends, by the clock
+        self._expected: dict[int, float] = {}
         self._pending: dict[int, LaneTicket] = {}
         self._running = False  # a thread runs a step now (outside the lock)
+        self._free_since = float("-inf")  # when the last step ended (by the clock)
 
     @property
     def active(self) -> frozenset[int]:
@@ -307,7 +348,15 @@ class StepBatcher:
         """``lane``'s window ended: steps no longer wait for it."""
         with self._cond:
             self._active.discard(lane)
+            self._expected.pop(lane, None)
             self._cond.notify_all()
+
+    def expect(self, lane: int, for_s: float) -> None:
+        """``lane`` is about to submit (its window's prompt is in, its first step comes):
+        a step waits for it until it submits, or ``for_s`` from now, so the streams whose
+        frames were prefilled together decode together."""
+        with self._cond:
+            self._expected[lane] = self.clock() + for_s
 
     def submit(self, lane: int, request: LaneRequest) -> LaneTicket:
         """Queue ``lane``'s rows for the next step (``result`` waits for them)."""
@@ -332,29 +381,56 @@ class StepBatcher:
     def _ready(self) -> bool:
         if self._running or not self._pending:
             return False
-        return self._active <= self._pending.keys() or self._waited() >= self.gather_s
+        if self._awaited_expected():
+            return False
+        # the lanes the step waits for: the active ones, and those the laned object expects
+        # (prompt lanes: the streams whose frame of this moment has not come yet)
+        awaited = set(self._active)
+        expected_lanes = getattr(self.laned, "expected_lanes", None)
+        if expected_lanes is not None:
+            awaited |= expected_lanes({k: t.request for k, t in self._pending.items()})
+        return awaited <= self._pending.keys() or self._waited() >= self.gather_s
+
+    def _awaited_expected(self) -> dict[int, float]:
+        """The lanes ``expect``ed that have not submitted and whose wait has not ended."""
+        now = self.clock()
+        self._expected = {lane: until for lane, until in self._expected.items()
+                          if until > now and lane not in self._pending}
+        return self._expected
 
     def _waited(self) -> float:
-        return self.clock() - min(t.submitted for t in self._pending.values())
+        """How long the waiting rows could have run: since the first was submitted, or
+        since the step that held them up ended (a wait behind a step is no gather wait)."""
+        return self.clock() - max(min(t.submitted for t in self._pending.values()),
+                                  self._free_since)
 
     def result(self, ticket: LaneTicket) -> LaneRows:
-        """Wait for ``ticket``'s step; the waiting thread that finds a step ready runs it."""
+        """Wait for ``ticket``'s step; the waiting thread that finds a step ready runs it,
+        once the device's turn is its (``turn_of``), with every lane waiting by then."""
         while True:
             with self._cond:
                 while not ticket.done and not self._ready():
                     self._cond.wait(self._wait_s())
                 if ticket.done:
                     return ticket.outcome()
-                waited = self._waited()
-                batch, self._pending = self._pending, {}
                 self._running = True
-            self._run_step(batch, waited)
+            # the device's turn first, the riders then: whoever submits while the step
+            # waits for the device rides it
+            with turn_of(getattr(getattr(self.laned, "pool", None), "lm", None)):
+                with self._cond:
+                    waited = self._waited()
+                    batch, self._pending = self._pending, {}
+                self._run_step(batch, waited)
 
     def _wait_s(self) -> float | None:
         """How long to wait before checking again: until notified while a step runs or
-        nothing waits, else until the gather wait ends (by the injected clock)."""
+        nothing waits, else until the first expected lane's wait or the gather wait ends
+        (by the injected clock)."""
         if self._running or not self._pending:
             return None
+        expected = self._awaited_expected()
+        if expected:
+            return max(min(expected.values()) - self.clock(), 1e-4)
         return max(self.gather_s - self._waited(), 1e-4)
 
     def _run_step(self, batch: dict[int, LaneTicket], waited: float) -> None:
@@ -369,6 +445,7 @@ class StepBatcher:
             for lane, ticket in batch.items():
                 ticket.rows, ticket.error, ticket.done = rows.get(lane), error, True
             self._running = False
+            self._free_since = self.clock()
             self.counters.steps += 1
             self.counters.failed_steps += error is not None
             self.counters.lanes_per_step[len(batch)] += 1
@@ -389,8 +466,11 @@ class LaneView:
     ``release``, ``chain``, ``bucket``, ``max_rows``, ``max_len``, ``embed_ids``, ``options``),
     prompt chunks on the shared pool, ``rows`` steps in the lane through the batcher."""
 
-    def __init__(self, batcher: StepBatcher, lane: int) -> None:
+    def __init__(self, batcher: StepBatcher, lane: int,
+                 prompt_batcher: StepBatcher | None = None) -> None:
         self.batcher, self.laned, self.lane = batcher, batcher.laned, lane
+        # the streams' prompt work batched too (models/prompt_lanes.py), or None
+        self.prompt_batcher = prompt_batcher
         self.pool: StaticLM = self.laned.pool
         self.name = f"{self.pool.name} lane {lane}"
         # reentrant: a session collected inside a locked region releases through here
@@ -439,6 +519,30 @@ class LaneView:
     @property
     def replays_one_at_a_time(self) -> bool:
         return False  # the lane step and the pool's chunks order their own CUDA replays
+
+    @property
+    def batches_prompts(self) -> bool:
+        """Prompt frames go through ``prefill_frame`` (vision and chunk batched across the
+        streams), not ``_encode`` and a ``last_only`` chain."""
+        return self.prompt_batcher is not None
+
+    def prefill_frame(self, verifier: Any, slot: Any, pos: int, ids: torch.Tensor,
+                      pixels: torch.Tensor, stamp_ns: int | None = None) -> LaneRows:
+        """Encode one frame (``pixels`` [1, 1, 3, H, W], captured at ``stamp_ns``; None: a
+        one-shot prefill's) and prefill its chunk (``ids`` [1, q]) after ``pos`` positions of
+        ``slot``, in one step with the other streams' frames of the same moment (waited for
+        up to the prompt batcher's gather time). Returns the chunk's last row. When the
+        prompt is in, this stream's first decoding step is expected: the streams whose
+        prompts were prefilled together decode together."""
+        from crossspec_ros.models.prompt_lanes import DECODE_COHORT_S, FrameRequest
+
+        prompt = self.prompt_batcher
+        if prompt is None:
+            raise RuntimeError(f"{self.name}: its prompt work is not batched")
+        rows = prompt.run(self.lane, FrameRequest(verifier, slot, pos, ids, pixels, stamp_ns))
+        if pos + ids.shape[1] >= prompt.laned.prompt_end:
+            self.batcher.expect(self.lane, DECODE_COHORT_S)
+        return rows
 
     def acquire(self) -> Any:
         return self.pool.acquire()
@@ -498,23 +602,34 @@ class LaneView:
 
     def counters(self) -> dict[str, int]:
         c = self.batcher.counters
+        prompt = self.prompt_batcher.laned.counters() if self.prompt_batcher else {}
         return {**self.pool.counters(), "lane_steps": c.steps, "lane_copies":
-                self.laned.lane_copies, "lane_eager_steps": self.laned.eager_steps}
+                self.laned.lane_copies, "lane_eager_steps": self.laned.eager_steps,
+                **{k: v for k, v in prompt.items() if isinstance(v, int)}}
 
     def describe(self) -> str:
         mode = "compiled" if self.laned.compiled else "eager"
+        prompt = "on the pool"
+        if self.prompt_batcher is not None:
+            chunks = self.prompt_batcher.laned.laned
+            prompt = (f"batched across the streams (one vision call of {chunks.lanes} frames "
+                      f"and one {chunks.lanes}x{chunks.rows} chunk step a frame, "
+                      f"{'compiled' if chunks.compiled else 'eager'}) into")
         return (f"{self.name}: laned static runtime ({mode}, exact per lane), steps of "
-                f"{self.laned.lanes}x{self.laned.rows} rows; prompt on the pool: "
+                f"{self.laned.lanes}x{self.laned.rows} rows; prompt {prompt}: "
                 f"{self.pool.describe()}")
 
 
 def use_lanes(verifier: CaptionModel, options: RuntimeOptions, lanes: int, *,
               max_new_tokens: int | None = None, gather_s: float = DEFAULT_GATHER_S,
+              batch_prompts: bool = False, prompt_gather_s: float | None = None,
               clock: Callable[[], float] = time.monotonic) -> list[CaptionModel]:
     """``lanes`` twins of ``verifier`` (shared weights), twin i decoding in lane i of one
     laned runtime; their prompts prefill on one shared pool of ``2 * lanes + 1`` caches (a
     live prefill and a decoding window per stream, one spare). ``verifier``'s own runtime is
-    left as it is. Each twin's ``runtime`` is its ``LaneView`` (``.batcher``, ``.laned``)."""
+    left as it is. Each twin's ``runtime`` is its ``LaneView`` (``.batcher``, ``.laned``).
+    ``batch_prompts``: the streams' frames are encoded and prefilled together too
+    (models/prompt_lanes.py; a verifier with one prompt chunk per frame)."""
     pool_options = dataclasses.replace(options, lanes=lanes,
                                        caches=max(options.caches, 2 * lanes + 1))
     host = copy.copy(verifier)  # the registry of runtimes stays shared with the verifier
@@ -522,4 +637,20 @@ def use_lanes(verifier: CaptionModel, options: RuntimeOptions, lanes: int, *,
     laned = LanedLM(host.runtime, lanes)
     laned.warm_up()
     batcher = StepBatcher(laned, gather_s, clock)
-    return [verifier.with_runtime(LaneView(batcher, lane)) for lane in range(lanes)]
+    prompt = _prompt_batcher(host, lanes, clock, prompt_gather_s) if batch_prompts else None
+    return [verifier.with_runtime(LaneView(batcher, lane, prompt)) for lane in range(lanes)]
+
+
+def _prompt_batcher(host: Any, lanes: int, clock: Callable[[], float],
+                    gather_s: float | None) -> StepBatcher:
+    """The batcher of ``lanes`` streams' prompt frames on ``host``'s pool, warmed up."""
+    from crossspec_ros.models.prompt_lanes import PROMPT_GATHER_S, PromptLanes
+
+    _, chunks = host.prompt_layout()
+    frames = getattr(host, "num_frames", None)
+    if frames is None or len(chunks) != frames:
+        raise ValueError(f"{host.info.name}: batching prompts needs one prompt chunk per "
+                         f"frame, got chunks {chunks}")
+    prompt = PromptLanes(host.runtime, host._encode, lanes, chunks)
+    prompt.warm_up()
+    return StepBatcher(prompt, PROMPT_GATHER_S if gather_s is None else gather_s, clock)

@@ -74,21 +74,33 @@ class LivePrefill:
         watch = Stopwatch(v.device, v.stream)
         with inference(v.device, v.stream):
             pixels = v.preprocess([image]).unsqueeze(0).to(v.device, v.vision_dtype)
-            encoded = v._encode(pixels)
-            self.timing.vision_ms += watch.lap_ms()
             ids = (self.head if self.frames == 0 else []) + \
                 [v.placeholder_id] * v.tokens_per_frame
             ids_t = torch.tensor([ids], device=v.device)
-            if self.slot is not None:  # the chunk the one-shot static prefill runs too
-                self.runtime.chain(self.slot, self.pos, v.merged_embeds(ids_t, encoded),
-                                   last_only=True)
+            if self.slot is not None and getattr(self.runtime, "batches_prompts", False):
+                # vision and chunk in one step with the other streams' frames (its time is
+                # prefill time): the step the one-shot static prefill runs too
+                self.runtime.prefill_frame(v, self.slot, self.pos, ids_t, pixels,
+                                           stamp_ns if stamp_ns >= 0 else None)
                 self.pos += len(ids)
             else:
-                v.model(input_ids=ids_t, past_key_values=self.cache, use_cache=True,
-                        mm_encoder_outputs={v.modality: encoded}, logits_to_keep=1)
+                self._encode_and_prefill(pixels, ids_t, watch)
             self.timing.prefill_ms += watch.lap_ms()
         self.frames += 1
         self.stamps.append(int(stamp_ns))
+
+    def _encode_and_prefill(self, pixels: torch.Tensor, ids: torch.Tensor,
+                            watch: Stopwatch) -> None:
+        v = self.verifier
+        encoded = v._encode(pixels)
+        self.timing.vision_ms += watch.lap_ms()
+        if self.slot is not None:  # the chunk the one-shot static prefill runs too
+            self.runtime.chain(self.slot, self.pos, v.merged_embeds(ids, encoded),
+                               last_only=True)
+            self.pos += ids.shape[1]
+        else:
+            v.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                    mm_encoder_outputs={v.modality: encoded}, logits_to_keep=1)
 
     def finish(self, proposal: Sequence[int] = (), parents: Sequence[int] | None = None
                ) -> tuple[HFSession, torch.Tensor]:
