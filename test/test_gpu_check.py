@@ -235,11 +235,21 @@ def test_the_streams_stage_times_lane_steps_and_the_profile_takes_them_as_measur
         int(s): r["ms_per_step"] for s, r in streams["lanes"].items()}
     assert profile.verifier.lane_copy_ms.ms == streams["adoption"]["ms"]
     assert all(not c.filled and c.source.startswith("streams.lanes[") for c in lanes.values())
-    assert "lane" not in " ".join(profile.filled().get("verifier", []))
+    # the streams' prompt work batched: K frames' vision call and chunk step, measured
+    prompt = streams["prompt"]
+    assert list(prompt["frames"]) == ["1", "2", "4", "8"] and prompt["t1"]["bit_identical"]
+    for key, field in (("chunk_ms_by_frames", "chunk_ms"), ("vision_ms_by_batch", "vision_ms")):
+        table = getattr(profile.verifier, key)
+        assert {k: c.ms for k, c in table.items()} == {
+            int(k): r[field] for k, r in prompt["frames"].items()}
+        assert all(not c.filled and c.source.startswith("streams.prompt.frames[")
+                   for c in table.values())
+    assert not profile.filled().get("verifier")
     assert main(["bench", "gpu-report", str(tmp_path), "--out", str(tmp_path / "docs"),
                  "--profiles", str(tmp_path / "profiles"), "--date", "2026-11-29"]) == 0
     text = (tmp_path / "docs" / "gpu-gpu-2026-11-29.md").read_text()
     assert "| 8 | " in text and "T1, 8 lanes" in text and ": bit-identical." in text
+    assert "## Batched prompt work" in text and "T1, 8 lanes: lane 0's last row" in text
 
 
 def test_a_stage_that_overruns_the_budget_is_cut_and_the_rest_named_skipped(tmp_path):

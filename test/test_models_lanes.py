@@ -42,6 +42,17 @@ def lane_cache(twin, end):
             for layer in laned.cache.layers]
 
 
+def one_shot_reference(twin, window):
+    """A one-shot prefill of ``window`` on ``twin`` (closed after): its greedy first token,
+    its last logits, its lane's cache and the rows of feeding that token."""
+    one_shot = twin.prefill(twin.prepare(window))
+    token = int(one_shot.last_logits.argmax())
+    first, cache = one_shot.last_logits.clone(), lane_cache(twin, one_shot.pos)
+    fed = one_shot.feed([token])
+    one_shot.close()
+    return token, first, cache, fed
+
+
 def same_cache(a, b):
     return all(torch.equal(x, y) for pair_a, pair_b in zip(a, b, strict=True)
                for x, y in zip(pair_a, pair_b, strict=True))
@@ -145,11 +156,7 @@ def test_a_live_prefill_adopted_into_a_lane_gives_the_one_shot_prefills_cache_bi
 
     twin = lane_twins(bundled[0], 2, torch.bfloat16)[1]
     window = windows[1]
-    one_shot = twin.prefill(twin.prepare(window))
-    token = int(one_shot.last_logits.argmax())
-    first, cache = one_shot.last_logits.clone(), lane_cache(twin, one_shot.pos)
-    fed = one_shot.feed([token])
-    del one_shot
+    token, first, cache, fed = one_shot_reference(twin, window)
     live = LivePrefill(twin)
     for frame in window.frames:
         live.add_frame(frame.image, frame.stamp_ns)

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from test_models_lanes import lane_cache, lane_twins, same_cache
+from test_models_lanes import lane_cache, lane_twins, one_shot_reference, same_cache
 
 from crossspec_ros.models.live_prefill import LivePrefill
 from crossspec_ros.models.prompt_lanes import FrameRequest
@@ -77,11 +77,7 @@ def test_a_live_prefill_through_prompt_lanes_gives_the_one_shot_prefills_cache_b
     twin = prompt_twins(bundled[0], 2, dtype)[1]
     prompt = twin.runtime.prompt_batcher.laned
     window = windows[1]
-    one_shot = twin.prefill(twin.prepare(window))
-    token = int(one_shot.last_logits.argmax())
-    first, cache = one_shot.last_logits.clone(), lane_cache(twin, one_shot.pos)
-    fed = one_shot.feed([token])
-    del one_shot
+    token, first, cache, fed = one_shot_reference(twin, window)
     live = LivePrefill(twin)
     for i, frame in enumerate(window.frames):
         if i == 3:  # another window's whole prefill in the same prompt lane

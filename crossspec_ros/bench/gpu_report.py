@@ -323,6 +323,30 @@ def _streams_table(streams: dict[str, Any] | None) -> list[str]:
             f"NOT bit-identical (largest logit difference {t1.get('max_logit_difference')})"
         lines.append(f"T1, {t1.get('lanes')} lanes: lane 0's rows with the other lanes "
                      f"parked against random rows there: {verdict}.")
+    return [*lines, "", *_prompt_table(streams.get("prompt"))]
+
+
+def _prompt_table(prompt: dict[str, Any] | None) -> list[str]:
+    """The streams stage's batched prompt work: a vision call of K frames and a chunk step of
+    K lanes (models/prompt_lanes.py), and T1 for prompt steps."""
+    if not prompt or not prompt.get("frames"):
+        return []
+    frames = prompt["frames"]
+    rows = [f"| {k} | {_f(r['vision_ms'], places=3)} | {_f(r['vision_ms'] / int(k), places=3)} "
+            f"| {_f(r['chunk_ms'], places=3)} | {_f(r['chunk_ms'] / int(k), places=3)} | "
+            f"{'compiled' if r.get('compiled') else 'eager'} |"
+            for k, r in sorted(frames.items(), key=lambda item: int(item[0]))]
+    lines = ["## Batched prompt work: several streams' frames as one step", "",
+             f"Every lane a frame: one vision call of K frames, one chunk step of K lanes x "
+             f"{prompt.get('chunk_rows')} rows with each chunk copied out into its slot "
+             "(models/prompt_lanes.py); medians.", "",
+             "| frames | vision ms | ms per frame | chunk step ms | ms per frame | step |",
+             "|---:|---:|---:|---:|---:|---|", *rows, ""]
+    t1 = prompt.get("t1")
+    if t1:
+        verdict = "bit-identical" if t1.get("bit_identical") else "NOT bit-identical"
+        lines.append(f"T1, {t1.get('lanes')} lanes: lane 0's last row and cache with other "
+                     f"frames in the other lanes against alone: {verdict}.")
     return [*lines, ""]
 
 

@@ -78,8 +78,9 @@ def verifier_costs(stages: dict[str, Any]) -> tuple[str | None, dict[str, Any] |
 
 def lane_costs(streams: dict[str, Any]) -> dict[str, Any]:
     """The verifier's lane costs the streams stage measured (``bench/kit_streams.py``):
-    ``lane_pass_ms_by_lanes`` and ``lane_copy_ms``, measured, each citing its field; {} when
-    the stage did not run (a lane step on the profile then says what is missing)."""
+    ``lane_pass_ms_by_lanes``, ``lane_copy_ms``, ``chunk_ms_by_frames`` and
+    ``vision_ms_by_batch``, measured, each citing its field; {} when the stage did not run (a
+    lane step on the profile then says what is missing)."""
     lanes = streams.get("lanes") or {}
     costs: dict[str, Any] = {}
     if lanes:
@@ -90,6 +91,16 @@ def lane_costs(streams: dict[str, Any]) -> dict[str, Any]:
                         f"{streams.get('step_rows')}] steps, every lane at position "
                         f"{r.get('position')}"}
             for s, r in sorted(lanes.items(), key=lambda item: int(item[0]))}
+    prompt = streams.get("prompt") or {}
+    for key, field, what in (("chunk_ms_by_frames", "chunk_ms", "chunk steps of K lanes, "
+                              "each chunk's positions copied out into its slot"),
+                             ("vision_ms_by_batch", "vision_ms", "vision calls of K frames")):
+        if prompt.get("frames"):
+            costs[key] = {
+                k: {"ms": r[field], "from": f"streams.prompt.frames[{k}].{field}: median of "
+                    f"{streams.get('repeats')} {'compiled' if r.get('compiled') else 'eager'} "
+                    f"{what} (models/prompt_lanes.py)"}
+                for k, r in sorted(prompt["frames"].items(), key=lambda item: int(item[0]))}
     adoption = streams.get("adoption")
     if adoption:
         costs["lane_copy_ms"] = {

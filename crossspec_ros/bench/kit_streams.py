@@ -10,7 +10,13 @@ largest S: ``lane_copy_ms``, the median of ``repeats`` adoptions of a whole prom
 (``LanedLM.adopt``), and T1: lane 0's hidden states and logits are bit-identical whether the
 other lanes are parked or hold random rows at random positions. The pool's own caches are the
 exact runtime's (``use_lanes`` would build another pool of ``2 S + 1`` caches that this stage
-does not time). ``kit_profile.measured_profile`` writes the medians as measured costs.
+does not time). Then the streams' prompt work batched (``models/prompt_lanes.py``), for K =
+1, 2, 4, 8 streams: a ``PromptLanes`` of K lanes, every lane a frame's chunk at the prompt's
+second chunk: the median of ``repeats`` vision calls of K frames (``vision_ms_by_batch[K]``)
+and of ``repeats`` chunk steps of K lanes with each chunk's positions copied out into its
+slot (``chunk_ms_by_frames[K]``); on the largest K, T1 for prompt steps (lane 0's last row
+and its slot's new positions whatever the other lanes' frames hold). ``kit_profile
+.measured_profile`` writes the medians as measured costs.
 """
 
 from __future__ import annotations
@@ -60,7 +66,126 @@ def stage_streams(kit: Any) -> dict[str, Any]:
             torch.cuda.empty_cache()
     result["lane_pass_ms_by_lanes"] = {s: r["ms_per_step"] for s, r in result["lanes"].items()}
     result["lane_copy_ms"] = result["adoption"]["ms"]
+    result["prompt"] = _prompt_batches(kit, pool)
     return result
+
+
+def _prompt_batches(kit: Any, pool: Any) -> dict[str, Any]:
+    """For each K of ``LANE_COUNTS``: the median vision call of K frames and chunk step of K
+    lanes (module docstring); T1 for prompt steps on the largest K."""
+    import gc
+
+    import torch
+
+    from crossspec_ros.models.prompt_lanes import PromptLanes
+
+    verifier = kit.exact
+    _, chunks = verifier.prompt_layout()
+    out: dict[str, Any] = {"chunk_rows": max(chunks), "frames": {}}
+    for k in LANE_COUNTS:
+        prompt = PromptLanes(pool, verifier._encode, k, chunks)
+        warm_up_s = prompt.warm_up()
+        slots = [pool.acquire() for _ in range(k)]
+        try:
+            requests = {lane: _frame(verifier, slots[lane], chunks, seed=lane)
+                        for lane in range(k)}
+            vision = _timed(lambda p=prompt, r=requests: _synced(p, lambda: p._features(r)),
+                            kit.repeats)
+            step = _chunk_step(prompt, requests)
+            chunk = _timed(step, kit.repeats)
+            out["frames"][str(k)] = {
+                "vision_ms": round(statistics.median(vision), 3),
+                "chunk_ms": round(statistics.median(chunk), 3),
+                "vision_ms_all": [round(ms, 3) for ms in vision],
+                "chunk_ms_all": [round(ms, 3) for ms in chunk],
+                "compiled": prompt.laned.compiled, "warm_up_s": warm_up_s,
+                "eager_steps": prompt.laned.eager_steps}
+            kit.log(f"[streams] prompt of {k} frames: vision {statistics.median(vision):.3f} ms, "
+                    f"chunk step {statistics.median(chunk):.3f} ms")
+            if k == LANE_COUNTS[-1]:
+                out["t1"] = _prompt_t1(prompt, requests, verifier, chunks)
+                kit.log(f"[streams] prompt T1 "
+                        f"{'holds' if out['t1']['bit_identical'] else 'FAILS'}")
+        finally:
+            for slot in slots:
+                pool.release(slot)
+        del prompt
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    out["chunk_ms_by_frames"] = {k: r["chunk_ms"] for k, r in out["frames"].items()}
+    out["vision_ms_by_batch"] = {k: r["vision_ms"] for k, r in out["frames"].items()}
+    return out
+
+
+def _frame(verifier: Any, slot: Any, chunks: list[int], seed: int) -> Any:
+    """A frame request of random pixels at the prompt's second chunk (its placeholders)."""
+    import numpy as np
+    import torch
+
+    from crossspec_ros.models.prompt_lanes import FrameRequest
+
+    image = np.random.default_rng(seed).integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    pixels = verifier.preprocess([image]).unsqueeze(0).to(verifier.device,
+                                                          verifier.vision_dtype)
+    ids = torch.full((1, chunks[1]), verifier.placeholder_id, device=verifier.device)
+    return FrameRequest(verifier, slot, chunks[0], ids, pixels, stamp_ns=None)
+
+
+def _synced(prompt: Any, call: Any) -> Any:
+    from crossspec_ros.models.streams import inference, synchronize
+
+    with inference(prompt.device, prompt.pool.stream):
+        out = call()
+        synchronize(prompt.device, prompt.pool.stream)
+    return out
+
+
+def _chunk_step(prompt: Any, requests: dict[int, Any]) -> Any:
+    """A timed call: the chunk step of every lane (embeddings made before, untimed) and each
+    chunk's positions copied out into its slot, as ``PromptLanes.step`` does after its
+    vision call."""
+    from crossspec_ros.models.lanes import LaneRequest
+
+    features = _synced(prompt, lambda: prompt._features(requests))
+    chunks = {}
+    for lane, r in requests.items():
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        encoded = BaseModelOutputWithPooling(pooler_output=features[lane:lane + 1])
+        chunks[lane] = LaneRequest(r.pos, _synced(prompt, lambda r=r, e=encoded: r.verifier
+                                                  .merged_embeds(r.ids, e))[0])
+
+    def step() -> None:
+        prompt.laned.step(chunks)
+        for lane, r in requests.items():
+            prompt.laned.copy(lane, r.slot, r.pos, r.pos + r.rows, into_lane=False)
+    return step
+
+
+def _prompt_t1(prompt: Any, requests: dict[int, Any], verifier: Any,
+               chunks: list[int]) -> dict[str, Any]:
+    """T1 for prompt steps: lane 0's last row and its slot's new positions alone, with the
+    other lanes' frames of other random pixels, and alone again."""
+    import torch
+
+    mine = requests[0]
+
+    def run(with_others: bool) -> tuple[Any, list[Any]]:
+        others = {lane: _frame(verifier, r.slot, chunks, seed=100 + lane)
+                  for lane, r in requests.items() if lane} if with_others else {}
+        rows = _synced(prompt, lambda: prompt.step({0: mine, **others}))[0]
+        end = mine.pos + mine.rows
+        cache = [layer.keys[0, :, mine.pos:end].clone() for layer in mine.slot.cache.layers]
+        return rows, cache
+
+    alone = run(False)
+    variants = {"other frames in the other lanes": run(True), "alone again": run(False)}
+    same = {name: torch.equal(rows[1], alone[0][1]) and torch.equal(rows[0], alone[0][0])
+            and all(torch.equal(a, b) for a, b in zip(cache, alone[1], strict=True))
+            for name, (rows, cache) in variants.items()}
+    return {"lanes": prompt.lanes, "compiled": prompt.laned.compiled,
+            "bit_identical": all(same.values()), "variants": same}
 
 
 def _request(laned: Any, pos: int, seed: int, rows: int | None = None) -> Any:

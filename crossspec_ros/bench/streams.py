@@ -114,16 +114,19 @@ def stream_messages(windows: Sequence[Window], streams: int,
     one frame CLOSING_NS past the last window, so the last window closes by data. ``rig``
     "triggered": every stream's frames at slot i's own frame stamps (a surround rig's
     cameras fire together), each the source's frame nearest in the window; "free-running":
-    each source's frames keep their own phase in the window."""
+    stream k's frames k/streams of a frame interval later (the cameras' phases spread evenly:
+    no two fire together)."""
     if rig not in RIGS:
         raise ValueError(f"rig {rig!r} is not one of {', '.join(RIGS)}")
     n = len(windows)
     frames = frames if frames is not None else [w.frames for w in windows]
+    interval = frame_interval_ns(frames)
     out: list[Message] = []
     for k in range(streams):
+        phase = 0 if rig == "triggered" else k * interval // streams
         for i, onto in enumerate(windows):
             source = _source(i, k, n, streams)
-            shift = onto.t0 - windows[source].t0
+            shift = onto.t0 - windows[source].t0 + phase
             moved = [StampedFrame(f.stamp_ns + shift, f.image, f.encoding, f.frame_id)
                      for f in frames[source]]
             if rig == "triggered" and moved and frames[i]:
@@ -134,6 +137,13 @@ def stream_messages(windows: Sequence[Window], streams: int,
         out.append((after, k, StampedFrame(after, last.image, last.encoding, last.frame_id)))
     out.sort(key=lambda m: (m[0], m[1]))
     return out
+
+
+def frame_interval_ns(frames: Sequence[Sequence[StampedFrame]]) -> int:
+    """The median time between a window's consecutive frames (0 without two)."""
+    gaps = [b.stamp_ns - a.stamp_ns for window in frames
+            for a, b in zip(window, window[1:], strict=False)]
+    return int(summaries.median(gaps)) if gaps else 0
 
 
 def _nearest(frames: Sequence[StampedFrame], stamp_ns: int) -> StampedFrame:

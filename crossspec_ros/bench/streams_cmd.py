@@ -71,8 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "this long past its due time is given up (default 0: never)")
     parser.add_argument("--rig", choices=("triggered", "free-running"), default="triggered",
                         help="triggered: every camera's frames at the same stamps (a surround "
-                        "rig's cameras fire together; default); free-running: each replayed "
-                        "drive's frames keep their own phase")
+                        "rig's cameras fire together; default); free-running: camera k fires "
+                        "k/N of a frame interval after the first (no two together)")
     parser.add_argument("--stream-prompts", choices=("auto", "batched", "separate"),
                         default="auto", help="verifier parameter stream_prompts: the batched "
                         "graph encodes and prefills the streams' frames together (auto, "
