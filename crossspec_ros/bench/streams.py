@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -142,7 +143,7 @@ def stream_messages(windows: Sequence[Window], streams: int,
 def frame_interval_ns(frames: Sequence[Sequence[StampedFrame]]) -> int:
     """The median time between a window's consecutive frames (0 without two)."""
     gaps = [b.stamp_ns - a.stamp_ns for window in frames
-            for a, b in zip(window, window[1:], strict=False)]
+            for a, b in itertools.pairwise(window)]
     return int(summaries.median(gaps)) if gaps else 0
 
 
