@@ -53,6 +53,14 @@ def one_shot_reference(twin, window):
     return token, first, cache, fed
 
 
+def run_threads(threads, timeout_s: float = 300.0) -> None:
+    """Start ``threads`` and wait for each (generous bound: a loaded CI machine)."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout_s)
+
+
 def same_cache(a, b):
     return all(torch.equal(x, y) for pair_a, pair_b in zip(a, b, strict=True)
                for x, y in zip(pair_a, pair_b, strict=True))
@@ -200,12 +208,8 @@ def test_a_streams_captions_are_unchanged_when_other_streams_run_other_windows_o
         with contextlib.suppress(ValueError):  # its session goes with the frame: lane idle
             fail_mid_window()
 
-    threads = [threading.Thread(target=drive, args=(k,)) for k in range(3)]
-    threads.append(threading.Thread(target=failing))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
+    run_threads([threading.Thread(target=drive, args=(k,)) for k in range(3)]
+                + [threading.Thread(target=failing)])
     assert not errors and sorted(results) == [0, 1, 2], errors
     for k, captions in results.items():
         assert [tokens for _, tokens in captions] == [alone[k][i] for i in plans[k]], k

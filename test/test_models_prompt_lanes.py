@@ -11,7 +11,13 @@ import threading
 
 import pytest
 import torch
-from test_models_lanes import lane_cache, lane_twins, one_shot_reference, same_cache
+from test_models_lanes import (
+    lane_cache,
+    lane_twins,
+    one_shot_reference,
+    run_threads,
+    same_cache,
+)
 
 from crossspec_ros.models.live_prefill import LivePrefill
 from crossspec_ros.models.prompt_lanes import FrameRequest
@@ -109,11 +115,7 @@ def test_a_streams_captions_with_batched_prompts_are_unchanged_when_other_stream
         except BaseException as err:  # reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=drive, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
+    run_threads([threading.Thread(target=drive, args=(k,)) for k in range(3)])
     assert not errors and sorted(results) == [0, 1, 2], errors
     for k, captions in results.items():
         assert captions == [alone[k][i] for i in plans[k]], k

@@ -145,16 +145,8 @@ def _chunk_step(prompt: Any, requests: dict[int, Any]) -> Any:
     """A timed call: the chunk step of every lane (embeddings made before, untimed) and each
     chunk's positions copied out into its slot, as ``PromptLanes.step`` does after its
     vision call."""
-    from crossspec_ros.models.lanes import LaneRequest
-
-    features = _synced(prompt, lambda: prompt._features(requests))
-    chunks = {}
-    for lane, r in requests.items():
-        from transformers.modeling_outputs import BaseModelOutputWithPooling
-
-        encoded = BaseModelOutputWithPooling(pooler_output=features[lane:lane + 1])
-        chunks[lane] = LaneRequest(r.pos, _synced(prompt, lambda r=r, e=encoded: r.verifier
-                                                  .merged_embeds(r.ids, e))[0])
+    chunks = _synced(prompt, lambda: prompt.chunk_requests(requests,
+                                                           prompt._features(requests)))
 
     def step() -> None:
         prompt.laned.step(chunks)

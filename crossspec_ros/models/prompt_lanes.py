@@ -104,12 +104,8 @@ class PromptLanes:
         """One vision call and one chunk step for every requesting lane; returns each lane's
         last row (hidden [1, d], logits [1, vocab], float32), as a prompt chunk's ``chain``."""
         with inference(self.device, self.pool.stream):
-            features = self._features(requests)
-            chunks = {}
+            chunks = self.chunk_requests(requests, self._features(requests))
             for lane, request in requests.items():
-                encoded = BaseModelOutputWithPooling(pooler_output=features[lane:lane + 1])
-                embeds = request.verifier.merged_embeds(request.ids.to(self.device), encoded)
-                chunks[lane] = LaneRequest(request.pos, embeds[0])
                 self._make_resident(lane, request)
             rows = self.laned.step(chunks)
             for lane, request in requests.items():
@@ -121,6 +117,17 @@ class PromptLanes:
                         self._last_stamp[lane] = request.stamp_ns
         self.frames_per_step[len(requests)] += 1
         return rows
+
+    def chunk_requests(self, requests: Mapping[int, FrameRequest], features: torch.Tensor
+                       ) -> dict[int, LaneRequest]:
+        """Each lane's chunk: its ids' embeddings with its frame's ``features`` (``[S, T, d]``
+        from ``_features``) in the placeholders' places."""
+        chunks = {}
+        for lane, request in requests.items():
+            encoded = BaseModelOutputWithPooling(pooler_output=features[lane:lane + 1])
+            embeds = request.verifier.merged_embeds(request.ids.to(self.device), encoded)
+            chunks[lane] = LaneRequest(request.pos, embeds[0])
+        return chunks
 
     def expected_lanes(self, pending: Mapping[int, FrameRequest]) -> set[int]:
         """The lanes a step of ``pending`` waits for (up to the batcher's gather time): those
