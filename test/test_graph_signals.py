@@ -93,13 +93,17 @@ class LifecycleManager:
     with composed:=false) that asked it to configure; ``spin(s)`` spins the manager."""
 
     def __init__(self, kind: str, env: dict, ros_args: list[str] = ()) -> None:
+        import tempfile
+
         import rclpy
         from lifecycle_msgs.srv import ChangeState
         from rclpy.executors import SingleThreadedExecutor
 
         args = ["--ros-args", *ros_args] if ros_args else []
+        # stderr in a file: read while the process runs (what it logged so far)
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in close)
         self.proc = subprocess.Popen([*CROSSSPEC, "node", kind, "--no-autostart", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
                                      env=env, start_new_session=True)  # Ctrl-C: the group
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
@@ -126,18 +130,36 @@ class LifecycleManager:
         while time.monotonic() < deadline and not until():
             self.executor.spin_once(timeout_sec=0.1)
 
+    def logged(self) -> str:
+        """What the process wrote to stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read()
+
+    def configuring(self, tries: int = 5, each_s: float = 20.0) -> bool:
+        """Until the node says its configure began (asking again when a request was lost)."""
+        began = lambda: "configuring: loading" in self.logged()  # noqa: E731
+        for attempt in range(tries):
+            if attempt:
+                self.configure()
+            self.spin(each_s, until=lambda: began() or self.proc.poll() is not None)
+            if began() or self.proc.poll() is not None:
+                break
+        return began()
+
     def exited(self, within_s: float) -> tuple[int | None, str]:
         self.spin(within_s, until=lambda: self.proc.poll() is not None)
         if self.proc.poll() is None:
             return None, ""
-        return self.proc.returncode, self.proc.communicate(timeout=30)[1]
+        self.proc.wait(timeout=30)
+        return self.proc.returncode, self.logged()
 
     def close(self) -> None:
         import rclpy
 
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
+        self.stderr.close()
         self.executor.shutdown()
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
@@ -170,7 +192,10 @@ def _interrupted_configure(signum: int, tmp_path: Path) -> tuple[int | None, str
     env.pop("CROSSSPEC_NO_COMPILE", None)  # compiling: a configure of tens of seconds
     manager = LifecycleManager("draft", env)
     try:
-        manager.spin(2.0)
+        # the signal must come while it compiles: not before its configure began (CI once
+        # signalled a node whose configure request was lost: it stopped idle, rightly silent)
+        assert manager.configuring(), manager.logged()
+        manager.spin(1.0)
         if manager.answer.done():
             pytest.skip("configure finished within 2 s: nothing left to interrupt")
         os.killpg(manager.proc.pid, signum)

@@ -122,6 +122,8 @@ class ManagedNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.failure, self.failed_transition = None, ""
         self.configured = self.configuring = True
+        # loading and compiling can take minutes: say it began (a signal stops it)
+        self.get_logger().info("configuring: loading and preparing the models")
         try:
             self.configure_node()
         except Exception as err:  # a model that does not load: the node stays unconfigured
