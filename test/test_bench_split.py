@@ -27,37 +27,46 @@ pytestmark = pytest.mark.slow
 
 
 @needs_netns
-def test_a_drive_split_across_two_hosts_survives_the_link_going_down(tmp_path):
+def test_two_robots_on_one_server_each_get_only_their_own_captions_through_one_robots_outage(
+        tmp_path):
+    # issue 57: one verifier serves both robots as streams; robot1's link goes down for 3 s
     out = tmp_path / "split.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "ROS_AUTOMATIC_DISCOVERY_RANGE"}
     run = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", "bench", "split",
-                          "--duration", "8", "--no-compile", "--fault", "link-down",
-                          "--json", str(out)], capture_output=True, text=True, timeout=600,
-                         env=env)
+                          "--robots", "2", "--duration", "8", "--no-compile", "--fault",
+                          "link-down", "--json", str(out)], capture_output=True, text=True,
+                         timeout=600, env=env)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     *rows, last = [json.loads(line) for line in out.read_text().splitlines()]
-    (row,) = rows
     for key in ("hosts", "link_mbit", "windows", "final", "lossless", "confirmed_ms_median",
                 "draft_ms_p95", "link_mb_per_s"):
         assert key in last, key
-    assert (row["hosts"], row["link_mbit"], row["images"], row["fault"]) == \
-        (2, 20.0, "compressed", "link-down")
-    assert row["windows"] >= 6 and row["final"] >= 3
-    # every window FINAL or UNVERIFIED with its draft; nothing stuck or published twice
-    assert row["final"] + row["unverified"] == row["windows"]
-    assert row["unverified_with_draft"] == row["unverified"]
-    assert row["stuck"] == 0 and row["published_twice"] == 0
-    assert row["lossless"] == row["lossless_checked"] == row["final"]
-    assert row["link_mb_per_s"] > 0 and row["fault_s"] >= 3.0
-    # the player's own pace (8 s of bag from its first message to its last): a rate-1 replay
-    # is never faster than recorded, however late the first draft came
-    assert 0 < row["realtime"] <= 1.01 and row["replay_wall_s"] >= 7.9
-    assert row["namespaces_left"] == []
+    assert last["robots"] == 2 and last["runs"] == 1
+    cut, other = rows
+    assert [(r["robot"], r["hosts"], r["fault"], r["fault_here"], r["replay_start_s"])
+            for r in rows] == [("robot1", 3, "link-down", True, 0.0),
+                               ("robot2", 3, "link-down", False, 9.0)]
+    for row in rows:
+        assert row["wrong_robot"] == 0  # no window of the other robot's stretch reached it
+        assert row["windows"] >= 6
+        # every window FINAL or UNVERIFIED with its draft; nothing stuck or published twice
+        assert row["final"] + row["unverified"] == row["windows"]
+        assert row["unverified_with_draft"] == row["unverified"]
+        assert row["stuck"] == 0 and row["published_twice"] == 0
+        assert row["lossless"] == row["lossless_checked"] == row["final"] >= 3
+        assert row["link_mb_per_s"] > 0 and row["namespaces_left"] == []
+        # the player's own pace (8 s of bag from its first message to its last): a rate-1
+        # replay is never faster than recorded, however late the first draft came
+        assert 0 < row["realtime"] <= 1.01 and row["replay_wall_s"] >= 7.9
+    assert cut["fault_s"] >= 3.0 and "final_during_fault" not in cut
+    # the other robot's captions kept coming while robot1 was cut off
+    assert other["final_during_fault"] >= 1 and "fault_s" not in other
+    assert "robot2 with robot1's link down" not in run.stdout  # no run without it to pair
 
 
 @needs_netns
 def test_the_namespaces_are_removed_when_the_run_fails_inside_them():
-    with pytest.raises(RuntimeError, match="inside"), netns.TwoHosts(k=251) as hosts:
+    with pytest.raises(RuntimeError, match="inside"), netns.SplitHosts(k=251) as hosts:
         assert netns.namespaces_left(251) == ["crossspec-split-251-robot",
                                          "crossspec-split-251-server"]
         sleeper = hosts.start(netns.ROBOT, ["sleep", "60"], dict(os.environ), None)
@@ -68,7 +77,7 @@ def test_the_namespaces_are_removed_when_the_run_fails_inside_them():
 
 @needs_netns
 def test_a_stop_signal_in_the_middle_of_close_does_not_cut_it_short(monkeypatch):
-    hosts = netns.TwoHosts(k=253).__enter__()
+    hosts = netns.SplitHosts(k=253).__enter__()
     try:
         sleeper = hosts.start(netns.ROBOT, ["sleep", "60"], dict(os.environ), None)
         stop, calls = hosts.stop, []
@@ -103,7 +112,7 @@ def test_a_stop_signal_while_a_host_process_starts_leaves_it_recorded_for_close(
             signal.raise_signal(signal.SIGINT)  # the handler runs here, as in os.read
 
     monkeypatch.setattr(netns.subprocess, "Popen", SignalledWhileStarting)
-    hosts = netns.TwoHosts(k=250)
+    hosts = netns.SplitHosts(k=250)
     with sigterm_as_interrupt(signals=STOP_SIGNALS) as caught:
         hosts.caught = caught
         with pytest.raises(KeyboardInterrupt):  # still a stop, once the child is recorded
@@ -125,7 +134,7 @@ def test_the_replay_speed_is_the_players_bag_time_over_its_own_wall_time():
 
 @needs_netns
 def test_the_link_carries_traffic_between_the_namespaces_and_can_be_cut():
-    with netns.TwoHosts(k=252) as hosts:
+    with netns.SplitHosts(k=252) as hosts:
         server = hosts.address[netns.SERVER].split("/")[0]  # answers ARP: the datagram goes
         send = ["ip", "netns", "exec", hosts.ns[netns.ROBOT], sys.executable, "-c",
                 "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
@@ -155,7 +164,7 @@ def test_without_namespaces_the_bench_says_why_in_one_line(monkeypatch, capsys):
 # ------------------------------------------------------------ stopped by a signal
 SPLIT = [sys.executable, "-m", "crossspec_ros.cli.main", "bench", "split"]
 MARK = "CROSSSPEC_TEST_SPLIT_RUN"  # in the environment of the bench and all it starts
-HOSTS_LINE = re.compile(r"hosts (crossspec-split-\d+-)robot and crossspec-split-\d+-server")
+HOSTS_LINE = re.compile(r"hosts (crossspec-split-\d+-)robot\d*, ")
 
 
 class SplitRun:
@@ -311,7 +320,7 @@ def test_a_run_that_replayed_nothing_fails_with_one_line_saying_why(monkeypatch,
         row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault, replayed=False,
                    why_not_replayed=why, namespaces_left=[], link_mb_per_s=0.0,
                    link_mb_per_s_wall=None, replay_wall_s=None, realtime=None)
-        return row
+        return [row]
 
     monkeypatch.setattr(netns, "available", lambda: (True, ""))
     monkeypatch.setattr(split, "run_once", nothing_replayed)

@@ -13,6 +13,14 @@ Per run (every combination of ``--link-mbit``, ``--images`` and ``--fault``):
   republisher would send them); a fault in mid-drive:
     link-down          the link is down for 3 s (the robot drafts on, the server hears nothing)
     verifier-restart   the verifier process is killed (SIGKILL) and started again
+With ``--robots N`` (N > 1) the server serves N robots, each in its own namespace with its own
+link to the server's bridge, player, draft node and monitor, and its own stretch of the bag
+(disjoint, a window apart); one verifier node takes them as streams (parameter ``streams``:
+robot1,robot2,...), and a link-down fault cuts the first robot's link only. Each robot's row
+also says how many windows of another robot's stretch reached it (``wrong_robot``, the
+target 0), and, given runs with and without the fault, the other robots' confirmed latency
+at the robot with the outage against without it, paired by window (``bench/split_outage.py``;
+the target: within 10%). ``--repeat R`` alternates the runs R times.
 Reported (one JSON line per run, the last line the runs and the headline run's numbers):
   windows, final, unverified (with and without a draft), stuck (a draft but no FINAL or
   UNVERIFIED caption at the end), published_twice (more than one FINAL/UNVERIFIED caption for
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -49,6 +58,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.bench.split_outage import effect_line, outage_effects
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.run_record import LosslessTally, lossy_words, status_name, verdict
 from crossspec_ros.run_summary import tally_of
@@ -91,6 +101,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="both nodes' model calls last what a cost profile says they cost "
                         "on the target (models/emulated.py; node parameter emulate): every "
                         "row says EMULATED and whether each node's emulation held")
+    parser.add_argument("--robots", type=int, default=1, choices=range(1, 10), metavar="N",
+                        help="robots sharing the server (default 1): each its own namespace, "
+                        "link, player, draft node and stretch of the bag, one verifier serving "
+                        "them as streams; a link-down fault cuts the first robot's link only")
+    parser.add_argument("--repeat", type=int, default=1, metavar="R",
+                        help="run every combination R times, alternating (default 1)")
     parser.add_argument("--logs", type=Path, default=None,
                         help="keep every process's output in this directory")
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines")
@@ -111,6 +127,15 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"crossspec bench split: EMULATED target, not this machine's costs: "
               f"{args.emulated}", file=sys.stderr)
+    if args.robots > 1 and args.emulate:
+        # the lossless check's reference is the one-stream runtime; an emulated GPU puts the
+        # streams in lanes, whose captions that runtime need not give (docs/streams.md)
+        print("crossspec bench split: --emulate with --robots > 1 is not built: the lossless "
+              "check has no laned reference yet; run the robots unemulated", file=sys.stderr)
+        return 2
+    if args.repeat < 1:
+        print("crossspec bench split: --repeat must be at least 1", file=sys.stderr)
+        return 2
     ok, why = netns.available()
     if not ok:
         print(f"crossspec bench split: cannot make two hosts here: {why}", file=sys.stderr)
@@ -120,9 +145,18 @@ def run(args: argparse.Namespace) -> int:
         print("crossspec bench split: --fault-at must be between 0 and 1", file=sys.stderr)
         return 2
     # ends_process: a second signal while the hosts are taken down must not cut it short
+    if args.robots > 1:
+        try:  # before any host is made: the robots' stretches must fit in the bag
+            robot_stretches(bag, args.robots, args.duration, seconds_to_ns(
+                verifier_defaults()["window_length_s"]))
+        except ValueError as err:
+            print(f"crossspec bench split: --robots {args.robots}: {err}", file=sys.stderr)
+            return 2
+    rows: list[dict[str, Any]] = []
+    effects: list[dict[str, Any]] = []
     with sigterm_as_interrupt(ends_process=True, signals=STOP_SIGNALS) as caught:
         try:
-            rows = run_all(args, bag, caught)
+            rows, effects = run_all(args, bag, caught)
         except KeyboardInterrupt:
             caught["signal"] = caught["signal"] or signal.SIGINT
         if caught["signal"]:  # raised, or noted while a cleanup ran
@@ -133,24 +167,29 @@ def run(args: argparse.Namespace) -> int:
     headline = next((r for r in rows if r["fault"] == "none" and r["images"] == "compressed"
                      and r["link_mbit"] == 20), rows[-1] if rows else {})
     summary = {**{k: v for k, v in headline.items() if not k.startswith("fault_")},
-               "runs": len(rows)}
+               "runs": len({r["run"] for r in rows}), "robots": args.robots}
+    if effects:
+        summary["outage_effects"] = effects
+        for effect in effects:
+            print(effect_line(effect), flush=True)
     if args.json is not None:
         args.json.write_text("".join(json.dumps(r) + "\n" for r in [*rows, summary]))
         print(f"wrote {args.json}", file=sys.stderr)
-    empty = [(number, r) for number, r in enumerate(rows, 1)
-             if not r["replayed"] or r["windows"] == 0]
-    for number, r in empty:
-        print(f"crossspec bench split: run {number} ({run_label(r)}) replayed nothing: "
+    empty = [r for r in rows if not r["replayed"] or r["windows"] == 0]
+    for r in empty:
+        print(f"crossspec bench split: run {r['run']} ({run_label(r)}) replayed nothing: "
               f"{r.get('why_not_replayed') or 'no window reached the robot'}", file=sys.stderr)
     return 0 if rows and not empty and all(
         r["lossless"] == r["lossless_checked"] and r["stuck"] == 0
-        and r["published_twice"] == 0 for r in rows) else 1
+        and r["published_twice"] == 0 and not r.get("wrong_robot") for r in rows) else 1
 
 
 def run_all(args: argparse.Namespace, bag: Path, caught: dict[str, int]
-            ) -> list[dict[str, Any]]:
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every run asked for, in a temporary directory removed at the end (a stop signal's
-    KeyboardInterrupt included; ``caught``: what ``sigterm_as_interrupt`` yielded)."""
+    KeyboardInterrupt included; ``caught``: what ``sigterm_as_interrupt`` yielded): their
+    rows (one per robot and run) and, with several robots, the outage's effect on the
+    others (``outage_effects``)."""
     rows: list[dict[str, Any]] = []
     with temporary_directory("crossspec-split-", caught) as work:
         try:
@@ -159,25 +198,31 @@ def run_all(args: argparse.Namespace, bag: Path, caught: dict[str, int]
             if "compressed" in images:
                 print("crossspec bench split: re-encoding the bag's frames as JPEG "
                       "CompressedImage", file=sys.stderr)
-                bags["compressed"] = jpeg_bag(bag, work / "compressed", args.duration)
+                # several robots replay stretches further in: the whole bag
+                bags["compressed"] = jpeg_bag(bag, work / "compressed",
+                                              args.duration if args.robots == 1 else None)
             reference = ReferenceVerifier(compile=not args.no_compile)
-            runs = list(itertools.product(args.link_mbit, images, args.fault))
-            for number, (mbit, image_mode, fault) in enumerate(runs, 1):
+            runs = [(repeat, *combination) for repeat in range(1, args.repeat + 1)
+                    for combination in itertools.product(args.link_mbit, images, args.fault)]
+            for number, (repeat, mbit, image_mode, fault) in enumerate(runs, 1):
                 print(f"crossspec bench split: run {number}/{len(runs)}: link {mbit:g} Mbit/s, "
                       f"{image_mode} images, fault {fault}", file=sys.stderr)
-                row = run_once(bags[image_mode], mbit, image_mode, fault, args,
-                               work / str(number), caught)
-                row.update(reference.check(bags[image_mode], row.pop("_finals"),
-                                           row.pop("_frames")))
-                rows.append(row)
-                print(row_line(row), flush=True)
+                for row in run_once(bags[image_mode], mbit, image_mode, fault, args,
+                                    work / str(number), caught):
+                    row.update(reference.check(bags[image_mode], row.pop("_finals"),
+                                               row.pop("_frames")), run=number, repeat=repeat)
+                    rows.append(row)
+                    print(row_line(row), flush=True)
         finally:
             if args.logs is not None:
                 with signals_deferred(caught):
                     args.logs.mkdir(parents=True, exist_ok=True)
                     for log in [*work.glob("*/*.log"), *work.glob("*/*.jsonl")]:
                         shutil.copy(log, args.logs / f"{log.parent.name}-{log.name}")
-    return rows
+    effects = outage_effects(rows)
+    for row in rows:
+        row.pop("_at_robot", None)
+    return rows, effects
 
 
 @contextlib.contextmanager
@@ -198,91 +243,240 @@ def temporary_directory(prefix: str, caught: dict[str, int]) -> Iterator[Path]:
 
 # ------------------------------------------------------------ one run
 def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse.Namespace,
-             work: Path, caught: dict[str, int] | None = None) -> dict[str, Any]:
+             work: Path, caught: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """One run: the hosts made, the nodes and players started, the fault injected, every
+    process stopped and the hosts removed; one row per robot."""
     from crossspec_ros.bench import netns
 
     work.mkdir(parents=True)
     env = split_env(args.no_compile)
     py = [sys.executable, "-m"]
     node = [*py, "crossspec_ros.cli.main", "node"]
-    sim = _node_ros_args(args.emulate)
-    seen, player_log = work / "robot.jsonl", work / "player.log"
-    replay_s = args.duration or bag_seconds(bag)
+    robots = plan_robots(bag, args, work)
     fault_info: dict[str, Any] = {}
-    why_not, bytes_crossed, player_finished = None, 0, False
+    why_not, players_finished = None, False
+    crossed = dict.fromkeys((r.name for r in robots), 0)
     # the hosts close first (every process stopped), then the logs
-    with contextlib.ExitStack() as logs, netns.TwoHosts(caught=caught) as hosts:
+    with contextlib.ExitStack() as logs, \
+            netns.SplitHosts(caught=caught, robots=len(robots)) as hosts:
         def log(name: str) -> Any:
             return logs.enter_context(open(work / f"{name}.log", "w"))
 
         hosts.cap(mbit)
-        print(f"crossspec bench split: hosts {hosts.ns[netns.ROBOT]} and "
-              f"{hosts.ns[netns.SERVER]} up, link {mbit:g} Mbit/s: starting the monitor and "
-              "the draft node on the robot, the verifier node on the server", file=sys.stderr)
-        verifier, draft = _start_nodes(hosts, py, node, sim, seen, env, log)
-        player = hosts.start(netns.ROBOT, _player_argv(py, bag, args), env, log("player"))
-        # the link's bytes are the replay's: from the player's announcement (the nodes are
-        # active, its first message comes) to its end
-        announced = wait_player_announced(player_log, player, args.node_timeout + 60)
-        bytes_before = hosts.bytes_crossed()
-        started = announced and wait_first_output(seen, player, args.node_timeout)
+        print(f"crossspec bench split: hosts {', '.join(hosts.ns.values())} up, link "
+              f"{mbit:g} Mbit/s each: starting the monitors and the draft nodes on the "
+              "robots, the verifier node on the server", file=sys.stderr)
+        verifier_argv = [*node, "verifier", *verifier_ros_args(args.emulate, robots)]
+        verifier = _start_nodes(hosts, py, node, verifier_argv, robots, args.emulate, env, log)
+        for robot in robots:
+            robot.player = hosts.start(robot.name, _player_argv(py, bag, args, robot), env,
+                                       log(robot.file("player")))
+        # the links' bytes are the replay's: from the players' announcement (the nodes are
+        # active, their first message comes) to their end
+        announced = all([wait_player_announced(r.player_log, r.player, args.node_timeout + 60)
+                         for r in robots])
+        before = {r.name: hosts.bytes_crossed(r.name) for r in robots}
+        started = announced and all([wait_first_output(r.seen, r.player, args.node_timeout)
+                                     for r in robots])
         if not started:
-            why_not = why_not_replayed(player.poll(), player_log.read_text(),
-                                       args.node_timeout)
+            why_not = "; ".join(
+                (f"{r.name}: " if len(robots) > 1 else "") + why_not_replayed(
+                    r.player.poll(), r.player_log.read_text(), args.node_timeout)
+                for r in robots if not r.seen_output())
         else:
             if fault != "none":
-                time.sleep(args.fault_at * replay_s)
-                fault_info = inject(fault, hosts, verifier, [*node, "verifier", *sim], env,
+                time.sleep(args.fault_at * robots[0].seconds)
+                fault_info = inject(fault, hosts, verifier, verifier_argv, env,
                                     log("verifier-restarted"))
-            player_finished = _wait_player_done(player, replay_s * 3 + 60)
-            bytes_crossed = hosts.bytes_crossed() - bytes_before
+            players_finished = all([_wait_player_done(r.player, r.seconds * 3 + 60)
+                                    for r in robots])
+            crossed = {r.name: hosts.bytes_crossed(r.name) - before[r.name] for r in robots}
             time.sleep(settle_seconds())  # the last windows close, their captions cross
-        for process in [player, draft, *[p for p in hosts.processes if p is not player
-                                         and p is not draft]]:
+        first = [p for r in robots for p in (r.player, r.draft)]
+        for process in [*first, *[p for p in hosts.processes if p not in first]]:
             hosts.stop(process)
         k = hosts.k
+    rows = []
+    for robot in robots:
+        # a fault on a link is on the first robot's; a verifier's restart hits every robot
+        hit = fault == "verifier-restart" or (fault == "link-down" and robot is robots[0])
+        row = robot_row(robot, fault_info, hit, players_finished, crossed[robot.name])
+        row.update(emulated=args.emulated or None, hosts=len(robots) + 1, link_mbit=mbit,
+                   images=image_mode, fault=fault, replayed=bool(started),
+                   why_not_replayed=why_not, namespaces_left=netns.namespaces_left(k))
+        if len(robots) > 1:
+            row.update(fault_here=hit, replay_start_s=robot.start_s)
+        rows.append(row)
+    return rows
+
+
+def robot_row(robot: SplitRobot, fault_info: dict[str, Any], hit: bool,
+              players_finished: bool, bytes_crossed: int) -> dict[str, Any]:
+    """What ``robot`` saw (``summarize``), its link's MB/s over the bag time replayed and over
+    the player's wall time, its replay's pace, and with several robots the windows of
+    another robot's stretch of the bag that reached it (``wrong_robot``)."""
+    records = read_jsonl(robot.seen)
+    row = {"robot": robot.name, **summarize(records, fault_info, hit)}
+    if robot.windows is not None:
+        row["wrong_robot"] = len({r["window"] for r in records if "window" in r}
+                                 - set(robot.windows))
     # a link slower than the images pushes back on the player (DDS sends synchronously into
     # full socket buffers): the replay then runs slower than recorded
-    pace = player_pace(player_log.read_text()) if player_finished else None
-    row = summarize(read_jsonl(seen), fault_info)
-    row.update(emulated=args.emulated or None)
-    row.update(hosts=2, link_mbit=mbit, images=image_mode, fault=fault,
-               replayed=bool(started), why_not_replayed=why_not,
-               namespaces_left=netns.namespaces_left(k),
-               **_link_numbers(bytes_crossed, replay_s, pace))
+    pace = player_pace(robot.player_log.read_text()) if players_finished else None
+    row.update(link_mb_per_s=round(bytes_crossed / 1e6 / robot.seconds, 3),
+               link_mb_per_s_wall=None, replay_wall_s=None, realtime=None)
+    if pace is not None:
+        row.update(link_mb_per_s_wall=round(bytes_crossed / 1e6 / pace[1], 3),
+                   replay_wall_s=round(pace[1], 2), realtime=round(pace[0] / pace[1], 2))
     return row
 
 
-def _node_ros_args(emulate: str) -> list[str]:
-    """The nodes' ROS arguments: the bag's clock, and the emulated target if any."""
-    sim = ["--ros-args", "-p", "use_sim_time:=true"]
-    if emulate:  # each host its own emulated device: a robot's and a server's
-        sim += ["-p", f"emulate:={emulate}"]
-    return sim
+@dataclasses.dataclass
+class SplitRobot:
+    """One robot of a run: its name (with several robots also the ROS namespace of its
+    topics and nodes), the stretch of the bag it replays, the window ids of that stretch
+    (None with one robot), its files and its processes."""
+
+    name: str
+    namespace: str
+    start_s: float
+    seconds: float
+    windows: range | None
+    work: Path
+    player: Any = None
+    draft: Any = None
+
+    def file(self, kind: str) -> str:
+        """A log's name: "player" with one robot, "robot1-player" with several."""
+        return f"{self.name}-{kind}" if self.namespace else kind
+
+    @property
+    def seen(self) -> Path:
+        return self.work / f"{self.name}.jsonl"
+
+    @property
+    def player_log(self) -> Path:
+        return self.work / f"{self.file('player')}.log"
+
+    def topic(self, name: str) -> str:
+        """One of crossspec's topics as this robot's monitor hears it."""
+        return f"/{self.namespace}/{name}" if self.namespace else name
+
+    def seen_output(self) -> bool:
+        return any(r.get("kind") in ("draft", "caption") for r in read_jsonl(self.seen))
 
 
-def _start_nodes(hosts: Any, py: list[str], node: list[str], sim: list[str], seen: Path,
-                 env: dict[str, str], log: Callable[[str], Any]) -> tuple[Any, Any]:
-    """The robot's monitor (writing ``seen``), the server's verifier node and the robot's
-    draft node, in that order; (verifier, draft) once the monitor has started."""
+def plan_robots(bag: Path, args: argparse.Namespace, work: Path) -> list[SplitRobot]:
+    """The robots of a run and the bag stretch each replays: one robot the bag from its
+    start (``--duration`` of it); several, disjoint stretches of ``--duration`` (default: as
+    long as fit) a window apart, so no window is two robots' and a caption on another robot's
+    topics is told by its window."""
     from crossspec_ros.bench import netns
 
-    hosts.start(netns.ROBOT, [*py, "crossspec_ros.bench.split_monitor", "--out",
-                              str(seen)], env, log("monitor"))
-    verifier = hosts.start(netns.SERVER, [*node, "verifier", *sim], env, log("verifier"))
-    draft = hosts.start(netns.ROBOT, [*node, "draft", *sim], env, log("draft"))
-    if not netns.wait_for(seen, 60):
-        raise RuntimeError("the robot's monitor never started; see its log")
-    return verifier, draft
+    names = netns.robot_names(args.robots)
+    if len(names) == 1:
+        return [SplitRobot(names[0], "", 0.0, args.duration or bag_seconds(bag), None, work)]
+    window_ns = seconds_to_ns(verifier_defaults()["window_length_s"])
+    start_ns, stretches = robot_stretches(bag, len(names), args.duration, window_ns)
+    return [SplitRobot(name, name, ns_to_seconds(offset), ns_to_seconds(length),
+                       range((start_ns + offset) // window_ns,
+                             -(-(start_ns + offset + length) // window_ns)), work)
+            for name, (offset, length) in zip(names, stretches, strict=True)]
 
 
-def _player_argv(py: list[str], bag: Path, args: argparse.Namespace) -> list[str]:
-    """`crossspec play` of ``bag``, once both nodes are active (--duration if given)."""
-    player_args = [*py, "crossspec_ros.cli.main", "play", str(bag), "--wait-active",
-                   "crossspec_draft", "crossspec_verifier", "--wait-timeout",
+def robot_stretches(bag: Path, robots: int, duration_s: float | None, window_ns: int
+                    ) -> tuple[int, list[tuple[int, int]]]:
+    """(the bag's start, [(offset, length) of each robot's stretch]), in nanoseconds; raises
+    ValueError when the stretches do not fit in the bag."""
+    from crossspec_ros.bagfile import any_reader
+
+    with any_reader(bag) as reader:
+        start_ns, bag_ns = reader.start_time, reader.end_time - reader.start_time
+    gaps = (robots - 1) * window_ns
+    length = seconds_to_ns(duration_s) if duration_s else \
+        (bag_ns - gaps) // robots // window_ns * window_ns
+    if length <= 0 or robots * length + gaps > bag_ns:
+        raise ValueError(f"{robots} robots need {robots} disjoint stretches of the bag a window "
+                         f"apart: {ns_to_seconds(bag_ns):.1f} s of bag do not hold "
+                         f"{robots} x {ns_to_seconds(max(length, 0)):.1f} s; pass a shorter "
+                         "--duration or a longer --bag")
+    return start_ns, [(i * (length + window_ns), length) for i in range(robots)]
+
+
+def verifier_defaults() -> dict[str, Any]:
+    """The verifier node's parameters as the nodes of a split run them (their defaults)."""
+    from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
+
+    return validate({}, VERIFIER_NODE_PARAMS)
+
+
+def draft_ros_args(emulate: str, robot: SplitRobot) -> list[str]:
+    """A draft node's ROS arguments: the bag's clock (its robot's, with several robots: the
+    player publishes NS/clock), and the emulated target if any."""
+    ros = ["--ros-args", "-p", "use_sim_time:=true"]
+    if robot.namespace:
+        ros += ["-r", f"__ns:=/{robot.namespace}", "-r", "/clock:=clock"]
+    if emulate:  # each host its own emulated device: a robot's and a server's
+        ros += ["-p", f"emulate:={emulate}"]
+    return ros
+
+
+def verifier_ros_args(emulate: str, robots: list[SplitRobot]) -> list[str]:
+    """The verifier's ROS arguments: with one robot the bag's clock; with several, one stream
+    per robot (each robot's bag time is its own: the verifier decides by the frames' stamps
+    and its steady clock, so it keeps its system clock)."""
+    if len(robots) > 1:
+        ros = ["--ros-args", "-p", f"streams:={','.join(r.namespace for r in robots)}"]
+    else:
+        ros = ["--ros-args", "-p", "use_sim_time:=true"]
+    if emulate:
+        ros += ["-p", f"emulate:={emulate}"]
+    return ros
+
+
+def _start_nodes(hosts: Any, py: list[str], node: list[str], verifier_argv: list[str],
+                 robots: list[SplitRobot], emulate: str, env: dict[str, str],
+                 log: Callable[[str], Any]) -> Any:
+    """Each robot's monitor (writing its ``seen``), the server's verifier node and each
+    robot's draft node, in that order; the verifier once every monitor has started."""
+    from crossspec_ros.bench import netns
+
+    for robot in robots:
+        hosts.start(robot.name, [*py, "crossspec_ros.bench.split_monitor", "--out",
+                                 str(robot.seen), *monitor_topics(robot)], env,
+                    log(robot.file("monitor")))
+    verifier = hosts.start(netns.SERVER, verifier_argv, env, log("verifier"))
+    for robot in robots:
+        robot.draft = hosts.start(robot.name, [*node, "draft", *draft_ros_args(emulate, robot)],
+                                  env, log(robot.file("draft")))
+    for robot in robots:
+        if not netns.wait_for(robot.seen, 60):
+            raise RuntimeError(f"{robot.name}'s monitor never started; see its log")
+    return verifier
+
+
+def monitor_topics(robot: SplitRobot) -> list[str]:
+    """The monitor's topic arguments: its robot's namespace (none with one robot)."""
+    if not robot.namespace:
+        return []
+    return [f"--{kind}-topic={robot.topic(f'crossspec/{kind}')}"
+            for kind in ("caption", "draft", "confirmed")]
+
+
+def _player_argv(py: list[str], bag: Path, args: argparse.Namespace, robot: SplitRobot
+                 ) -> list[str]:
+    """`crossspec play` of ``robot``'s stretch of ``bag``, once its draft node and the
+    verifier are active."""
+    player_args = [*py, "crossspec_ros.cli.main", "play", str(bag), "--wait-timeout",
                    str(args.node_timeout)]
-    if args.duration:
-        player_args += ["--duration", str(args.duration)]
+    if robot.namespace:
+        player_args += ["--namespace", robot.namespace, "--start", str(robot.start_s),
+                        "--duration", str(robot.seconds), "--wait-active", "crossspec_draft",
+                        "/crossspec_verifier"]
+    else:
+        player_args += ["--wait-active", "crossspec_draft", "crossspec_verifier"]
+        if args.duration:
+            player_args += ["--duration", str(args.duration)]
     return player_args
 
 
@@ -292,16 +486,6 @@ def _wait_player_done(player: Any, timeout: float) -> bool:
     while player.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     return player.poll() is not None
-
-
-def _link_numbers(bytes_crossed: int, replay_s: float, pace: tuple[float, float] | None
-                  ) -> dict[str, Any]:
-    """The link's MB/s over the bag time replayed and over the player's wall time, the
-    replay's wall seconds and its speed against the recording (None without a pace)."""
-    return {"link_mb_per_s": round(bytes_crossed / 1e6 / replay_s, 3),
-            "link_mb_per_s_wall": round(bytes_crossed / 1e6 / pace[1], 3) if pace else None,
-            "replay_wall_s": round(pace[1], 2) if pace else None,
-            "realtime": round(pace[0] / pace[1], 2) if pace else None}
 
 
 # `crossspec play`'s lines (cli/play_cmd.py): once it starts, and its summary at the end
@@ -409,8 +593,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------ what the robot saw
-def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, Any]:
-    """The run's numbers from the monitors' records (see the module docstring)."""
+def summarize(robot: list[dict[str, Any]], fault: dict[str, Any], hit: bool = True
+              ) -> dict[str, Any]:
+    """The run's numbers from a robot's monitor's records (see the module docstring);
+    ``fault``: when it began and ended, ``hit``: whether it was this robot's (another
+    robot's outage: the FINAL captions that reached this one meanwhile)."""
     captions = [r for r in robot if r["kind"] == "caption"]
     drafts = {r["window"]: r for r in robot if r["kind"] == "draft"}
     terminal: dict[int, list[dict[str, Any]]] = {}
@@ -424,9 +611,9 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
     tally = tally_of(window_rows(windows, terminal, drafts)).summary()
     # at the robot: its own window close (the draft's arrival less its first-token latency,
     # on the robot's clock) to the FINAL caption's arrival: the link's delays both ways in it
-    at_robot = [(c["t"] - drafts[w]["t"]) * 1e3 + drafts[w]["first_token_ms"]
+    at_robot = {w: (c["t"] - drafts[w]["t"]) * 1e3 + drafts[w]["first_token_ms"]
                 for w, c in finals.items()
-                if w in drafts and drafts[w]["first_token_ms"] is not None]
+                if w in drafts and drafts[w]["first_token_ms"] is not None}
     row: dict[str, Any] = {
         "windows": tally["windows"], "final": tally["final"],
         "unverified": tally["unverified"],
@@ -435,7 +622,7 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
         "uncaptioned": sum(1 for w in windows if w not in terminal),
         "published_twice": sum(1 for cs in terminal.values() if len(cs) > 1),
         "confirmed_ms_median": tally["confirmed_done_ms_median"],
-        "confirmed_at_robot_ms_median": median_ms(at_robot),
+        "confirmed_at_robot_ms_median": median_ms(list(at_robot.values())),
         "draft_ms_p95": tally["draft_first_token_ms_p95"],
         "drafted": len(drafts),
         # a window's first draft that reached the robot after its FINAL caption: the caption
@@ -445,11 +632,15 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any]) -> dict[str, A
         "_finals": {w: (c["confirmed_text"], c.get("acceptance_rule", ""))
                     for w, c in finals.items()},
         "_frames": {r["window"]: r["stamps_ns"] for r in robot if r["kind"] == "frames"},
+        "_at_robot": at_robot,  # per window, for the outage's effect on the other robots
         # each node's last emulation verdict (none when nothing is emulated)
         "emulation": {r["node"]: {"held": r["held"], "over_budget": r["over_budget"]}
                       for r in robot if r["kind"] == "emulation"},
     }
-    if fault:
+    if fault and not hit:
+        row["final_during_fault"] = sum(
+            1 for c in finals.values() if fault["fault_start"] <= c["t"] <= fault["fault_end"])
+    elif fault:
         start, end = fault["fault_start"], fault["fault_end"]
         drafted_at = {w: d["t"] for w, d in drafts.items()}
         # the graph is whole again when the robot hears a caption after the fault
@@ -547,8 +738,13 @@ class ReferenceVerifier:
 
 
 def run_label(row: dict[str, Any]) -> str:
-    """What the run was: "link 20 Mbit/s, compressed images, fault none"."""
-    return f"link {row['link_mbit']:g} Mbit/s, {row['images']} images, fault {row['fault']}"
+    """What the run was: "link 20 Mbit/s, compressed images, fault none" (", robot2 of 3
+    hosts" with several robots)."""
+    label = f"link {row['link_mbit']:g} Mbit/s, {row['images']} images, fault {row['fault']}"
+    if "fault_here" in row:
+        label += f", {row['robot']}" + (" (its link)" if row["fault_here"] and
+                                        row["fault"] == "link-down" else "")
+    return label
 
 
 # why "after the robot's close" can be unmeasured: it is read off the robot's drafts
@@ -568,7 +764,9 @@ def row_line(row: dict[str, Any]) -> str:
             f"{row['unverified']} UNVERIFIED "
             f"({row['unverified_with_draft']} with their draft), {row['stuck']} stuck, "
             f"{row['published_twice']} published twice, "
-            f"{row.get('drafts_after_final', 0)} drafts after their caption; lossless "
+            f"{row.get('drafts_after_final', 0)} drafts after their caption"
+            + (f", {row['wrong_robot']} windows of another robot"
+               if "wrong_robot" in row else "") + "; lossless "
             f"{row['lossless']}/"
             f"{row['lossless_checked']}; confirmed median "
             f"{_ms(row['confirmed_ms_median'], 'no FINAL caption')} after the verifier's "
@@ -584,6 +782,8 @@ def row_line(row: dict[str, Any]) -> str:
         if "uncaptioned_while_verifier_down" in row:
             line += (f"; {row['uncaptioned_while_verifier_down']} drafted windows got no "
                      "caption while no verifier ran")
+    if "final_during_fault" in row:
+        line += f"; {row['final_during_fault']} FINAL captions came during the fault"
     if row.get("emulated"):
         line += "; " + emulation_verdict(row.get("emulation") or {})
     return line

@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --namespace: publish the bag time on /clock all the same")
     parser.add_argument("--wait-active", nargs="+", default=[], metavar="NODE",
                         help="start only once these lifecycle nodes are active (e.g. "
-                             "crossspec_draft crossspec_verifier): nothing is replayed before "
+                             "crossspec_draft crossspec_verifier; relative names are in "
+                             "--namespace, /name is absolute): nothing is replayed before "
                              "anyone listens, however long the models take to load")
     parser.add_argument("--wait-timeout", type=float, default=900.0, metavar="S",
                         help="give up waiting for --wait-active after S seconds (default 900)")

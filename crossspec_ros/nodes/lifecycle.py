@@ -237,15 +237,16 @@ def _empty_cuda_cache() -> None:
 
 def wait_until_active(client: Any, names: list[str], spin_once: Callable[[float], None],
                       timeout_s: float, report: Callable[[str], None] | None = None) -> None:
-    """Spin until every lifecycle node in ``names`` (resolved in ``client``'s namespace)
-    answers ``get_state`` with active; raises NodeStartError naming the late ones after
-    ``timeout_s``. What `crossspec play --wait-active` does before the first message."""
+    """Spin until every lifecycle node in ``names`` (a relative name resolved in
+    ``client``'s namespace, an absolute one as it is) answers ``get_state`` with active;
+    raises NodeStartError naming the late ones after ``timeout_s``. What `crossspec play
+    --wait-active` does before the first message."""
     import time
 
     from lifecycle_msgs.msg import State
     from lifecycle_msgs.srv import GetState
 
-    clients = {name: client.create_client(GetState, f"{name.strip('/')}/get_state")
+    clients = {name: client.create_client(GetState, f"{name.rstrip('/')}/get_state")
                for name in names}
     waiting, pending = set(names), {}
     deadline = time.monotonic() + timeout_s
