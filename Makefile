@@ -76,6 +76,12 @@ bench: setup
 	  --plot build/bench/streams.png
 	$(CROSSSPEC) bench streams --streams 1,2,4,8 --emulate $(STREAMS_PROFILE) \
 	  --json build/bench/streams-emulated.json --plot build/bench/streams-emulated.png
+	@# the split across hosts needs network namespaces, so root
+	@if [ "$$(id -u)" = 0 ]; then \
+	  $(CROSSSPEC) bench split --fault none link-down --json build/bench/split.jsonl && \
+	  $(CROSSSPEC) bench split --robots 2 --fault none link-down --repeat 3 \
+	    --json build/bench/split-robots.jsonl; \
+	else echo "make bench: bench split skipped: network namespaces need root"; fi
 
 clean:
 	rm -rf build install log .pytest_cache .hypothesis

@@ -69,7 +69,7 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
                  "engine-bfloat16", "fidelity-bfloat16", "drafter", "prefill-compiled",
                  "exactness-float32",
                  "exactness-4bit",
-                 "passes-4bit", "sharing", "streams", "tests", "profile"):
+                 "passes-4bit", "sharing", "streams", "trace", "tests", "profile"):
         assert (out / f"{name}.json").is_file(), name
     # progress: a line per stage as it starts and ends
     assert result.stderr.index("[env] running") < result.stderr.index("[verifier] done") \
@@ -102,6 +102,36 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
 
 
 @pytest.mark.slow
+def test_the_trace_stage_profiles_every_call_the_product_makes_on_the_device(rehearsal):
+    out, _ = rehearsal
+    trace = json.loads((out / "trace.json").read_text())
+    assert list(trace["workloads"]) == ["verifier step, 1 row", "verifier step, 32 rows",
+                                        "vision, 1 frame", "prompt chunk", "drafter step",
+                                        "drafter prefill"]
+    assert trace["peaks"] is None  # a CPU: no bound claimed
+    for name, w in trace["workloads"].items():
+        assert w["wall_ms"] > 0 and w["weight_gb"] > 0 and w["gflop"] > 0, name
+        assert w["kernels_are"] == "leaf CPU operators"
+        assert w["profiled_calls"] == trace["repeats"] and w["kernels_per_call"] > 0, name
+        assert 0 < w["busy_share"] <= 1 and w["top_kernels"], name
+        assert w["x_bound"] is None and w["achieved_gb_per_s"] > 0
+    steps = trace["workloads"]
+    assert steps["verifier step, 32 rows"]["gflop"] == pytest.approx(
+        32 * steps["verifier step, 1 row"]["gflop"], rel=0.01)
+
+
+@pytest.mark.slow
+def test_the_sharing_stage_measures_the_verifier_beside_a_drafter_that_steps(rehearsal):
+    # the stage ran after fp32's, which freed the drafter: its thread died at once and the
+    # verifier's pass "beside the drafter" was timed beside nothing
+    out, _ = rehearsal
+    sharing = json.loads((out / "sharing.json").read_text())
+    assert sharing["drafter_steps_meanwhile"] > 0
+    assert sharing["verifier_pass_ms_beside_drafter_stream"] > 0
+    assert "beside_drafter_stream_not_measured" not in sharing
+
+
+@pytest.mark.slow
 def test_the_rehearsal_imports_nothing_the_gpu_machine_lacks(rehearsal):
     out, _ = rehearsal
     imported = set(json.loads((out / "stages.json").read_text())["imported"])
@@ -119,7 +149,8 @@ def test_the_report_of_the_rehearsal_has_its_tables_and_the_cost_profile(rehears
                     "## The verifier alone", "## One verifier pass",
                     "## Exactness: k-token verification", "## bench engine",
                     "## Fidelity: the cost profile against each window's trace",
-                    "## Lane steps: several streams' steps as one forward"):
+                    "## Lane steps: several streams' steps as one forward",
+                    "## Where each step's time goes"):
         assert heading in text, heading
     assert "Stages not done: none." in text
     # the kit writes one file of costs, the profile the emulation reads, as it measured it

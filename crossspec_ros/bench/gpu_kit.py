@@ -23,14 +23,19 @@ order against a time budget (``--budget``, default 480 s):
                   step for S = 1, 2, 4, 8 on the exact runtime, a lane's adoption copy, and
                   T1 (a lane's rows whatever the other lanes hold); after the stages above:
                   the profile it completes needs the drafter's costs
-  prefill-compiled, exactness-float32, 4bit, sharing, tests
+  trace           torch.profiler over a decoding step (1 and step-rows rows), a vision call,
+                  a prompt chunk, the drafter's step and prefill (``bench/kit_trace.py``):
+                  top kernels, the device's busy share, achieved bandwidth and FLOP rate,
+                  the distance from the bound (issue 55)
+  prefill-compiled, sharing, exactness-float32, 4bit, tests
                   what the budget leaves: the prompt's chunks compiled as well (the first
                   stages run prefill eager, so that their compile is the decoding steps'
-                  alone); fp32 exactness; the verifier in 4-bit NF4 (exactness and passes);
-                  the verifier's pass beside the drafter (its steps on their own CUDA stream
-                  in this process, and in a process of its own: the cost of sharing the
-                  device; last in this process, as a CUDA fault there ends the process's
-                  GPU work); the CUDA tests (test/test_models_gpu.py, a process of their own)
+                  alone); the verifier's pass beside the drafter (its steps on their own CUDA
+                  stream in this process, and in a process of its own: the cost of sharing
+                  the device; before the stages that free the drafter, after those that
+                  matter more, as a CUDA fault there ends the process's GPU work); fp32
+                  exactness; the verifier in 4-bit NF4 (exactness and passes); the CUDA
+                  tests (test/test_models_gpu.py, a process of their own)
 
 Each stage writes its JSON into OUT as soon as it is done, and ``stages.json`` lists every stage
 with its status (done, skipped, failed; running while it runs) and seconds, so a call killed at
@@ -637,16 +642,32 @@ def _sharing_beside_stream(kit: Kit, window: Any, alone: float, result: dict[str
             steps[0] += 1
         _close(session)
 
-    thread = threading.Thread(target=keep_drafting, name="kit-drafter", daemon=True)
-    thread.start()
-    beside_thread = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
-    stop.set()
-    thread.join(timeout=60)
+    failed: list[str] = []
+
+    def drafting() -> None:
+        try:
+            keep_drafting()
+        except Exception as err:  # said in the result: a pass beside no drafter is no number
+            failed.append(f"{type(err).__name__}: {err}")
+
+    if kit.drafter is None:
+        failed.append("the drafter was not loaded (or freed by a stage before)")
+    else:
+        thread = threading.Thread(target=drafting, name="kit-drafter", daemon=True)
+        thread.start()
+        beside_thread = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+        stop.set()
+        thread.join(timeout=60)
+    result.update({"verifier_pass_ms_alone": alone, "drafter_steps_meanwhile": steps[0]})
+    if failed or steps[0] == 0:
+        result.update(verifier_pass_ms_beside_drafter_stream=None,
+                      slowdown_beside_drafter_stream=None,
+                      beside_drafter_stream_not_measured=failed[0] if failed
+                      else "the drafter took no step meanwhile")
+        return
     result.update({
-        "verifier_pass_ms_alone": alone,
         "verifier_pass_ms_beside_drafter_stream": beside_thread,
-        "slowdown_beside_drafter_stream": round(beside_thread / alone, 3) if alone else None,
-        "drafter_steps_meanwhile": steps[0]})
+        "slowdown_beside_drafter_stream": round(beside_thread / alone, 3) if alone else None})
 
 
 def stage_prefill_compiled(kit: Kit) -> dict[str, Any]:
@@ -732,6 +753,12 @@ def stage_streams(kit: Kit) -> dict[str, Any]:
     return run_streams(kit)
 
 
+def stage_trace(kit: Kit) -> dict[str, Any]:
+    from crossspec_ros.bench.kit_trace import stage_trace as run_trace
+
+    return run_trace(kit)
+
+
 def _streams_s(kit: Kit) -> float:
     """A compile of the lane step per lane count, each about the exact runtime's step
     compile (its seconds from the verifier stage), and their steps: a prior without it."""
@@ -765,9 +792,18 @@ STAGES: tuple[Stage, ...] = (
     # after the verifier's and the drafter's stages (the lease is short, and the profile its
     # lane costs go into needs the drafter's): a compile per lane count, a few steps each
     Stage("streams", stage_streams, _streams_s, ("verifier",)),
+    # where each step's time goes (issue 55 §2): no compile, a few calls of each kind
+    Stage("trace", stage_trace,
+          lambda kit: (2 * kit.repeats + 2) * 6 * _decode_window_s(kit) / kit.max_new_tokens
+          + _prior(kit, 20, 3), ("verifier",)),
     Stage("prefill-compiled", stage_prefill_compiled,
           lambda kit: kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 10, 2),
           ("verifier",)),
+    # both models stepping on one device (issue 55 puts it before fp32 and 4-bit, which free
+    # the drafter for their memory): a CUDA fault here ends only the stages after it
+    Stage("sharing", stage_sharing,
+          lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
+          ("verifier", "drafter")),
     Stage("exactness-float32", stage_exactness_float32,
           lambda kit: 1.5 * kit.seconds("verifier", _prior(kit, 300, 10))
           + 1.5 * kit.seconds("exactness", _prior(kit, 60, 4))),
@@ -775,9 +811,6 @@ STAGES: tuple[Stage, ...] = (
           lambda kit: kit.seconds("verifier", _prior(kit, 300, 10))
           + kit.seconds("exactness", _prior(kit, 60, 4))
           + kit.seconds("passes", _prior(kit, 60, 4)), ("verifier",)),
-    Stage("sharing", stage_sharing,
-          lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
-          ("verifier", "drafter")),
     Stage("tests", stage_tests, lambda kit: _prior(kit, 120, 20)),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)

@@ -3,10 +3,10 @@ report, JSON and Markdown, under docs/ (the README's GPU section quotes it).
 
 The kit (``crossspec bench gpu-kit``) leaves ``stages.json`` (every stage: done, skipped or
 failed, and why), one JSON per stage (``env``, ``verifier``, ``exactness-*``, ``passes-*``,
-``engine-*``, ``drafter``, ``streams``, ``tests``) and the run's cost profile (``profile``:
-``bench/kit_profile.py``); this reads whatever came back, names the stages that were skipped,
-failed or never reached, files the kit's profile under the bundled ones (named for this
-report) and writes the tables: the verifier's
+``engine-*``, ``drafter``, ``streams``, ``trace``, ``tests``) and the run's cost profile
+(``profile``: ``bench/kit_profile.py``); this reads whatever came back, names the stages
+that were skipped, failed or never reached, files the kit's profile under the bundled ones
+(named for this report) and writes the tables: the verifier's
 costs per runtime against the physical limits (FACTS.md:
 prefill >= ~30 ms, decode >= ~4.4 ms per token in bf16 and >= ~1.5 ms in 4-bit on an H100),
 pass cost for 1/4/8/16 tokens, memory, exactness per runtime and float type, and the engine's
@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from crossspec_ros.bench.kit_profile import PROFILE_STAGE, device_tag, profile_name
+from crossspec_ros.bench.kit_trace import report_lines as trace_lines
 from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
                "engine-4bit", "fidelity-bfloat16", "fidelity-float32", "drafter",
-               "prefill-compiled", "sharing", "streams", PROFILE_STAGE)
+               "prefill-compiled", "sharing", "streams", "trace", PROFILE_STAGE)
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -113,6 +114,7 @@ def markdown(stages: dict[str, Any], date: str) -> str:
     lines += _engine_table(stages)
     lines += _fidelity_table(stages)
     lines += _streams_table(stages.get("streams"))
+    lines += trace_lines(stages.get("trace"))
     return "\n".join(lines) + "\n"
 
 
@@ -181,8 +183,10 @@ def _load_table(stages: dict[str, Any]) -> list[str]:
         for where, key in (("this process, its own CUDA stream", "drafter_stream"),
                            ("a process of its own", "drafter_process")):
             beside = sharing.get(f"verifier_pass_ms_beside_{key}")
+            why_not = sharing.get(f"beside_{key}_not_measured")
             lines.append(f"| {where} | {_f(beside, places=2)} | "
-                         f"{_f(sharing.get(f'slowdown_beside_{key}'), 'x', 2)} |")
+                         f"{_f(sharing.get(f'slowdown_beside_{key}'), 'x', 2)}"
+                         + (f" (not measured: {why_not})" if why_not else "") + " |")
         lines.append("")
     return lines
 
