@@ -98,3 +98,14 @@ def test_the_static_runtime_on_cuda_is_bit_exact_and_the_engine_equals_its_plain
     engine = SpeculativeEngine(verifier, None, EngineConfig(max_new_tokens=12))
     for _ in range(2):
         assert engine.run_window(window).tokens == engine.verifier_only(window)
+    if compiled:  # the vision tower too, one frame a CUDA graph (issue 55): live = one shot
+        from crossspec_ros.models.live_prefill import LivePrefill
+
+        vision = verifier.runtime.vision
+        assert vision.compiled, vision.compile_failed
+        live = LivePrefill(verifier)
+        for frame in window.frames:
+            live.add_frame(frame.image, frame.stamp_ns)
+        one_shot = verifier.prefill(verifier.prepare(window))
+        assert torch.equal(live.finish(())[0].last_logits, one_shot.last_logits)
+        assert vision.calls["eager"] == 0 and vision.calls["compiled"] > 0

@@ -205,22 +205,36 @@ def test_step_rows_must_be_increasing_positive_sizes():
 @pytest.mark.slow
 def test_compiled_steps_are_warmed_up_at_once_and_stay_bit_exact(bundled, windows,
                                                                   monkeypatch):
-    """Compiled (inductor): every shape compiled in the warm-up, none later; verification
-    rows bit-identical to one-token decoding in bfloat16; the engine's captions its own."""
+    """Compiled (inductor): every shape compiled in the warm-up, none later, the vision tower
+    for one frame included (issue 55); verification rows bit-identical to one-token decoding
+    in bfloat16; a live prefill the one-shot prefill's cache bit for bit; the engine's
+    captions its own."""
     from torch._dynamo.utils import counters
+
+    from crossspec_ros.models.live_prefill import LivePrefill
 
     monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
     verifier = static_twin(bundled[0], RuntimeOptions(compile=True, step_rows=(8,)),
                            dtype=torch.bfloat16)
-    assert verifier.runtime.compiled and verifier.runtime.compile_failed is None
+    runtime = verifier.runtime
+    assert runtime.compiled and runtime.compile_failed is None
+    assert runtime.vision.compiled and "vision compiled" in runtime.describe()
+    assert "vision 1 frame" in runtime.compile_s
     graphs = counters["stats"]["unique_graphs"]
     single, chunked = teacher_forced_rows(verifier, windows[0], 7)
     assert all(torch.equal(a, b) for a, b in zip(single, chunked, strict=True))
+    one_shot = verifier.prefill(verifier.prepare(windows[1]))
+    live = LivePrefill(verifier)
+    for frame in windows[1].frames:
+        live.add_frame(frame.image, frame.stamp_ns)
+    session, _ = live.finish(())
+    assert torch.equal(one_shot.last_logits, session.last_logits)
     engine = SpeculativeEngine(verifier, None, EngineConfig())
     for window in [*windows, *windows]:
         assert engine.run_window(window).tokens == engine.verifier_only(window)
     assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled mid-drive
-    assert verifier.runtime.eager_steps == 0  # and every step ran compiled
+    assert runtime.eager_steps == 0  # and every step ran compiled
+    assert runtime.vision.calls["eager"] == 0 and runtime.vision.calls["compiled"] > 0
 
 
 def test_with_prefill_left_eager_only_the_decoding_steps_compile_and_stay_bit_exact(
@@ -234,6 +248,7 @@ def test_with_prefill_left_eager_only_the_decoding_steps_compile_and_stay_bit_ex
                            dtype=torch.bfloat16)
     runtime = verifier.runtime
     assert runtime.compiled and "prefill eager" in runtime.describe()
+    assert runtime.vision is None  # the prompt's work, vision included, stays eager
     assert runtime._last_fn == runtime._last_row and runtime._rows_fn != runtime._rows
     assert any(shape.startswith("chunk") for shape in runtime.warmed)
     single, chunked = teacher_forced_rows(verifier, windows[0], 7)

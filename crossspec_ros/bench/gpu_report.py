@@ -216,6 +216,23 @@ def _verifier_table(stages: dict[str, Any]) -> list[str]:
             "|---|---|---:|---:|---:|", *rows, ""]
 
 
+def _prefill_lines(prefill: dict[str, Any] | None, how: str) -> list[str]:
+    """A prefill's costs (``gpu_kit._prefill_costs``): one shot and live, per frame."""
+    if not prefill:
+        return []
+    whole = prefill.get("whole", {})
+    lines = ["", f"Prefill ({how}) of {prefill.get('prompt_tokens')} tokens in one shot: "
+             f"vision {_f(whole.get('vision_ms'), ' ms', 2)}, prefill "
+             f"{_f(whole.get('prefill_ms'), ' ms', 2)}; frame preparation "
+             f"{_f(prefill.get('prepare_ms_per_frame'), ' ms', 2)} per frame."]
+    chunks = prefill.get("per_frame_chunk")
+    if chunks:
+        lines.append("Live prefill, per frame (tokens: vision ms + prefill ms): "
+                     + ", ".join(f"{c['tokens']}: {c['vision_ms']:.2f} + "
+                                 f"{c['prefill_ms']:.2f}" for c in chunks) + ".")
+    return lines
+
+
 def _passes_table(stages: dict[str, Any]) -> list[str]:
     lines = []
     for quant in ("bfloat16", "4bit"):
@@ -232,18 +249,10 @@ def _passes_table(stages: dict[str, Any]) -> list[str]:
             lines.append(f"| {name} | " + " | ".join(_f(ms.get(str(k)), places=2)
                                                      for k in counts)
                          + f" | {_f(x.get('8'), 'x', 2)} |")
-        prefill = passes.get("prefill")
-        if prefill:
-            whole = prefill.get("whole", {})
-            lines += ["", f"Prefill of {prefill.get('prompt_tokens')} tokens in one shot: "
-                      f"vision {_f(whole.get('vision_ms'), ' ms', 2)}, prefill "
-                      f"{_f(whole.get('prefill_ms'), ' ms', 2)}; frame preparation "
-                      f"{_f(prefill.get('prepare_ms_per_frame'), ' ms', 2)} per frame."]
-            chunks = prefill.get("per_frame_chunk")
-            if chunks:
-                lines.append("Live prefill, per frame (tokens: vision ms + prefill ms): "
-                             + ", ".join(f"{c['tokens']}: {c['vision_ms']:.2f} + "
-                                         f"{c['prefill_ms']:.2f}" for c in chunks) + ".")
+        lines += _prefill_lines(passes.get("prefill"), "eager")
+        if quant == "bfloat16":
+            lines += _prefill_lines((stages.get("prefill-compiled") or {}).get("prefill"),
+                                    "the prompt's chunks and the vision tower compiled")
         memory = passes.get("memory_gib")
         if memory:
             lines += ["", "Memory (GiB): " + ", ".join(f"{k} {v}" for k, v in memory.items())]

@@ -42,6 +42,7 @@ DEVICE_PEAKS = (
     ("A100", 2.0e12, 312e12),
 )
 TOP_KERNELS = 8
+GIGA = 10.0 ** 9  # bytes in a GB, FLOPs in a GFLOP
 VISION_MODULE_WORDS = ("vision", "video_tower", "image_tower", "multi_modal_projector",
                        "event_tower", "projector")
 
@@ -208,8 +209,8 @@ def trace(workload: Workload, repeats: int, peaks: tuple[float, float] | None,
     wall_ms = statistics.median(walls)
     timeline = kernel_timeline(prof.events(), cuda, repeats)
     return {"wall_ms": round(wall_ms, 3), "tokens": workload.tokens,
-            "weight_gb": round(workload.weight_bytes / 1e9, 6),
-            "gflop": round(workload.flops / 1e9, 6), **timeline,
+            "weight_gb": round(workload.weight_bytes / GIGA, 6),
+            "gflop": round(workload.flops / GIGA, 6), **timeline,
             **achieved(workload, wall_ms, peaks)}
 
 
@@ -218,7 +219,7 @@ def achieved(workload: Workload, wall_ms: float, peaks: tuple[float, float] | No
     """GB/s and TFLOP/s achieved, and with known peaks the bound and the distance from it."""
     seconds = wall_ms / 1e3
     out: dict[str, Any] = {
-        "achieved_gb_per_s": round(workload.weight_bytes / seconds / 1e9, 2),
+        "achieved_gb_per_s": round(workload.weight_bytes / seconds / GIGA, 2),
         "achieved_tflop_per_s": round(workload.flops / seconds / 1e12, 4),
         "bound_ms": None, "x_bound": None, "bound_by": None,
         "bandwidth_share": None, "flop_share": None}

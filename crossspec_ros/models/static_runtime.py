@@ -161,7 +161,13 @@ def use_static_runtime(model: CaptionModel, options: RuntimeOptions | None,
     tail = prompt_len - sum(chunks)
     if tail >= model.runtime.max_rows:  # a tail longer than a step is a chunk of its own
         chunks = [*chunks, tail]
-    return model.runtime.warm_up(chunks)
+    timings = model.runtime.warm_up(chunks)
+    if model.runtime.compiled and options.compile_prefill:  # the prompt's work compiled
+        from crossspec_ros.models.vision_runtime import compile_vision
+
+        with COMPILE_GATE.warming_up():
+            timings.update(compile_vision(model, model.runtime))  # also its compile_s
+    return timings
 
 
 def _runtimes(model: CaptionModel) -> dict[Any, Any]:
@@ -239,6 +245,8 @@ class StaticLM:
         self.compiled = False
         self.compile_failed: str | None = None  # why compiling did not work, if it did not
         self.compile_s: dict[str, float] = {}
+        # the model's per-frame vision compiled with the prompt's chunks (vision_runtime.py)
+        self.vision: Any = None
         self.warmed: set[str] = set()  # the shapes the warm-up ran ("rows 32", "chunk 17")
         # steps in a shape the warm-up did not run, by shape (compiled: they ran eager)
         self.steps_not_warmed: Counter[str] = Counter()
@@ -443,6 +451,8 @@ class StaticLM:
             mode += f" {compile_mode(self.device)}"
         if self.compiled and not self.options.compile_prefill:
             mode += ", prefill eager"
+        if self.vision is not None and self.vision.compiled:
+            mode += ", vision compiled"
         exact = ", exact" if self.options.exact else ""
         return (f"{self.name}: static runtime ({mode}{exact}), {len(self._slots)} caches of "
                 f"{self.max_len} positions, steps of {'/'.join(map(str, self.step_rows))} "

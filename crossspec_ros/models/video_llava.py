@@ -77,10 +77,23 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         GPU a batch of 8 takes other kernels than a batch of 1 and rounds differently in
         bfloat16 (measured on an H200, docs/gpu-h200-2026-11-27.md: live graphs agreed with
         the one-shot prefill in 1 window of 6), so every prefill encodes alike."""
-        frames = [self.model.model.get_video_features(
-            pixel_values_videos=pixel_values[:, i:i + 1], return_dict=True).pooler_output
-            for i in range(pixel_values.shape[1])]
+        # a static runtime that compiles the prompt's work holds this call compiled for one
+        # frame (vision_runtime.py): every prefill on it encodes alike, live or one-shot
+        encode = getattr(self.runtime, "vision", None) or self._frame_features
+        frames = [encode(pixel_values[:, i:i + 1]) for i in range(pixel_values.shape[1])]
         return BaseModelOutputWithPooling(pooler_output=torch.cat(frames, 0))
+
+    def _frame_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """One frame's features ([1, 1, 3, H, W] pixels), eager."""
+        return self.model.model.get_video_features(pixel_values_videos=pixels,
+                                                   return_dict=True).pooler_output
+
+    def vision_frame(self) -> tuple[Any, torch.Tensor]:
+        """The per-frame vision call and an example of its pixels (the runtime compiles it for
+        that shape: ``vision_runtime.compile_vision``)."""
+        side = self.model.config.vision_config.image_size
+        return self._frame_features, torch.zeros(1, 1, 3, side, side, device=self.device,
+                                                 dtype=self.vision_dtype)
 
     def _pixel_kwargs(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"pixel_values_videos": pixel_values}
