@@ -219,7 +219,7 @@ def test_compiled_steps_are_warmed_up_at_once_and_stay_bit_exact(bundled, window
     runtime = verifier.runtime
     assert runtime.compiled and runtime.compile_failed is None
     assert runtime.vision.compiled and "vision compiled" in runtime.describe()
-    assert "vision 1 frame" in runtime.compile_s
+    assert "vision 1x1x3x56x56" in runtime.compile_s  # one frame of the tiny tower
     graphs = counters["stats"]["unique_graphs"]
     single, chunked = teacher_forced_rows(verifier, windows[0], 7)
     assert all(torch.equal(a, b) for a, b in zip(single, chunked, strict=True))
@@ -290,3 +290,28 @@ def test_a_cache_allocated_beyond_the_pool_mid_drive_steps_compiled_and_bit_exac
         assert turns.turns - before >= 2 * (chunks + 1)  # every chunk, vision and step its turn
     finally:
         undo()
+
+
+@pytest.mark.slow
+def test_the_drafters_event_encoder_is_compiled_once_and_every_prefill_runs_it(bundled,
+                                                                               windows,
+                                                                               monkeypatch):
+    """Issue 55: the event drafter's vision (a window's 5 event images, one shape) compiled
+    with its prompt; every prefill encodes through it, none eager, nothing compiled later, and
+    the same window drafts the same tokens each time."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
+    drafter = copy.copy(bundled[1])
+    drafter.__dict__.pop("_static_runtimes", None)
+    drafter.runtime = None
+    # one-row steps only (greedy drafting): fewer shapes to compile than a node's (1, 16)
+    timings = use_static_runtime(drafter, RuntimeOptions(compile=True, step_rows=(1,)), 24)
+    vision = drafter.runtime.vision
+    assert vision.compiled and any(k.startswith("vision 5x3x") for k in timings)
+    graphs = counters["stats"]["unique_graphs"]
+    drafts = [[drafter.generate_greedy(drafter.prepare(w), 12) for w in windows]
+              for _ in range(2)]
+    assert drafts[0] == drafts[1] and all(drafts[0])
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert vision.calls == {"compiled": 2 * len(windows), "eager": 0}

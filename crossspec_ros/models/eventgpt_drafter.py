@@ -131,8 +131,17 @@ class EventGPTDrafter(CaptionModel):
 
     def _embeds(self, inputs: EventInputs) -> torch.Tensor:
         pixels = inputs.pixel_values.to(self.device, self.model.vision_dtype, non_blocking=True)
-        events = self.model.encode_events(pixels)
+        # compiled for the window's event images on a runtime that compiles the prompt's
+        # work (vision_runtime.py)
+        encode = getattr(self.runtime, "vision", None) or self.model.encode_events
+        events = encode(pixels)
         return self.model.embed_prompt(inputs.input_ids.to(self.device), events)
+
+    def vision_call(self) -> tuple[Any, torch.Tensor]:
+        """The event encoder and an example of a window's event images (its one shape)."""
+        side = self.preprocess.crop or self.preprocess.size
+        return self.model.encode_events, torch.zeros(
+            NUM_EVENT_IMAGES, 3, side, side, device=self.device, dtype=self.model.vision_dtype)
 
     # -- the static runtime ---------------------------------------------------------------
     def language_model_parts(self) -> tuple[Any, Any, Any]:

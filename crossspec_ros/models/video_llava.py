@@ -88,10 +88,10 @@ class VideoLlavaVerifier(HFLlavaFamilyModel):
         return self.model.model.get_video_features(pixel_values_videos=pixels,
                                                    return_dict=True).pooler_output
 
-    def vision_frame(self) -> tuple[Any, torch.Tensor]:
+    def vision_call(self) -> tuple[Any, torch.Tensor]:
         """The per-frame vision call and an example of its pixels (the runtime compiles it for
         that shape: ``vision_runtime.compile_vision``)."""
-        side = self.model.config.vision_config.image_size
+        side = self.preprocess.crop or self.preprocess.size
         return self._frame_features, torch.zeros(1, 1, 3, side, side, device=self.device,
                                                  dtype=self.vision_dtype)
 

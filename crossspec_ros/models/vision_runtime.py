@@ -1,10 +1,11 @@
-"""The verifier's vision tower compiled for one frame (issue 55: eager it costs ~16 ms a frame on
-an H200, launch-bound, against < 1 ms of compute).
+"""A model's vision call compiled for one shape (issue 55: the verifier's tower, eager, costs ~16 ms
+a frame on an H200, launch-bound, against < 1 ms of compute).
 
 A static runtime that compiles its prompt's chunks (``RuntimeOptions.compile_prefill``) also
-compiles its model's per-frame vision call (the model's hook ``vision_frame``: a function of
-one frame's pixels and an example of them) for that one shape, warms it up once, and keeps it
-on the runtime (``StaticLM.vision``). Every prefill on that runtime, live frame by frame or one
+compiles its model's vision call (the model's hook ``vision_call``: a function of pixels and
+an example of them; the verifier's is one frame's, the event drafter's one window's event
+images) for that one shape, warms it up once, and keeps it on the runtime
+(``StaticLM.vision``). Every prefill on that runtime, live frame by frame or one
 shot after the close, encodes each frame through it (Video-LLaVA's ``_encode`` goes frame by
 frame), so the live and the one-shot prefill still give the same cache bit for bit: the
 exactness contract is per runtime, vision included. Another shape (several frames at once)
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 class CompiledVision:
-    """``encode`` (pixels of one frame -> features) compiled for ``example``'s shape."""
+    """``encode`` (pixels -> features) compiled for ``example``'s shape."""
 
     def __init__(self, encode: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor,
                  device: torch.device, stream: Any, name: str) -> None:
@@ -104,12 +105,12 @@ class CompiledVision:
 
 def compile_vision(model: Any, runtime: Any) -> dict[str, float]:
     """Put ``model``'s per-frame vision, compiled and warmed up, on ``runtime`` (a model
-    without the ``vision_frame`` hook keeps its vision eager); seconds by shape."""
-    hook = getattr(model, "vision_frame", None)
+    without the ``vision_call`` hook keeps its vision eager); seconds by shape."""
+    hook = getattr(model, "vision_call", None)
     if hook is None:
         return {}
     encode, example = hook()
     vision = CompiledVision(encode, example, model.device, model.stream, model.info.name)
     seconds = vision.warm_up(example)
     runtime.vision = vision
-    return {"vision 1 frame": seconds}
+    return {f"vision {'x'.join(map(str, vision.shape))}": seconds}
