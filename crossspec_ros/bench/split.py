@@ -114,46 +114,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crossspec_ros.bench import netns
-
-    args.emulated = ""
-    if args.emulate:
-        from crossspec_ros.models.emulated import CostProfile, ProfileError
-
-        try:
-            args.emulated = CostProfile.load(args.emulate).label
-        except ProfileError as err:
-            print(f"crossspec bench split: --emulate: {err}", file=sys.stderr)
-            return 2
-        print(f"crossspec bench split: EMULATED target, not this machine's costs: "
-              f"{args.emulated}", file=sys.stderr)
-    if args.robots > 1 and args.emulate:
-        # the lossless check's reference is the one-stream runtime; an emulated GPU puts the
-        # streams in lanes, whose captions that runtime need not give (docs/streams.md)
-        print("crossspec bench split: --emulate with --robots > 1 is not built: the lossless "
-              "check has no laned reference yet; run the robots unemulated", file=sys.stderr)
-        return 2
-    if args.repeat < 1:
-        print("crossspec bench split: --repeat must be at least 1", file=sys.stderr)
-        return 2
-    ok, why = netns.available()
-    if not ok:
-        print(f"crossspec bench split: cannot make two hosts here: {why}", file=sys.stderr)
-        return 2
     bag = args.bag or sample_bag()
-    if args.fault_at <= 0 or args.fault_at >= 1:
-        print("crossspec bench split: --fault-at must be between 0 and 1", file=sys.stderr)
+    refused = refusal(args, bag)
+    if refused is not None:
+        print(f"crossspec bench split: {refused}", file=sys.stderr)
         return 2
-    # ends_process: a second signal while the hosts are taken down must not cut it short
-    if args.robots > 1:
-        try:  # before any host is made: the robots' stretches must fit in the bag
-            robot_stretches(bag, args.robots, args.duration, seconds_to_ns(
-                verifier_defaults()["window_length_s"]))
-        except ValueError as err:
-            print(f"crossspec bench split: --robots {args.robots}: {err}", file=sys.stderr)
-            return 2
     rows: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
+    # ends_process: a second signal while the hosts are taken down must not cut it short
     with sigterm_as_interrupt(ends_process=True, signals=STOP_SIGNALS) as caught:
         try:
             rows, effects = run_all(args, bag, caught)
@@ -164,6 +132,50 @@ def run(args: argparse.Namespace) -> int:
             print(f"crossspec bench split: stopped by {name}: the hosts, their processes and "
                   "the temporary files are removed", file=sys.stderr)
             return exit_code_for(caught)
+    return report(args, rows, effects)
+
+
+def refusal(args: argparse.Namespace, bag: Path) -> str | None:
+    """Why the runs asked for cannot be made here (None: they can), before any host is made;
+    says when the target is emulated (``args.emulated``: the profile's label)."""
+    from crossspec_ros.bench import netns
+
+    args.emulated = ""
+    if args.emulate:
+        from crossspec_ros.models.emulated import CostProfile, ProfileError
+
+        try:
+            args.emulated = CostProfile.load(args.emulate).label
+        except ProfileError as err:
+            return f"--emulate: {err}"
+        print(f"crossspec bench split: EMULATED target, not this machine's costs: "
+              f"{args.emulated}", file=sys.stderr)
+    if args.robots > 1 and args.emulate:
+        # the lossless check's reference is the one-stream runtime; an emulated GPU puts the
+        # streams in lanes, whose captions that runtime need not give (docs/streams.md)
+        return ("--emulate with --robots > 1 is not built: the lossless check has no laned "
+                "reference yet; run the robots unemulated")
+    if args.repeat < 1:
+        return "--repeat must be at least 1"
+    ok, why = netns.available()
+    if not ok:
+        return f"cannot make two hosts here: {why}"
+    if args.fault_at <= 0 or args.fault_at >= 1:
+        return "--fault-at must be between 0 and 1"
+    if args.robots > 1:
+        try:  # the robots' stretches must fit in the bag
+            robot_stretches(bag, args.robots, args.duration, seconds_to_ns(
+                verifier_defaults()["window_length_s"]))
+        except ValueError as err:
+            return f"--robots {args.robots}: {err}"
+    return None
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]],
+           effects: list[dict[str, Any]]) -> int:
+    """The outage's effects printed, the JSON written (rows, then a summary of the headline
+    run), a line per run that replayed nothing; the exit code: 0 when every run replayed and
+    every row is lossless, with nothing stuck, published twice or on the wrong robot."""
     headline = next((r for r in rows if r["fault"] == "none" and r["images"] == "compressed"
                      and r["link_mbit"] == 20), rows[-1] if rows else {})
     summary = {**{k: v for k, v in headline.items() if not k.startswith("fault_")},
@@ -253,9 +265,6 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     py = [sys.executable, "-m"]
     node = [*py, "crossspec_ros.cli.main", "node"]
     robots = plan_robots(bag, args, work)
-    fault_info: dict[str, Any] = {}
-    why_not, players_finished = None, False
-    crossed = dict.fromkeys((r.name for r in robots), 0)
     # the hosts close first (every process stopped), then the logs
     with contextlib.ExitStack() as logs, \
             netns.SplitHosts(caught=caught, robots=len(robots)) as hosts:
@@ -271,27 +280,9 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
         for robot in robots:
             robot.player = hosts.start(robot.name, _player_argv(py, bag, args, robot), env,
                                        log(robot.file("player")))
-        # the links' bytes are the replay's: from the players' announcement (the nodes are
-        # active, their first message comes) to their end
-        announced = all([wait_player_announced(r.player_log, r.player, args.node_timeout + 60)
-                         for r in robots])
-        before = {r.name: hosts.bytes_crossed(r.name) for r in robots}
-        started = announced and all([wait_first_output(r.seen, r.player, args.node_timeout)
-                                     for r in robots])
-        if not started:
-            why_not = "; ".join(
-                (f"{r.name}: " if len(robots) > 1 else "") + why_not_replayed(
-                    r.player.poll(), r.player_log.read_text(), args.node_timeout)
-                for r in robots if not r.seen_output())
-        else:
-            if fault != "none":
-                time.sleep(args.fault_at * robots[0].seconds)
-                fault_info = inject(fault, hosts, verifier, verifier_argv, env,
-                                    log("verifier-restarted"))
-            players_finished = all([_wait_player_done(r.player, r.seconds * 3 + 60)
-                                    for r in robots])
-            crossed = {r.name: hosts.bytes_crossed(r.name) - before[r.name] for r in robots}
-            time.sleep(settle_seconds())  # the last windows close, their captions cross
+        replay = _replay(hosts, robots, args, fault,
+                         lambda: inject(fault, hosts, verifier, verifier_argv, env,
+                                        log("verifier-restarted")))
         first = [p for r in robots for p in (r.player, r.draft)]
         for process in [*first, *[p for p in hosts.processes if p not in first]]:
             hosts.stop(process)
@@ -300,14 +291,55 @@ def run_once(bag: Path, mbit: float, image_mode: str, fault: str, args: argparse
     for robot in robots:
         # a fault on a link is on the first robot's; a verifier's restart hits every robot
         hit = fault == "verifier-restart" or (fault == "link-down" and robot is robots[0])
-        row = robot_row(robot, fault_info, hit, players_finished, crossed[robot.name])
+        row = robot_row(robot, replay.fault_info, hit, replay.players_finished,
+                        replay.crossed[robot.name])
         row.update(emulated=args.emulated or None, hosts=len(robots) + 1, link_mbit=mbit,
-                   images=image_mode, fault=fault, replayed=bool(started),
-                   why_not_replayed=why_not, namespaces_left=netns.namespaces_left(k))
+                   images=image_mode, fault=fault, replayed=replay.started,
+                   why_not_replayed=replay.why_not, namespaces_left=netns.namespaces_left(k))
         if len(robots) > 1:
             row.update(fault_here=hit, replay_start_s=robot.start_s)
         rows.append(row)
     return rows
+
+
+@dataclasses.dataclass
+class Replay:
+    """How a run's replay went: whether the graph worked (the robots saw drafts or captions),
+    why not, the fault's start and end, whether every player finished, each robot's bytes."""
+
+    started: bool = False
+    why_not: str | None = None
+    fault_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    players_finished: bool = False
+    crossed: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _replay(hosts: Any, robots: list[SplitRobot], args: argparse.Namespace, fault: str,
+            inject_fault: Callable[[], dict[str, Any]]) -> Replay:
+    """Wait for the players to start and the graph to work, inject the fault, wait for the
+    players' end and the last captions."""
+    replay = Replay(crossed=dict.fromkeys((r.name for r in robots), 0))
+    # the links' bytes are the replay's: from the players' announcement (the nodes are
+    # active, their first message comes) to their end
+    announced = all([wait_player_announced(r.player_log, r.player, args.node_timeout + 60)
+                     for r in robots])
+    before = {r.name: hosts.bytes_crossed(r.name) for r in robots}
+    replay.started = announced and all([wait_first_output(r.seen, r.player, args.node_timeout)
+                                        for r in robots])
+    if not replay.started:
+        replay.why_not = "; ".join(
+            (f"{r.name}: " if len(robots) > 1 else "") + why_not_replayed(
+                r.player.poll(), r.player_log.read_text(), args.node_timeout)
+            for r in robots if not r.seen_output())
+        return replay
+    if fault != "none":
+        time.sleep(args.fault_at * robots[0].seconds)
+        replay.fault_info = inject_fault()
+    replay.players_finished = all([_wait_player_done(r.player, r.seconds * 3 + 60)
+                                   for r in robots])
+    replay.crossed = {r.name: hosts.bytes_crossed(r.name) - before[r.name] for r in robots}
+    time.sleep(settle_seconds())  # the last windows close, their captions cross
+    return replay
 
 
 def robot_row(robot: SplitRobot, fault_info: dict[str, Any], hit: bool,
@@ -641,23 +673,32 @@ def summarize(robot: list[dict[str, Any]], fault: dict[str, Any], hit: bool = Tr
         row["final_during_fault"] = sum(
             1 for c in finals.values() if fault["fault_start"] <= c["t"] <= fault["fault_end"])
     elif fault:
-        start, end = fault["fault_start"], fault["fault_end"]
-        drafted_at = {w: d["t"] for w, d in drafts.items()}
-        # the graph is whole again when the robot hears a caption after the fault
-        back = min((c["t"] for c in captions if c["t"] > end), default=None)
-        during = [w for w, t in drafted_at.items() if t >= start and (back is None or t < back)]
-        if fault.get("kind") == "verifier-restart":
-            # no verifier, no caption protocol: windows drafted while it was down get no
-            # caption from anyone (counted apart, not as stuck)
-            down = {w for w in during if w not in terminal}
-            row["stuck"] -= len(down)
-            row["uncaptioned_while_verifier_down"] = len(down)
-        row.update(fault_s=round(end - start, 1),
-                   fault_recovery_s=round(back - start, 1) if back is not None else None,
-                   fault_windows_drafted=len(during),
-                   fault_final_after=sum(1 for w in finals
-                                         if back is not None and drafted_at.get(w, 0) >= back))
+        row.update(fault_numbers(fault, captions, drafts, terminal, finals, row["stuck"]))
     return row
+
+
+def fault_numbers(fault: dict[str, Any], captions: list[dict[str, Any]],
+                  drafts: dict[int, dict[str, Any]], terminal: dict[int, list[dict[str, Any]]],
+                  finals: dict[int, dict[str, Any]], stuck: int) -> dict[str, Any]:
+    """Around a robot's own fault: how long it lasted, when a caption came again, the windows
+    drafted meanwhile, the FINAL ones after; a verifier's restart's uncaptioned windows apart
+    from the stuck ones."""
+    start, end = fault["fault_start"], fault["fault_end"]
+    drafted_at = {w: d["t"] for w, d in drafts.items()}
+    # the graph is whole again when the robot hears a caption after the fault
+    back = min((c["t"] for c in captions if c["t"] > end), default=None)
+    during = [w for w, t in drafted_at.items() if t >= start and (back is None or t < back)]
+    out: dict[str, Any] = {}
+    if fault.get("kind") == "verifier-restart":
+        # no verifier, no caption protocol: windows drafted while it was down get no
+        # caption from anyone (counted apart, not as stuck)
+        down = {w for w in during if w not in terminal}
+        out.update(stuck=stuck - len(down), uncaptioned_while_verifier_down=len(down))
+    return {**out, "fault_s": round(end - start, 1),
+            "fault_recovery_s": round(back - start, 1) if back is not None else None,
+            "fault_windows_drafted": len(during),
+            "fault_final_after": sum(1 for w in finals
+                                     if back is not None and drafted_at.get(w, 0) >= back)}
 
 
 def window_rows(windows: list[int], terminal: dict[int, list[dict[str, Any]]],
