@@ -53,8 +53,7 @@ drive: setup
 	fi
 
 test: setup lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-	  $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

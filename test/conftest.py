@@ -23,36 +23,6 @@ for _pool in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_pool, "1")
 torch.set_num_threads(1)
 
-# The test files that take longest (seconds of one worker, `pytest --durations`, 2026-11-29),
-# scheduled first: `make test` hands whole files to its two workers in collection order
-# (`--dist loadfile --no-loadscope-reorder`), so a long file started last would leave one
-# worker alone at the end. Any other file follows in its usual order.
-LONGEST_FIRST = (
-    "test_drive_cli.py",              # ~150 s
-    "test_graph_signals.py",          # ~120
-    "test_nodes_graph.py",            # ~115
-    "test_gpu_check.py",              # ~90
-    "test_bench_split.py",            # ~85
-    "test_drive_event_arrays.py",     # ~50
-    "test_bench_engine.py",           # ~50
-    "test_models_static_runtime.py",  # ~50
-    "test_drive_isolation.py",        # ~40
-    "test_colcon_build.py",           # ~36
-    "test_cli.py",                    # ~35
-    "test_speculative_drafter_process.py",
-    "test_nodes_robot_captions.py",
-    "test_bench_startup.py",
-    "test_bench_event_rate.py",
-    "test_bench_lossy.py",
-    "test_train_lora.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    # a stable sort: each file's tests keep their order
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
 
 def _event_packet_msg(packet: EventPacketData):
     types = typestore().types
