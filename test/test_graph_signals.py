@@ -210,12 +210,9 @@ def test_a_node_whose_configure_fails_ends_its_process_with_one_line(tmp_path):
     manager = LifecycleManager("verifier", dict(os.environ),
                                ["-p", f"verifier_model:={tmp_path / 'missing'}"])
     try:
-        returncode, err = manager.exited(within_s=20)
-        for _ in range(5):  # nothing in 20 s: the request was lost, not refused (see configure)
-            if returncode is not None:
-                break
-            manager.configure()
-            returncode, err = manager.exited(within_s=20)
+        # a lost request (see configure) is asked again after 5 s without a word from the node
+        manager.configuring(each_s=5.0)
+        returncode, err = manager.exited(within_s=30)
         assert returncode == 2, err
         # an answer that came back says the configure failed
         assert not any(a.result().success for a in manager.answers if a.done())
@@ -280,11 +277,10 @@ def test_a_node_process_ends_once_its_node_is_shut_down_through_its_lifecycle():
     try:
         configured = lambda: any(a.done() and a.result().success  # noqa: E731
                                  for a in manager.answers)
-        for _ in range(5):  # a request sent before the service's reader matched is lost
-            manager.spin(20, until=configured)
-            if configured():
-                break
-            manager.configure()
+        # a request sent before the service's reader matched is lost: asked again after 5 s
+        # without the node saying its configure began
+        assert manager.configuring(each_s=5.0), manager.logged()
+        manager.spin(60, until=configured)
         assert configured()  # inactive
         for _ in range(5):
             shutdown = manager.change.call_async(ChangeState.Request(

@@ -76,6 +76,9 @@ class RuntimeOptions:
     # eager (fewer shapes to compile: the GPU kit's first stages, where a 7B's compile per
     # shape eats the lease). Exactness is unchanged: every prefill runs the same eager chunks
     compile_prefill: bool = True
+    # with compile_prefill: the model's vision call compiled too (vision_runtime.py); False
+    # keeps it eager (a test of the steps alone, or a vision that will not compile)
+    compile_vision: bool = True
     # > 1: the decoding steps of that many streams run as one [lanes, rows] step
     # (models/lanes.py, use_lanes); 1 is this module's one-stream runtime, unchanged
     lanes: int = 1
@@ -162,7 +165,7 @@ def use_static_runtime(model: CaptionModel, options: RuntimeOptions | None,
     if tail >= model.runtime.max_rows:  # a tail longer than a step is a chunk of its own
         chunks = [*chunks, tail]
     timings = model.runtime.warm_up(chunks)
-    if model.runtime.compiled and options.compile_prefill:  # the prompt's work compiled
+    if model.runtime.compiled and options.compile_prefill and options.compile_vision:
         from crossspec_ros.models.vision_runtime import compile_vision
 
         with COMPILE_GATE.warming_up():
