@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from crossspec_ros.bench.gpu_kit import _close
+
 # (name as torch.cuda.get_device_name says it, HBM bytes/s, dense bf16 FLOP/s), most specific
 # first: public specifications, not measurements
 DEVICE_PEAKS = (
@@ -168,12 +170,6 @@ def _synced(model: Any, call: Callable[[], Any]) -> Callable[[], None]:
             call()
         synchronize(model.device, model.stream)
     return run
-
-
-def _close(session: Any) -> None:
-    close = getattr(session, "close", None)
-    if close is not None:
-        close()
 
 
 def weight_split(module: Any) -> tuple[tuple[int, int], tuple[int, int]]:

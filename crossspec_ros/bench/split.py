@@ -572,9 +572,7 @@ def split_env(no_compile: bool) -> dict[str, str]:
 def settle_seconds() -> float:
     """How long the last window takes to finish after the bag: its close, the lateness the
     synchronizers allow, the caption protocol's patience (nodes' defaults), and a margin."""
-    from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
-
-    p = validate({}, VERIFIER_NODE_PARAMS)
+    p = verifier_defaults()
     return 2 * (p["window_length_s"] + p["max_lateness_s"]) + 3.0
 
 
@@ -724,9 +722,7 @@ class ReferenceVerifier:
     so a run's hosts come up without waiting for it."""
 
     def __init__(self, compile: bool = True) -> None:
-        from crossspec_ros.params import VERIFIER_NODE_PARAMS, validate
-
-        self.params = validate({}, VERIFIER_NODE_PARAMS)
+        self.params = verifier_defaults()
         self.compile = compile
         self._engine: Any = None
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from crossspec_ros.models.compile_gate import refused_by_compiled_graphs
+from crossspec_ros.models.static_runtime import CUDA_GRAPH_REPLAY, _compiled
 from crossspec_ros.models.streams import inference, synchronize
 
 logger = logging.getLogger(__name__)
@@ -35,8 +36,6 @@ class CompiledVision:
 
     def __init__(self, encode: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor,
                  device: torch.device, stream: Any, name: str) -> None:
-        from crossspec_ros.models.static_runtime import _compiled
-
         self.eager, self.shape = encode, tuple(example.shape)
         self.device, self.stream, self.name = device, stream, name
         self.compiled_fn = _compiled(encode, device)
@@ -71,9 +70,6 @@ class CompiledVision:
         if tuple(pixels.shape) != self.shape:
             return self._eager(pixels, f"pixels {tuple(pixels.shape)}, compiled for "
                                        f"{self.shape}")
-        from crossspec_ros.models.static_runtime import CUDA_GRAPH_REPLAY
-
-        self.calls["compiled"] += 1
         # the graph guards on strides and dispatch keys: a frame sliced out of a window's
         # [1, F, ...] keeps the window's strides, and pixels cast under inference mode are
         # inference tensors while those already in the vision dtype are not. A copy (made
@@ -88,9 +84,9 @@ class CompiledVision:
         except RuntimeError as err:  # no compiled graph takes it (outside inference mode)
             if not refused_by_compiled_graphs(err):
                 raise
-            self.calls["compiled"] -= 1
             return self._eager(pixels, "no compiled graph takes it: "
                                f"{str(err).strip().splitlines()[-1].strip()}")
+        self.calls["compiled"] += 1
         return out
 
     def _eager(self, pixels: torch.Tensor, why: str) -> torch.Tensor:
