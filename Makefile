@@ -5,11 +5,10 @@ CROSSSPEC := $(BIN)/crossspec
 # The bag `make drive` replays: the bundled sample bag (rosbags/README.md), or BAG=...
 BAG ?= rosbags/sample
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (each test file runs whole on one worker, so a
-# module's loaded models are shared): 3 on the 2-core reference machine, as many tests wait on
-# processes they started (nodes loading, DDS discovery, a replay at recorded speed) and 2
-# workers left the cores ~15% idle; TEST_WORKERS=0 runs in one process
-TEST_WORKERS ?= 3
+# pytest-xdist workers for `make test` (one per core on the 2-core reference machine; each
+# test file runs whole on one worker, so a module's loaded models are shared): TEST_WORKERS=0
+# runs in one process
+TEST_WORKERS ?= 2
 # CUDA=1: set up with a CUDA build of torch (scripts/install_torch.sh; docs/gpu.md)
 CUDA ?= 0
 
