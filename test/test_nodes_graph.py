@@ -68,9 +68,9 @@ def run_graph(pair, *, seconds: float, topics=None, kinds=("draft", "verifier"),
     ``settle_s`` (see ``_wait_idle``; a node in another process cannot be asked: give it a
     longer ``settle_s``)."""
     verifier, drafter = pair
-    if verifier_wrapper is not None:
-        verifier = verifier_wrapper(verifier)
     run = Run()
+    if verifier_wrapper is not None:
+        verifier = verifier_wrapper(verifier, run)
     tune_process_for_models()  # as `crossspec drive` and `crossspec node` do
     rclpy.init()
     process = None
@@ -246,7 +246,7 @@ def test_a_slow_verifier_drops_windows_visibly_and_its_queue_stays_bounded(pair)
             return self.inner.prefill_with_proposal(inputs, proposal, parents)
 
     run = run_graph(pair, seconds=6.5, rate=1.0, extra={"max_queued_windows": 1},
-                    verifier_wrapper=Slow)
+                    verifier_wrapper=lambda inner, run: Slow(inner))
     verifier_node = run.nodes[1]
     assert isinstance(verifier_node.loop.engine.verifier, Slow)
     verifier_node.loop.engine.verifier.delay_s = 0.0  # the graph has stopped: the verifier alone
@@ -339,19 +339,29 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
     # no caption corpus: a node two proposers offer counts for the first one asked, and the
     # corpus is asked before the head (this test is about the head's own proposals)
     class Patient:
-        """The verifier, starting each window 0.5 s late: the draft node's window state
-        reaches it before it proposes also on a loaded machine (there the state once came
-        after every window was verified: nothing for the head to read)."""
+        """The verifier, starting each window once the draft node's window state for it has
+        reached the verifier node (bounded): on a loaded machine the state once came after
+        the window was verified, and a fixed delay was not always enough (nothing for the
+        head to read)."""
 
-        def __init__(self, inner):
-            self.inner, self.delay_s = inner, 0.5
+        def __init__(self, inner, run):
+            self.inner, self.run, self.patient = inner, run, True
 
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
         def prepare(self, window):
-            time.sleep(self.delay_s)
+            deadline = time.monotonic() + 20.0
+            while self.patient and time.monotonic() < deadline and not self._has_state(window):
+                time.sleep(0.02)
             return self.inner.prepare(window)
+
+        def _has_state(self, window) -> bool:
+            if len(self.run.nodes) < 2:
+                return False
+            loop = getattr(self.run.nodes[1], "loop", None)
+            channel = loop.channels.get(window.key) if loop is not None else None
+            return channel is not None and channel.window_state is not None
 
     run = run_graph((pair[0], drafter), seconds=3.5, verifier_wrapper=Patient,
                     extra={"draft_head": str(head), "drafter_process": drafter_process,
@@ -366,7 +376,7 @@ def test_a_draft_head_in_the_verifier_proposes_from_the_window_state_the_draft_n
                for wid, with_state in sent.items() if with_state)
     verifier_node = run.nodes[1]
     assert isinstance(verifier_node.loop.engine.verifier, Patient)
-    verifier_node.loop.engine.verifier.delay_s = 0.0  # the graph has stopped: no wait below
+    verifier_node.loop.engine.verifier.patient = False  # the graph has stopped: no wait below
     assert "draft_head" in verifier_node.loop.engine.config.proposers  # added by the parameter
     proposed = sum(r.stats.proposed.get("draft_head", 0) for _, r in run.results.values())
     accepted = sum(r.stats.accepted.get("draft_head", 0) for _, r in run.results.values())
