@@ -69,7 +69,7 @@ def test_the_rehearsal_runs_every_stage_in_priority_order_and_writes_each_ones_j
                  "engine-bfloat16", "fidelity-bfloat16", "drafter", "prefill-compiled",
                  "exactness-float32",
                  "exactness-4bit",
-                 "passes-4bit", "sharing", "streams", "trace", "tests", "profile"):
+                 "passes-4bit", "sharing", "streams", "trace", "tuning", "tests", "profile"):
         assert (out / f"{name}.json").is_file(), name
     # progress: a line per stage as it starts and ends
     assert result.stderr.index("[env] running") < result.stderr.index("[verifier] done") \
@@ -118,6 +118,67 @@ def test_the_trace_stage_profiles_every_call_the_product_makes_on_the_device(reh
     steps = trace["workloads"]
     assert steps["verifier step, 32 rows"]["gflop"] == pytest.approx(
         32 * steps["verifier step, 1 row"]["gflop"], rel=0.01)
+
+
+@pytest.mark.slow
+def test_the_tuning_stage_times_each_inductor_variant_beside_the_kits_runtime_and_checks_it(
+        rehearsal):
+    from crossspec_ros.bench.kit_tuning import TUNING_VARIANTS, report_lines
+
+    out, _ = rehearsal
+    tuning = json.loads((out / "tuning.json").read_text())
+    # the rehearsal runs eager: the stage says its settings change nothing there
+    assert tuning["compiled"] is False and "change nothing" in tuning["note"]
+    assert list(tuning["variants"]) == list(TUNING_VARIANTS) and not tuning["skipped"]
+    for name, variant in tuning["variants"].items():
+        assert variant["settings"] == dict(TUNING_VARIANTS[name])
+        assert set(variant["ms_per_pass"]) == set(variant["kit_ms_per_pass"]) == {"1", "8", "32"}
+        assert all(ms > 0 for ms in variant["ms_per_pass"].values())
+        assert variant["x_kit"]["1"] == pytest.approx(
+            variant["ms_per_pass"]["1"] / variant["kit_ms_per_pass"]["1"], abs=0.001)
+        assert variant["exact"] and variant["exactness"]["flips"] == 0
+        assert variant["exactness"]["rows_bit_identical"] == variant["exactness"]["positions"]
+    lines = report_lines(tuning)
+    assert lines[0].startswith("## The decoding step under other inductor settings")
+    assert sum(line.startswith(("| coordinate_descent |", "| autotune_gemm |"))
+               for line in lines) == 2
+    report = (out / "docs").glob("gpu-*.md")
+    assert any("The decoding step under other inductor settings" in p.read_text()
+               for p in report)
+
+
+def test_a_runtimes_inductor_settings_reach_torch_compile_for_every_compiled_step(
+        monkeypatch):
+    import torch
+
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
+    from crossspec_ros.models.tiny import tiny_verifier
+
+    seen = []
+
+    def compile_spy(fn, **kwargs):  # records the options; the step then runs eager
+        seen.append(kwargs["options"])
+        return fn
+
+    from crossspec_ros.models.compile_gate import COMPILE_GATE
+
+    monkeypatch.setattr(torch, "compile", compile_spy)
+    # the runtimes below count as compiled: the gate and dynamo's stance go back afterwards
+    monkeypatch.setattr(COMPILE_GATE, "compiled", COMPILE_GATE.compiled)
+    if not COMPILE_GATE.compiled:
+        monkeypatch.setattr(torch.compiler, "set_stance", lambda *a, **k: None)
+    settings = (("coordinate_descent_tuning", True),)
+    verifier = tiny_verifier()
+    use_static_runtime(verifier, RuntimeOptions(step_rows=(32,), compile_vision=False,
+                                                inductor=settings), 4)
+    assert len(seen) == 2  # the decoding step and the prompt's chunks
+    assert all(o["coordinate_descent_tuning"] is True and "guard_filter_fn" in o for o in seen)
+    assert "coordinate_descent_tuning=True" in verifier.runtime.describe()
+    seen.clear()
+    plain = verifier.with_runtime(None)
+    use_static_runtime(plain, RuntimeOptions(step_rows=(32,), compile_vision=False), 4)
+    assert plain.runtime is not verifier.runtime  # runtimes are kept apart by their options
+    assert len(seen) == 2 and all("coordinate_descent_tuning" not in o for o in seen)
 
 
 @pytest.mark.slow

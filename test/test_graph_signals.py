@@ -135,7 +135,7 @@ class LifecycleManager:
         self.stderr.seek(0)
         return self.stderr.read()
 
-    def configuring(self, tries: int = 5, each_s: float = 20.0) -> bool:
+    def configuring(self, tries: int = 8, each_s: float = 5.0) -> bool:
         """Until the node says its configure began (asking again when a request was lost)."""
         began = lambda: "configuring: loading" in self.logged()  # noqa: E731
         for attempt in range(tries):
@@ -211,7 +211,7 @@ def test_a_node_whose_configure_fails_ends_its_process_with_one_line(tmp_path):
                                ["-p", f"verifier_model:={tmp_path / 'missing'}"])
     try:
         # a lost request (see configure) is asked again after 5 s without a word from the node
-        manager.configuring(each_s=5.0)
+        manager.configuring()
         returncode, err = manager.exited(within_s=30)
         assert returncode == 2, err
         # an answer that came back says the configure failed
@@ -279,7 +279,7 @@ def test_a_node_process_ends_once_its_node_is_shut_down_through_its_lifecycle():
                                  for a in manager.answers)
         # a request sent before the service's reader matched is lost: asked again after 5 s
         # without the node saying its configure began
-        assert manager.configuring(each_s=5.0), manager.logged()
+        assert manager.configuring(), manager.logged()
         manager.spin(60, until=configured)
         assert configured()  # inactive
         for _ in range(5):

@@ -27,13 +27,15 @@ order against a time budget (``--budget``, default 480 s):
                   a prompt chunk, the drafter's step and prefill (``bench/kit_trace.py``):
                   top kernels, the device's busy share, achieved bandwidth and FLOP rate,
                   the distance from the bound (issue 55)
-  prefill-compiled, sharing, exactness-float32, 4bit, tests
+  prefill-compiled, sharing, tuning, exactness-float32, 4bit, tests
                   what the budget leaves: the prompt's chunks compiled as well (the first
                   stages run prefill eager, so that their compile is the decoding steps'
                   alone); the verifier's pass beside the drafter (its steps on their own CUDA
                   stream in this process, and in a process of its own: the cost of sharing
                   the device; before the stages that free the drafter, after those that
-                  matter more, as a CUDA fault there ends the process's GPU work); fp32
+                  matter more, as a CUDA fault there ends the process's GPU work); the
+                  exact decoding step compiled under other inductor settings, each timed
+                  against the kit's and checked for exactness (``bench/kit_tuning.py``); fp32
                   exactness; the verifier in 4-bit NF4 (exactness and passes); the CUDA
                   tests (test/test_models_gpu.py, a process of their own)
 
@@ -759,6 +761,22 @@ def stage_trace(kit: Kit) -> dict[str, Any]:
     return run_trace(kit)
 
 
+def stage_tuning(kit: Kit) -> dict[str, Any]:
+    from crossspec_ros.bench.kit_tuning import stage_tuning as run_tuning
+
+    return run_tuning(kit)
+
+
+def _tuning_s(kit: Kit) -> float:
+    """The first variant's compile (about twice the exact runtime's own) and its passes:
+    a later variant that does not fit is skipped inside the stage."""
+    compile_s = (kit.exact.runtime.compile_s.get(f"rows {kit.step_rows}")
+                 if kit.exact is not None else None)
+    if compile_s is None:
+        return _prior(kit, 120, 4)
+    return 2 * compile_s + 2 * kit.seconds("exactness", _prior(kit, 60, 4)) + _prior(kit, 20, 2)
+
+
 def _streams_s(kit: Kit) -> float:
     """A compile of the lane step per lane count, each about the exact runtime's step
     compile (its seconds from the verifier stage), and their steps: a prior without it."""
@@ -804,6 +822,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("sharing", stage_sharing,
           lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
           ("verifier", "drafter")),
+    # the decoding step under other inductor settings (issue 55 §3): new measurements, after
+    # the re-runs of what the first lease found broken; before the stages that free models
+    Stage("tuning", stage_tuning, _tuning_s, ("verifier",)),
     Stage("exactness-float32", stage_exactness_float32,
           lambda kit: 1.5 * kit.seconds("verifier", _prior(kit, 300, 10))
           + 1.5 * kit.seconds("exactness", _prior(kit, 60, 4))),

@@ -25,12 +25,13 @@ from typing import Any
 
 from crossspec_ros.bench.kit_profile import PROFILE_STAGE, device_tag, profile_name
 from crossspec_ros.bench.kit_trace import report_lines as trace_lines
+from crossspec_ros.bench.kit_tuning import report_lines as tuning_lines
 from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
                "engine-4bit", "fidelity-bfloat16", "fidelity-float32", "drafter",
-               "prefill-compiled", "sharing", "streams", "trace", PROFILE_STAGE)
+               "prefill-compiled", "sharing", "streams", "trace", "tuning", PROFILE_STAGE)
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
 
@@ -115,6 +116,7 @@ def markdown(stages: dict[str, Any], date: str) -> str:
     lines += _fidelity_table(stages)
     lines += _streams_table(stages.get("streams"))
     lines += trace_lines(stages.get("trace"))
+    lines += tuning_lines(stages.get("tuning"))
     return "\n".join(lines) + "\n"
 
 

@@ -273,7 +273,7 @@ class LanedLM:
             if compile and not self.compiled:
                 use_compile_cache()
                 _configure_compiler(self.device)
-                self._step_fn = _compiled(self._eager_fn, self.device)
+                self._step_fn = _compiled(self._eager_fn, self.device, self.pool.options.inductor)
                 self.compiled = True
             try:
                 self.step({})

@@ -82,6 +82,11 @@ class RuntimeOptions:
     # > 1: the decoding steps of that many streams run as one [lanes, rows] step
     # (models/lanes.py, use_lanes); 1 is this module's one-stream runtime, unchanged
     lanes: int = 1
+    # more of inductor's settings for the compiled steps, as (name, value) pairs (hashable:
+    # runtimes are kept by options), e.g. (("coordinate_descent_tuning", True),): the GPU
+    # kit's tuning stage measures such settings against the default (issue 55). Exactness is
+    # unchanged: every step of the runtime compiles under the same settings
+    inductor: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         rows = tuple(self.step_rows)
@@ -131,14 +136,14 @@ def _kept_guards(guards: Sequence[Any]) -> list[bool]:
     return ["_CAN_RECORD_REGISTRY" not in guard.name for guard in guards]
 
 
-def _compiled(fn: Any, device: torch.device) -> Any:
+def _compiled(fn: Any, device: torch.device, inductor: Sequence[tuple[str, Any]] = ()) -> Any:
     """``fn`` compiled for ``device`` (its mode given as options: torch.compile takes one of
-    the two, and the guard filter is an option)."""
+    the two, and the guard filter is an option), with ``inductor``'s settings on top."""
     import torch._inductor
 
     options = dict(torch._inductor.list_mode_options(compile_mode(device) or "default"))
     return torch.compile(fn, dynamic=False, fullgraph=True,
-                         options={**options, "guard_filter_fn": _kept_guards})
+                         options={**options, **dict(inductor), "guard_filter_fn": _kept_guards})
 
 
 def use_static_runtime(model: CaptionModel, options: RuntimeOptions | None,
@@ -415,9 +420,9 @@ class StaticLM:
         if self.options.compile and not self.compiled and self.compile_failed is None:
             use_compile_cache()
             _configure_compiler(self.device)
-            self._rows_fn = _compiled(self._rows, self.device)
+            self._rows_fn = _compiled(self._rows, self.device, self.options.inductor)
             if self.options.compile_prefill:
-                self._last_fn = _compiled(self._last_row, self.device)
+                self._last_fn = _compiled(self._last_row, self.device, self.options.inductor)
             self.compiled = True
         shapes = [("rows", r) for r in self.step_rows] + [
             ("chunk", c) for c in sorted(set(prompt_chunks))]
@@ -452,6 +457,8 @@ class StaticLM:
         mode = "compiled" if self.compiled else "eager"
         if self.compiled and compile_mode(self.device):
             mode += f" {compile_mode(self.device)}"
+        if self.compiled and self.options.inductor:
+            mode += ", " + ", ".join(f"{k}={v}" for k, v in self.options.inductor)
         if self.compiled and not self.options.compile_prefill:
             mode += ", prefill eager"
         if self.vision is not None and self.vision.compiled:

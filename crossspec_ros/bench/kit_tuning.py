@@ -1,0 +1,148 @@
+"""The GPU kit's ``tuning`` stage (issue 55, §3): the exact decoding step compiled under other
+inductor settings, side by side with the kit's own, each with its exactness.
+
+The first H200 run measured 9.4 ms a step against a bound of ~2.8 ms (the weights read once).
+Which of inductor's settings closes some of that gap is a question for the GPU: here the
+verifier's exact runtime (one step shape of ``step_rows`` rows, prefill eager, sharing the
+kit's weights) is built again under each variant of ``TUNING_VARIANTS``, and for each the
+stage reports
+
+  compile_s          the variant's warm-up (compile and first run) of its step shape
+  ms_per_pass        1, 8 and step_rows tokens, in rounds that alternate the kit's exact
+                     runtime and the variant pass size by pass size (the same machine state
+                     for both), the median of each side's rounds
+  x_kit              the variant's ms over the kit runtime's, per pass size
+  exactness          k-token verification against one-token decoding on the variant (flips,
+                     rows bit-identical): a variant is a runtime of its own, exact by
+                     construction when its rows agree (the contract is per runtime: its
+                     greedy caption may differ from the default's at a near-tie)
+
+A variant that does not fit the time left (judged from the kit's own compile of the shape) is
+skipped and named. On a CPU rehearsal (``--no-compile``) nothing compiles and inductor's
+settings change nothing: the stage runs its code path eager and says so (``compiled``: false).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Any
+
+from crossspec_ros.bench.gpu_kit import _exactness, _pass_ms
+
+# inductor's settings tried (torch._inductor.config names): coordinate descent tunes the
+# generated Triton kernels' launch settings (gpt-fast turns it on for decoding); max-autotune's
+# GEMM search lets Triton templates compete with cuBLAS for the step's skinny matrices
+TUNING_VARIANTS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "coordinate_descent": (("coordinate_descent_tuning", True),),
+    "autotune_gemm": (("coordinate_descent_tuning", True), ("max_autotune_gemm", True)),
+}
+# a variant's compile against the kit's own compile of the same shape (autotuning benchmarks
+# each GEMM's candidates: several times longer)
+COMPILE_FACTOR = {"coordinate_descent": 2.0, "autotune_gemm": 5.0}
+ROUNDS = 2
+
+
+def stage_tuning(kit: Any) -> dict[str, Any]:
+    """The stage (gpu_kit.STAGES): each variant's compile, passes and exactness."""
+    import torch
+
+    shape = f"rows {kit.step_rows}"
+    kit_compile_s = kit.exact.runtime.compile_s.get(shape)
+    sizes = sorted({1, min(8, kit.step_rows), kit.step_rows})
+    report: dict[str, Any] = {
+        "compiled": bool(kit.exact.runtime.compiled), "step_rows": kit.step_rows,
+        "kit_runtime": kit.exact.runtime.describe(), "kit_compile_s": kit_compile_s,
+        "rounds": ROUNDS, "repeats": kit.repeats, "variants": {}, "skipped": {}}
+    if not report["compiled"]:
+        report["note"] = ("The kit runs eager (--no-compile): inductor's settings change "
+                          "nothing; the numbers rehearse the stage's code path")
+    for name, settings in TUNING_VARIANTS.items():
+        needed = COMPILE_FACTOR[name] * (kit_compile_s or 0.0) + 10 * _pass_s(kit, sizes)
+        if needed > kit.left():
+            report["skipped"][name] = (f"needs about {needed:.0f} s, {kit.left():.0f} s "
+                                       "left")
+            kit.log(f"[tuning] {name} skipped: {report['skipped'][name]}")
+            continue
+        report["variants"][name] = _variant(kit, name, settings, sizes)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return report
+
+
+def _variant(kit: Any, name: str, settings: tuple[tuple[str, Any], ...], sizes: list[int]
+             ) -> dict[str, Any]:
+    """One variant: built, timed against the kit's exact runtime, checked for exactness."""
+    from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
+
+    twin = kit.verifier.with_runtime(None)
+    t0 = time.perf_counter()
+    timings = use_static_runtime(twin, RuntimeOptions(
+        compile=kit.compile, step_rows=(kit.step_rows,), compile_prefill=False,
+        inductor=settings), kit.max_new_tokens)
+    out: dict[str, Any] = {
+        "settings": dict(settings), "runtime": twin.runtime.describe(),
+        "compile_s": timings.get(f"rows {kit.step_rows}"),
+        "build_s": round(time.perf_counter() - t0, 2),
+        "compile_failed": twin.runtime.compile_failed}
+    mine, kits = paired_passes(twin, kit.exact, kit.windows[0], sizes, kit.repeats)
+    out["ms_per_pass"] = {str(k): v for k, v in mine.items()}
+    out["kit_ms_per_pass"] = {str(k): v for k, v in kits.items()}
+    out["x_kit"] = {str(k): round(mine[k] / kits[k], 3) for k in sizes if kits[k] > 0}
+    exactness = _exactness(kit, twin, kit.dtype, f"none, tuning {name}")
+    out["exactness"] = {key: exactness["runtimes"][exactness["exact_runtime"]][key]
+                        for key in ("flips", "positions", "rows_bit_identical")}
+    out["exact"] = exactness["exact"]
+    out["eager_steps"] = twin.runtime.eager_steps
+    kit.log(f"[tuning] {name}: " + ", ".join(
+        f"{k} tokens {mine[k]:.2f} ms (x{out['x_kit'].get(str(k), 'n/a')})" for k in sizes)
+        + f"; {'exact' if out['exact'] else 'NOT exact'}")
+    return out
+
+
+def paired_passes(model: Any, reference: Any, window: Any, sizes: list[int], repeats: int
+                  ) -> tuple[dict[int, float], dict[int, float]]:
+    """ms per pass of each size on ``model`` and on ``reference``, in ``ROUNDS`` rounds that
+    alternate which goes first (the median of each side's rounds)."""
+    ours: dict[int, list[float]] = {k: [] for k in sizes}
+    theirs: dict[int, list[float]] = {k: [] for k in sizes}
+    for round_index in range(ROUNDS):
+        for k in sizes:
+            sides = [(model, ours), (reference, theirs)]
+            for side, into in (sides if round_index % 2 == 0 else sides[::-1]):
+                into[k].append(_pass_ms(side, window, k, repeats))
+    return ({k: round(statistics.median(v), 3) for k, v in ours.items()},
+            {k: round(statistics.median(v), 3) for k, v in theirs.items()})
+
+
+def _pass_s(kit: Any, sizes: list[int]) -> float:
+    """Seconds of one round of passes on one side: a prefill and repeats + 2 passes a size."""
+    return len(sizes) * (kit.repeats + 2) * 0.05 + len(sizes) * 0.5
+
+
+def report_lines(tuning: dict[str, Any] | None) -> list[str]:
+    """gpu-report's section: a row per variant (the kit's own runtime first)."""
+    if not tuning or not (tuning.get("variants") or tuning.get("skipped")):
+        return []
+    sizes = sorted({int(k) for v in tuning["variants"].values() for k in v["ms_per_pass"]})
+    lines = [f"## The decoding step under other inductor settings ({tuning['step_rows']}-row "
+             "exact runtime)", "",
+             f"Kit runtime: {tuning.get('kit_runtime')}. Rounds alternate the kit's runtime "
+             f"and each variant pass size by pass size ({tuning.get('rounds')} rounds of "
+             f"{tuning.get('repeats')} passes; medians)."
+             + (f" {tuning['note']}." if tuning.get("note") else ""), "",
+             "| variant | compile s | " + " | ".join(f"{k} tokens ms (x kit)" for k in sizes)
+             + " | exact (flips, rows bit-identical) |",
+             "|---|---:|" + "---:|" * len(sizes) + "---|"]
+    for name, v in tuning["variants"].items():
+        cells = [f"{v['ms_per_pass'].get(str(k), 'n/a')} (x{v['x_kit'].get(str(k), 'n/a')})"
+                 for k in sizes]
+        ex = v["exactness"]
+        lines.append(f"| {name} | {v.get('compile_s')} | " + " | ".join(cells) + " | "
+                     f"{'yes' if v['exact'] else 'NO'} ({ex['flips']}/{ex['positions']}, "
+                     f"{ex['rows_bit_identical']}/{ex['positions']}) |")
+    for name, why in tuning.get("skipped", {}).items():
+        lines.append(f"| {name} | skipped: {why} |" + " |" * (len(sizes) + 1))
+    return [*lines, ""]
