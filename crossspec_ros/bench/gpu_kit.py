@@ -768,13 +768,12 @@ def stage_tuning(kit: Kit) -> dict[str, Any]:
 
 
 def _tuning_s(kit: Kit) -> float:
-    """The first variant's compile (about twice the exact runtime's own) and its passes:
-    a later variant that does not fit is skipped inside the stage."""
-    compile_s = (kit.exact.runtime.compile_s.get(f"rows {kit.step_rows}")
-                 if kit.exact is not None else None)
-    if compile_s is None:
+    """The first variant (a later one that does not fit is skipped inside the stage)."""
+    from crossspec_ros.bench.kit_tuning import TUNING_VARIANTS, variant_s
+
+    if kit.exact is None:
         return _prior(kit, 120, 4)
-    return 2 * compile_s + 2 * kit.seconds("exactness", _prior(kit, 60, 4)) + _prior(kit, 20, 2)
+    return variant_s(kit, next(iter(TUNING_VARIANTS)))
 
 
 def _streams_s(kit: Kit) -> float:

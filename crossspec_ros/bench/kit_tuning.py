@@ -29,7 +29,7 @@ import statistics
 import time
 from typing import Any
 
-from crossspec_ros.bench.gpu_kit import _exactness, _pass_ms
+from crossspec_ros.bench.gpu_kit import _exactness, _pass_ms, _prior
 
 # inductor's settings tried (torch._inductor.config names): coordinate descent tunes the
 # generated Triton kernels' launch settings (gpt-fast turns it on for decoding); max-autotune's
@@ -48,8 +48,7 @@ def stage_tuning(kit: Any) -> dict[str, Any]:
     """The stage (gpu_kit.STAGES): each variant's compile, passes and exactness."""
     import torch
 
-    shape = f"rows {kit.step_rows}"
-    kit_compile_s = kit.exact.runtime.compile_s.get(shape)
+    kit_compile_s = kit.exact.runtime.compile_s.get(f"rows {kit.step_rows}")
     sizes = sorted({1, min(8, kit.step_rows), kit.step_rows})
     report: dict[str, Any] = {
         "compiled": bool(kit.exact.runtime.compiled), "step_rows": kit.step_rows,
@@ -59,7 +58,7 @@ def stage_tuning(kit: Any) -> dict[str, Any]:
         report["note"] = ("The kit runs eager (--no-compile): inductor's settings change "
                           "nothing; the numbers rehearse the stage's code path")
     for name, settings in TUNING_VARIANTS.items():
-        needed = COMPILE_FACTOR[name] * (kit_compile_s or 0.0) + 10 * _pass_s(kit, sizes)
+        needed = variant_s(kit, name)
         if needed > kit.left():
             report["skipped"][name] = (f"needs about {needed:.0f} s, {kit.left():.0f} s "
                                        "left")
@@ -108,22 +107,27 @@ def paired_passes(model: Any, reference: Any, window: Any, sizes: list[int], rep
     alternate which goes first (the median of each side's rounds)."""
     ours: dict[int, list[float]] = {k: [] for k in sizes}
     theirs: dict[int, list[float]] = {k: [] for k in sizes}
+    sides = [(model, ours), (reference, theirs)]
     for round_index in range(ROUNDS):
         for k in sizes:
-            sides = [(model, ours), (reference, theirs)]
             for side, into in (sides if round_index % 2 == 0 else sides[::-1]):
                 into[k].append(_pass_ms(side, window, k, repeats))
     return ({k: round(statistics.median(v), 3) for k, v in ours.items()},
             {k: round(statistics.median(v), 3) for k, v in theirs.items()})
 
 
-def _pass_s(kit: Any, sizes: list[int]) -> float:
-    """Seconds of one round of passes on one side: a prefill and repeats + 2 passes a size."""
-    return len(sizes) * (kit.repeats + 2) * 0.05 + len(sizes) * 0.5
+def variant_s(kit: Any, name: str) -> float:
+    """Seconds a variant needs: its compile (``COMPILE_FACTOR`` x the kit's own of the
+    shape), its exactness check and its passes (about the kit's stages of the same), or
+    priors before they ran."""
+    compile_s = kit.exact.runtime.compile_s.get(f"rows {kit.step_rows}") or 0.0
+    return (COMPILE_FACTOR[name] * compile_s + kit.seconds("exactness", _prior(kit, 60, 4))
+            + kit.seconds("passes", _prior(kit, 20, 2)))
 
 
 def report_lines(tuning: dict[str, Any] | None) -> list[str]:
-    """gpu-report's section: a row per variant (the kit's own runtime first)."""
+    """gpu-report's section: a row per variant (each against the kit's runtime), then the
+    variants skipped."""
     if not tuning or not (tuning.get("variants") or tuning.get("skipped")):
         return []
     sizes = sorted({int(k) for v in tuning["variants"].values() for k in v["ms_per_pass"]})
