@@ -199,9 +199,12 @@ class Session:
         self._thread.start()
 
     def _spin(self) -> None:
+        from rclpy._rclpy_pybind11 import InvalidHandle
         from rclpy.executors import ExternalShutdownException
 
-        with contextlib.suppress(ExternalShutdownException):  # a test shuts the context down
+        # a test shuts the context down: this thread may be between spins, or in a wait whose
+        # entities (a publisher's event handlers) the shutdown destroyed meanwhile
+        with contextlib.suppress(ExternalShutdownException, InvalidHandle):
             while self._running and self.context.ok():
                 self.executor.spin_once(timeout_sec=0.02)
 
