@@ -385,3 +385,27 @@ def test_the_gpu_report_names_the_stages_that_did_not_come_back(tmp_path):
     text = (tmp_path / "docs" / "gpu-h100-2026-11-25.md").read_text()
     assert "NVIDIA H100 80GB HBM3" in text and "Stages missing: stages, verifier, tests" in text
     assert main(["bench", "gpu-report", str(tmp_path / "empty")]) == 2
+
+
+def test_a_report_of_two_calls_counts_a_stage_the_second_ran_as_done(tmp_path):
+    # the second H200 lease (2026-11-29): call 1 skipped streams for time, call 2 ran it
+    first, second = tmp_path / "call1", tmp_path / "call2"
+    for directory, records in (
+            (first, [{"name": "env", "status": "done", "seconds": 9.8},
+                     {"name": "streams", "status": "skipped", "seconds": 0.0,
+                      "why": "would need ~203 s"},
+                     {"name": "4bit", "status": "skipped", "seconds": 0.0}]),
+            (second, [{"name": "streams", "status": "done", "seconds": 209.4},
+                      {"name": "4bit", "status": "skipped", "seconds": 0.0}])):
+        directory.mkdir()
+        (directory / "stages.json").write_text(json.dumps(
+            {"budget_s": 480, "elapsed_s": 455, "stages": records}))
+    (first / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200"}))
+    assert main(["bench", "gpu-report", str(first), str(second), "--out",
+                 str(tmp_path / "docs"), "--profiles", str(tmp_path / "profiles"),
+                 "--date", "2026-11-29"]) == 0
+    text = (tmp_path / "docs" / "gpu-h200-2026-11-29.md").read_text()
+    not_done = re.search(r"Stages not done: (.*)\.", text).group(1)
+    assert "4bit (skipped)" in not_done and "streams" not in not_done
+    assert "budget, call 1 of 2)" in text and "budget, call 2 of 2)" in text
+    assert "| streams | done | 209.4 |" in text

@@ -14,6 +14,7 @@ from crossspec_ros.bench.kit_trace import (
     device_peaks,
     kernel_timeline,
     report_lines,
+    without_run_mark,
 )
 
 
@@ -26,6 +27,7 @@ def _event(name: str, start: float, end: float, device: str = "CUDA", children=(
 def test_the_timeline_counts_busy_time_once_and_the_host_gaps_between_kernels():
     events = [
         _event("crossspec_trace_run", 0, 100, "CPU"),
+        _event("crossspec_trace_run", 10, 70),  # the mark's device-side range: no kernel
         _event("gemm", 10, 30), _event("gemm", 25, 40),  # overlapping: 30 us busy, not 35
         _event("norm", 60, 70),  # 20 us idle before it
         _event("crossspec_trace_run", 200, 300, "CPU"),
@@ -77,6 +79,34 @@ def test_the_report_gives_a_row_per_call_and_says_when_no_bound_is_known():
                           "workloads": {"verifier step, 1 row": workload}})
     assert lines[0] == "## Where each step's time goes (cpu, bfloat16)"
     assert "No bound" in lines[2]
-    assert lines[-2] == ("| verifier step, 1 row | 1 | 9.400 | n/a | n/a | 1436.2 | 1.4 | 290 "
-                         "| 50% | 4.700 | `gemv` (60%) |")
+    assert ("| verifier step, 1 row | 1 | 9.400 | n/a | n/a | 1436.2 | 1.4 | 290 "
+            "| 50% | 4.700 | `gemv` (60%) |") in lines
+    assert "- verifier step, 1 row: `gemv` 3.000 (60%)" in lines
+    assert not any("before 2026-11-29's fix" in line for line in lines)
     assert report_lines(None) == []
+
+
+def test_a_trace_that_counted_its_own_mark_is_reported_without_it():
+    # the first H200 trace (2026-11-29): the mark's device-side range, 10 ms a call, was
+    # counted with 8 ms of kernels, so every share was over 18 ms
+    workload = {"wall_ms": 9.5, "tokens": 32, "bound_ms": 2.75, "bound_by": "memory",
+                "x_bound": 3.45, "achieved_gb_per_s": 1392.2, "achieved_tflop_per_s": 44.6,
+                "kernels_per_call": 658, "busy_share": 1.0,
+                "idle_between_kernels_ms_per_call": 0.0,
+                "top_kernels": [{"name": "crossspec_trace_run", "ms_per_call": 10.0,
+                                 "share": 10 / 18},
+                                {"name": "fmha", "ms_per_call": 3.2, "share": 3.2 / 18},
+                                {"name": "gemm", "ms_per_call": 4.0, "share": 4.0 / 18}]}
+    fixed = without_run_mark(workload)
+    assert [k["name"] for k in fixed["top_kernels"]] == ["fmha", "gemm"]
+    assert fixed["kernel_ms_per_call"] == pytest.approx(8.0)
+    assert fixed["top_kernels"][0]["share"] == pytest.approx(0.4)
+    assert fixed["busy_share"] == pytest.approx(0.8)
+    assert fixed["idle_between_kernels_ms_per_call"] == pytest.approx(2.0)
+    lines = report_lines({"device": "NVIDIA H200", "dtype": "bfloat16",
+                          "peaks": {"bytes_per_s": 4.8e12, "flop_per_s": 989e12},
+                          "workloads": {"verifier step, 32 rows": workload}})
+    assert any("| 80% | 2.000 | `fmha` (40%) |" in line for line in lines)
+    assert any("before 2026-11-29's fix" in line for line in lines)
+    assert without_run_mark({**workload, "top_kernels": workload["top_kernels"][1:]}) == {
+        **workload, "top_kernels": workload["top_kernels"][1:]}

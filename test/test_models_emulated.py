@@ -498,7 +498,8 @@ def test_lane_costs_in_a_profile_are_checked_when_it_loads(tmp_path):
 
 def test_the_bundled_profiles_lane_costs_are_their_32_row_pass_scaled_by_bytes_read():
     """docs/design-streams.md section 5: S lanes of 32 rows read 13.5 GB of weights and S x
-    1.13 GB of KV; one lane is the 32-row pass; an adoption reads and writes 1.13 GB."""
+    1.13 GB of KV; one lane is the 32-row pass; an adoption reads and writes 1.13 GB. A cost
+    the kit's streams stage measured (H200, 2026-11-29) is that, not the arithmetic."""
     bandwidth_tb_s = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
     for name in available():
         profile = CostProfile.load(name)
@@ -506,22 +507,29 @@ def test_the_bundled_profiles_lane_costs_are_their_32_row_pass_scaled_by_bytes_r
         assert costs.lane_pass_ms_by_lanes is not None and costs.lane_copy_ms is not None
         assert sorted(costs.lane_pass_ms_by_lanes) == [1, 2, 4, 8]
         one = costs.pass_ms(32)
-        assert costs.lane_pass_ms(1) == one
         for lanes, cost in costs.lane_pass_ms_by_lanes.items():
-            assert cost.ms == pytest.approx(one * (13.5 + 1.13 * lanes) / 14.63, abs=1e-3)
-            assert cost.filled == (lanes > 1 or profile.kind != "measured"
-                                   or not name.startswith("h200")), (name, lanes)
             assert cost.source
-        assert costs.lane_copy_ms.filled
-        assert costs.lane_copy_ms.ms == pytest.approx(2 * 1.13 / bandwidth_tb_s[profile.device],
-                                                      abs=1e-3)
+            if not cost.filled:  # measured: a profile of a real run says where from
+                assert profile.kind == "measured" and name.startswith("h200"), (name, lanes)
+                assert lanes == 1 or cost.source.startswith("streams.lanes"), (name, lanes)
+                continue
+            assert cost.ms == pytest.approx(one * (13.5 + 1.13 * lanes) / 14.63, abs=1e-3)
+            # one lane is the measured 32-row pass on an H200 profile
+            assert lanes > 1 or not name.startswith("h200"), (name, lanes)
+        if costs.lane_copy_ms.filled:
+            assert costs.lane_copy_ms.ms == pytest.approx(
+                2 * 1.13 / bandwidth_tb_s[profile.device], abs=1e-3)
+        else:
+            assert costs.lane_copy_ms.source.startswith("streams.adoption"), name
     # which numbers are filled: in the log line and the run's JSON
     static = CostProfile.load("h200-bf16-static-2026-11-27")
+    assert static.verifier.lane_pass_ms(1) == static.verifier.pass_ms(32)
     filled = ["lane_pass_ms_by_lanes[2, 4, 8]", "lane_copy_ms", "chunk_ms_by_frames[2, 4, 8]",
               "vision_ms_by_batch[2, 4, 8]"]
     assert static.filled() == {"verifier": filled}
     assert static.describe().endswith("filled, not measured: verifier " + ", ".join(filled))
     assert EmulatedDevice(static).report()["filled"] == static.filled()
+    assert CostProfile.load("h200-bf16-static-2026-11-29").filled() == {}
 
 
 def test_the_bundled_profiles_batched_prompt_costs_are_one_frames_cost_plus_compute():
@@ -529,11 +537,16 @@ def test_the_bundled_profiles_batched_prompt_costs_are_one_frames_cost_plus_comp
     chunk plus K - 1 chunks' compute (3.46 TFLOP at 60% of 989 TFLOP/s) plus copying each
     chunk's KV out of its lane; K frames in one vision call the one-frame call plus 0.3 ms a
     frame; on the bound profile K times the one-frame bound. One frame is the one-stream
-    cost: measured on the H200 profile, filled elsewhere."""
+    cost: measured on the H200 profiles, filled elsewhere; a profile whose streams stage ran
+    (H200, 2026-11-29) has every K measured."""
     compute_ms = 257 * 2 * 6.74e9 / (0.6 * 989e12) * 1e3
     for name in available():
         profile = CostProfile.load(name)
         costs, bound = profile.verifier, profile.kind == "bound"
+        if not any(c.filled for c in costs.chunk_ms_by_frames.values()):
+            assert all(c.source.startswith("streams.prompt") for c in
+                       (*costs.chunk_ms_by_frames.values(), *costs.vision_ms_by_batch.values()))
+            continue
         bandwidth = 4.8 if name.startswith("h200") else 3.35
         copy_ms = 2 * 257 * 0.5 * 2**20 / (bandwidth * 1e12) * 1e3
         one_chunk = costs.chunk_ms_by_frames[1].ms

@@ -23,7 +23,12 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from crossspec_ros.bench.kit_profile import PROFILE_STAGE, device_tag, profile_name
+from crossspec_ros.bench.kit_profile import (
+    PROFILE_STAGE,
+    device_tag,
+    measured_profile,
+    profile_name,
+)
 from crossspec_ros.bench.kit_trace import report_lines as trace_lines
 from crossspec_ros.bench.kit_tuning import report_lines as tuning_lines
 from crossspec_ros.models.emulated import PROFILE_DIR
@@ -55,16 +60,26 @@ PACK = "kit.tar.gz"  # what scripts/gpu_check.sh run packs (a call returns at mo
 
 def collect(dirs: list[Path]) -> dict[str, Any]:
     """Stage name -> its JSON, from the first directory that has it; a directory's
-    ``kit.tar.gz`` (``gpu-kit --pack``) counts as its files, after the loose ones."""
+    ``kit.tar.gz`` (``gpu-kit --pack``) counts as its files, after the loose ones. Every
+    directory's stage list is kept too (``calls``: one per kit call of the lease, in order),
+    so that a stage one call skipped and a later one ran counts as done."""
     found: dict[str, Any] = {}
+    calls: list[dict[str, Any]] = []
     for directory in dirs:
+        here: dict[str, Any] = {}
         for name in STAGE_FILES:
             path = directory / f"{name}.json"
-            if name not in found and path.is_file():
-                found[name] = json.loads(path.read_text())
+            if path.is_file():
+                here[name] = json.loads(path.read_text())
         if (directory / PACK).is_file():
             for name, data in _packed(directory / PACK).items():
-                found.setdefault(name, data)
+                here.setdefault(name, data)
+        if "stages" in here:
+            calls.append(here["stages"])
+        for name, data in here.items():
+            found.setdefault(name, data)
+    if calls:
+        found["calls"] = calls
     return found
 
 
@@ -83,14 +98,17 @@ def fidelity_of(stages: dict[str, Any]) -> dict[str, Any] | None:
     """The fidelity stage's windows against the verifier's costs the same run measured (its
     profile: ``bench/fidelity.py``), or None when the run lacks either."""
     from crossspec_ros.bench.fidelity import fidelity
+    from crossspec_ros.bench.kit_profile import verifier_costs
     from crossspec_ros.models.emulated import model_costs
 
-    profile = stages.get(PROFILE_STAGE)
-    traced = stages.get(f"fidelity-{profile['dtype']}") if profile else None
-    if not traced:
+    # the costs of the runtime the windows were traced on (the prompt's chunks eager), not
+    # the node's runtime that the filed profile describes
+    dtype, costs = verifier_costs(stages, compiled_prefill=False)
+    traced = stages.get(f"fidelity-{dtype}")
+    if not (traced and costs):
         return None
-    return fidelity(traced["windows"], {"verifier": model_costs(profile["verifier"])},
-                    f"the verifier's costs measured in this run (passes-{profile['dtype']})")
+    return fidelity(traced["windows"], {"verifier": model_costs(costs)},
+                    f"the verifier's costs measured in this run (passes-{dtype})")
 
 
 def _f(value: Any, unit: str = "", places: int = 1) -> str:
@@ -104,7 +122,9 @@ def markdown(stages: dict[str, Any], date: str) -> str:
              f"{device}; torch {env.get('torch', '?')}, CUDA {env.get('cuda', '?')}, "
              f"transformers {env.get('transformers', '?')}, bitsandbytes "
              f"{env.get('bitsandbytes', '?')}. " + _missing(stages), ""]
-    lines += _stages_table(stages.get("stages"))
+    calls = stages.get("calls") or [stages.get("stages")]
+    for number, kit in enumerate(calls, 1):
+        lines += _stages_table(kit, f"call {number} of {len(calls)}" if len(calls) > 1 else "")
     lines += _load_table(stages)
     tests = stages.get("tests")
     if tests:
@@ -123,28 +143,32 @@ def markdown(stages: dict[str, Any], date: str) -> str:
 def _missing(stages: dict[str, Any]) -> str:
     """The stages that did not come back: from the kit's stage list when there is one (with
     why), else the files that are not there (reports of the separate-call kit)."""
-    kit = stages.get("stages")
-    if not kit:
+    calls = stages.get("calls") or ([stages["stages"]] if stages.get("stages") else [])
+    if not calls:
         return ("Stages missing: "
                 f"{', '.join(n for n in STAGE_FILES if n not in stages) or 'none'}.")
     from crossspec_ros.bench.gpu_kit import STAGE_NAMES
 
-    records = kit.get("stages", [])
-    reached = {r["name"] for r in records}
-    not_done = [f"{r['name']} ({r['status']})" for r in records if r["status"] != "done"]
-    not_done += [f"{name} (not reached)" for name in STAGE_NAMES if name not in reached]
+    status: dict[str, str] = {}
+    for record in (r for kit in calls for r in kit.get("stages", [])):
+        if status.get(record["name"]) != "done":
+            status[record["name"]] = record["status"]
+    not_done = [f"{name} ({status[name]})" for name in STAGE_NAMES
+                if name in status and status[name] != "done"]
+    not_done += [f"{name} (not reached)" for name in STAGE_NAMES if name not in status]
     return f"Stages not done: {', '.join(not_done) or 'none'}."
 
 
-def _stages_table(kit: dict[str, Any] | None) -> list[str]:
+def _stages_table(kit: dict[str, Any] | None, call: str = "") -> list[str]:
     """The kit's stage list: what ran, what was skipped or failed and why."""
     if not kit:
         return []
+    call = f", {call}" if call else ""
     rows = [f"| {s['name']} | {s['status']} | {_f(s.get('seconds'))} | "
             f"{_f(s.get('estimate_s'), places=0)} | {s.get('why', '')} |"
             for s in kit.get("stages", [])]
     return [f"## Stages ({kit.get('elapsed_s', '?')} s of a {kit.get('budget_s', '?')} s "
-            "budget)", "", "| stage | status | seconds | expected | why |",
+            f"budget{call})", "", "| stage | status | seconds | expected | why |",
             "|---|---|---:|---:|---|", *rows, ""]
 
 
@@ -376,13 +400,14 @@ def run(args: argparse.Namespace) -> int:
     stem.with_suffix(".json").write_text(json.dumps({"date": args.date, **stages}, indent=2))
     stem.with_suffix(".md").write_text(markdown(stages, args.date))
     print(f"wrote {stem}.md and {stem}.json")
-    if PROFILE_STAGE not in stages:
+    # the profile of every call's stages together (a later call's streams too), named for
+    # this report, which holds them
+    name = profile_name(stages, args.date)
+    profile = measured_profile(stages, name, f"{args.out.name}/{stem.name}.md")
+    if profile is None:
         print("no emulation profile: the run lacks the verifier's passes on the exact runtime "
               "or the drafter's costs", file=sys.stderr)
         return 0
-    # the kit's profile as it measured it, named for this report, which holds its stages
-    name = profile_name(stages, args.date)
-    profile = {**stages[PROFILE_STAGE], "name": name, "report": f"{args.out.name}/{stem.name}.md"}
     args.profiles.mkdir(parents=True, exist_ok=True)
     (args.profiles / f"{name}.json").write_text(json.dumps(profile, indent=2) + "\n")
     print(f"wrote {args.profiles / name}.json (crossspec drive --emulate {name})")

@@ -38,10 +38,12 @@ def measured_profile(stages: dict[str, Any], name: str, report: str) -> dict[str
         return None
     verifier.update(lane_costs(stages.get("streams") or {}))
     compiled = stages.get("verifier", {}).get("runtimes", {}).get("exact", {}).get("compiled")
+    prompt = ("the prompt's chunks and vision compiled" if verifier["prompt"]["from"]
+              .startswith("prefill-compiled") else "the prompt's chunks eager")
     return {
         "name": name, "kind": "measured", "device": stages.get("env", {}).get("gpu", "?"),
         "dtype": dtype, "runtime": "crossspec's static runtime (" + (
-            "steps compiled" if compiled else "steps eager") + ", the prompt's chunks eager)",
+            "steps compiled" if compiled else "steps eager") + f", {prompt})",
         "models": "Video-LLaVA-7B and EventGPT-7B architectures, random weights",
         "report": report,
         "sharing": {"rule": "serial", "about": "one call on the device at a time: in one "
@@ -50,28 +52,36 @@ def measured_profile(stages: dict[str, Any], name: str, report: str) -> dict[str
         "verifier": verifier, "drafter": drafter}
 
 
-def verifier_costs(stages: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+def verifier_costs(stages: dict[str, Any], compiled_prefill: bool = True
+                   ) -> tuple[str | None, dict[str, Any] | None]:
     """(dtype, the verifier's part of a profile) from the passes stage on the exact runtime,
-    or (dtype, None) without it."""
+    or (dtype, None) without it. The prompt's costs (vision and chunks per frame) come from
+    the prefill-compiled stage when it ran and ``compiled_prefill`` (a node's runtime compiles
+    them: ``RuntimeOptions.compile_prefill``), else from the passes stage's eager prefill (the
+    runtime the kit's engine and fidelity stages ran)."""
     dtype = next((k.removeprefix("passes-") for k in stages if k.startswith("passes-")), None)
     passes = stages.get(f"passes-{dtype}", {})
     exact = next((r for key, r in passes.get("runtimes", {}).items()
                   if key.startswith("static_") and "_exact_" in key), None)
-    chunks = passes.get("prefill", {}).get("per_frame_chunk", [])
+    stage, prefill = f"passes-{dtype}", passes.get("prefill", {})
+    compiled = stages.get("prefill-compiled", {}).get("prefill", {})
+    if compiled_prefill and compiled.get("per_frame_chunk"):
+        stage, prefill = "prefill-compiled", compiled
+    chunks = prefill.get("per_frame_chunk", [])
     if not (exact and chunks):
         return dtype, None
     per_token = statistics.median(c["prefill_ms"] / c["tokens"] for c in chunks)
-    stage = f"passes-{dtype}"
+    passes_stage = f"passes-{dtype}"
     return dtype, {
         "vision_ms_per_frame": {"ms": round(statistics.median(
             c["vision_ms"] for c in chunks), 3), "from": f"{stage}.prefill.per_frame_chunk[]"
             ".vision_ms, median (each frame encoded alone)"},
         "prefill_ms_per_token": {"ms": round(per_token, 4), "from": f"{stage}.prefill"
                                  ".per_frame_chunk[], median prefill_ms / tokens"},
-        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{stage}.runtimes.*_exact_*"
+        "pass_ms_by_rows": {rows: {"ms": ms, "from": f"{passes_stage}.runtimes.*_exact_*"
                                    f".ms_per_pass[{rows}]"}
                             for rows, ms in exact["ms_per_pass"].items()},
-        "prompt": {"tokens": passes["prefill"]["prompt_tokens"],
+        "prompt": {"tokens": prefill["prompt_tokens"],
                    "chunks": [c["tokens"] for c in chunks],
                    "from": f"{stage}.prefill.prompt_tokens and per_frame_chunk[].tokens"}}
 

@@ -44,6 +44,7 @@ DEVICE_PEAKS = (
     ("A100", 2.0e12, 312e12),
 )
 TOP_KERNELS = 8
+RUN_MARK = "crossspec_trace_run"  # record_function around each profiled call
 GIGA = 10.0 ** 9  # bytes in a GB, FLOPs in a GFLOP
 VISION_MODULE_WORDS = ("vision", "video_tower", "image_tower", "multi_modal_projector",
                        "event_tower", "projector")
@@ -200,7 +201,7 @@ def trace(workload: Workload, repeats: int, peaks: tuple[float, float] | None,
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     with profile(activities=activities) as prof:
         for _ in range(repeats):
-            with record_function("crossspec_trace_run"):
+            with record_function(RUN_MARK):
                 workload.call()
     wall_ms = statistics.median(walls)
     timeline = kernel_timeline(prof.events(), cuda, repeats)
@@ -234,7 +235,9 @@ def kernel_timeline(events: Any, cuda: bool, repeats: int) -> dict[str, Any]:
     """Per call: the kernels (CUDA kernels on a GPU, the leaf CPU operators on a CPU), their
     device time, the busy share from the first kernel to the last, the idle time between
     them, and the top kernels by time."""
-    runs = [e for e in events if e.name == "crossspec_trace_run"]
+    # on a GPU the profiler records the mark twice: the host's range (a call) and a device-side
+    # range over the call's kernels (neither a call nor a kernel)
+    runs = [e for e in events if e.name == RUN_MARK and _device(e) == "CPU"]
     kernels = [e for e in events if _is_kernel(e, cuda)]
     by_name: dict[str, float] = defaultdict(float)
     busy, spans, launches, largest_gap = [], [], [], 0.0
@@ -273,11 +276,16 @@ def kernel_timeline(events: Any, cuda: bool, repeats: int) -> dict[str, Any]:
         "profiled_calls": len(busy), "asked_calls": repeats}
 
 
+def _device(event: Any) -> str:
+    return str(getattr(event, "device_type", "")).rsplit(".", 1)[-1]
+
+
 def _is_kernel(event: Any, cuda: bool) -> bool:
-    device = str(getattr(event, "device_type", "")).rsplit(".", 1)[-1]
+    if event.name == RUN_MARK:
+        return False
     if cuda:
-        return device == "CUDA"
-    return device == "CPU" and not event.cpu_children and event.name != "crossspec_trace_run"
+        return _device(event) == "CUDA"
+    return _device(event) == "CPU" and not event.cpu_children
 
 
 def report_lines(trace_report: dict[str, Any] | None) -> list[str]:
@@ -286,6 +294,7 @@ def report_lines(trace_report: dict[str, Any] | None) -> list[str]:
     if not trace_report or not trace_report.get("workloads"):
         return []
     peaks = trace_report.get("peaks")
+    workloads = {name: without_run_mark(w) for name, w in trace_report["workloads"].items()}
     lines = [f"## Where each step's time goes ({trace_report.get('device')}, "
              f"{trace_report.get('dtype')})", "",
              "torch.profiler over each call after warm-ups (bench/kit_trace.py). Bytes: the "
@@ -298,7 +307,7 @@ def report_lines(trace_report: dict[str, Any] | None) -> list[str]:
              "| call | tokens | wall ms | bound ms (by) | x bound | GB/s | TFLOP/s | "
              "kernels | busy between first and last | idle ms | top kernel (share) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for name, w in trace_report["workloads"].items():
+    for name, w in workloads.items():
         top = w["top_kernels"][0] if w["top_kernels"] else None
         bound = "n/a" if w["bound_ms"] is None else f"{w['bound_ms']:.3f} ({w['bound_by']})"
         share = "n/a" if w["busy_share"] is None else f"{100 * w['busy_share']:.0f}%"
@@ -309,4 +318,33 @@ def report_lines(trace_report: dict[str, Any] | None) -> list[str]:
                      f"{w['achieved_gb_per_s']} | {w['achieved_tflop_per_s']} | "
                      f"{w['kernels_per_call']} | {share} | "
                      f"{w['idle_between_kernels_ms_per_call']:.3f} | {top_text} |")
+    if any(w.get("mark_removed") for w in workloads.values()):
+        lines += ["", "This trace was taken before 2026-11-29's fix: the profiler's device-side "
+                  f"range of the call's own mark (`{RUN_MARK}`) was counted as a kernel. It is "
+                  "left out here; the kernels' total is derived from the mark's share (the "
+                  "mark spans the call's kernels), so busy share and idle ms are that total "
+                  "against the mark's span."]
+    lines += ["", "Top kernels per call (ms per call, share of the call's kernel time):", ""]
+    for name, w in workloads.items():
+        kernels = "; ".join(f"`{k['name'][:72]}` {k['ms_per_call']:.3f} "
+                            f"({100 * (k['share'] or 0):.0f}%)" for k in w["top_kernels"][:5])
+        lines.append(f"- {name}: {kernels or 'none recorded'}")
     return [*lines, ""]
+
+
+def without_run_mark(workload: dict[str, Any]) -> dict[str, Any]:
+    """A workload whose top kernels hold the run's mark (a trace from before the mark was
+    left out of the kernels) with the mark removed: the kernels' total is then derived from
+    the mark's share (share = ms / (mark + kernels)), and the busy share and the idle time are
+    that total against the mark's span. Any other workload comes back as it is."""
+    mark = next((k for k in workload["top_kernels"] if k["name"] == RUN_MARK), None)
+    if mark is None or not mark.get("share"):
+        return workload
+    span = mark["ms_per_call"]
+    total = span * (1 - mark["share"]) / mark["share"]
+    kernels = [{**k, "share": round(k["ms_per_call"] / total, 4) if total else None}
+               for k in workload["top_kernels"] if k["name"] != RUN_MARK]
+    return {**workload, "top_kernels": kernels, "mark_removed": True,
+            "kernel_ms_per_call": round(total, 4),
+            "busy_share": round(total / span, 4) if span else None,
+            "idle_between_kernels_ms_per_call": round(max(span - total, 0.0), 4)}
