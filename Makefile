@@ -20,7 +20,7 @@ setup:
 DRIVE_ARGS ?=
 # the target's regime after the CPU pass (make drive and make bench): the same runs on each
 # emulated cost profile (models/emulated.py; every line says EMULATED); EMULATE= skips it
-EMULATE ?= h200-bf16-static-2026-11-27 h100-bf16-eager-2026-11-24
+EMULATE ?= h200-bf16-static-2026-11-29 h100-bf16-eager-2026-11-24
 # what make drive compares beyond the CPU pass (every graph, two rounds), to stay within ~10
 # minutes on 2 cores: one round of the graphs that decide (crossspec against itself without
 # its drafter, and on the first profile against the same verifier with live prefill; the
