@@ -34,8 +34,9 @@ order against a time budget (``--budget``, default 480 s):
                   stream in this process, and in a process of its own: the cost of sharing
                   the device; before the stages that free the drafter, after those that
                   matter more, as a CUDA fault there ends the process's GPU work); the
-                  exact decoding step compiled under other inductor settings, each timed
-                  against the kit's and checked for exactness (``bench/kit_tuning.py``); fp32
+                  exact decoding step compiled under other settings (attention split along
+                  the cache, inductor's GEMM autotuning), each timed against the kit's and
+                  checked for exactness (``bench/kit_tuning.py``); fp32
                   exactness; the verifier in 4-bit NF4 (exactness and passes); the CUDA
                   tests (test/test_models_gpu.py, a process of their own)
 
@@ -821,7 +822,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("sharing", stage_sharing,
           lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
           ("verifier", "drafter")),
-    # the decoding step under other inductor settings (issue 55 §3): new measurements, after
+    # the decoding step under other settings (issue 55 §3): new measurements, after
     # the re-runs of what the first lease found broken; before the stages that free models
     Stage("tuning", stage_tuning, _tuning_s, ("verifier",)),
     Stage("exactness-float32", stage_exactness_float32,

@@ -1,11 +1,13 @@
 """The GPU kit's ``tuning`` stage (issue 55, §3): the exact decoding step compiled under other
-inductor settings, side by side with the kit's own, each with its exactness.
+runtime settings (its attention, inductor's settings), side by side with the kit's own, each
+with its exactness.
 
-The first H200 run measured 9.4 ms a step against a bound of ~2.8 ms (the weights read once).
-Which of inductor's settings closes some of that gap is a question for the GPU: here the
-verifier's exact runtime (one step shape of ``step_rows`` rows, prefill eager, sharing the
-kit's weights) is built again under each variant of ``TUNING_VARIANTS``, and for each the
-stage reports
+The H200 runs measured 9.2-9.4 ms a step against a bound of ~2.8 ms (the weights read once),
+3.25 ms of it in SDPA's memory-efficient attention kernel (docs/gpu-h200-2026-11-29.md).
+Which setting closes some of that gap is a question for the GPU: here the verifier's exact
+runtime (one step shape of ``step_rows`` rows, prefill eager, sharing the kit's weights) is
+built again under each variant of ``TUNING_VARIANTS`` (``RuntimeOptions`` fields), and for
+each the stage reports
 
   compile_s          the variant's warm-up (compile and first run) of its step shape
   ms_per_pass        1, 8 and step_rows tokens, in rounds that alternate the kit's exact
@@ -31,16 +33,19 @@ from typing import Any
 
 from crossspec_ros.bench.gpu_kit import _exactness, _pass_ms, _prior
 
-# inductor's settings tried (torch._inductor.config names): coordinate descent tunes the
-# generated Triton kernels' launch settings (gpt-fast turns it on for decoding); max-autotune's
-# GEMM search lets Triton templates compete with cuBLAS for the step's skinny matrices
-TUNING_VARIANTS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "coordinate_descent": (("coordinate_descent_tuning", True),),
-    "autotune_gemm": (("coordinate_descent_tuning", True), ("max_autotune_gemm", True)),
+# the variants tried, as RuntimeOptions fields over the kit's exact runtime, the likeliest gain
+# first: attention split along the cache (models/split_kv.py) against SDPA's kernel that gives
+# each head one thread block; max-autotune's GEMM search (Triton templates against cuBLAS for
+# the step's skinny matrices, with coordinate descent tuning the generated kernels).
+# coordinate_descent_tuning alone was measured on the H200 (2026-11-29): x0.96-1.05, no gain
+TUNING_VARIANTS: dict[str, dict[str, Any]] = {
+    "split_kv": {"attention": "split_kv"},
+    "autotune_gemm": {"inductor": (("coordinate_descent_tuning", True),
+                                   ("max_autotune_gemm", True))},
 }
 # a variant's compile against the kit's own compile of the same shape (autotuning benchmarks
 # each GEMM's candidates: several times longer)
-COMPILE_FACTOR = {"coordinate_descent": 2.0, "autotune_gemm": 5.0}
+COMPILE_FACTOR = {"split_kv": 1.3, "autotune_gemm": 5.0}
 ROUNDS = 2
 
 
@@ -56,22 +61,23 @@ def stage_tuning(kit: Any) -> dict[str, Any]:
         "rounds": ROUNDS, "repeats": kit.repeats, "variants": {}, "skipped": {}}
     if not report["compiled"]:
         report["note"] = ("The kit runs eager (--no-compile): inductor's settings change "
-                          "nothing; the numbers rehearse the stage's code path")
-    for name, settings in TUNING_VARIANTS.items():
+                          "nothing, the split attention runs as eager operators; the numbers "
+                          "rehearse the stage's code path")
+    for name, overrides in TUNING_VARIANTS.items():
         needed = variant_s(kit, name)
         if needed > kit.left():
             report["skipped"][name] = (f"needs about {needed:.0f} s, {kit.left():.0f} s "
                                        "left")
             kit.log(f"[tuning] {name} skipped: {report['skipped'][name]}")
             continue
-        report["variants"][name] = _variant(kit, name, settings, sizes)
+        report["variants"][name] = _variant(kit, name, overrides, sizes)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return report
 
 
-def _variant(kit: Any, name: str, settings: tuple[tuple[str, Any], ...], sizes: list[int]
+def _variant(kit: Any, name: str, overrides: dict[str, Any], sizes: list[int]
              ) -> dict[str, Any]:
     """One variant: built, timed against the kit's exact runtime, checked for exactness."""
     from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
@@ -79,10 +85,10 @@ def _variant(kit: Any, name: str, settings: tuple[tuple[str, Any], ...], sizes: 
     twin = kit.verifier.with_runtime(None)
     t0 = time.perf_counter()
     timings = use_static_runtime(twin, RuntimeOptions(
-        compile=kit.compile, step_rows=(kit.step_rows,), compile_prefill=False,
-        inductor=settings), kit.max_new_tokens)
+        compile=kit.compile, step_rows=(kit.step_rows,), compile_prefill=False, **overrides),
+        kit.max_new_tokens)
     out: dict[str, Any] = {
-        "settings": dict(settings), "runtime": twin.runtime.describe(),
+        "settings": settings_of(overrides), "runtime": twin.runtime.describe(),
         "compile_s": timings.get(f"rows {kit.step_rows}"),
         "build_s": round(time.perf_counter() - t0, 2),
         "compile_failed": twin.runtime.compile_failed}
@@ -99,6 +105,12 @@ def _variant(kit: Any, name: str, settings: tuple[tuple[str, Any], ...], sizes: 
         f"{k} tokens {mine[k]:.2f} ms (x{out['x_kit'].get(str(k), 'n/a')})" for k in sizes)
         + f"; {'exact' if out['exact'] else 'NOT exact'}")
     return out
+
+
+def settings_of(overrides: dict[str, Any]) -> dict[str, Any]:
+    """A variant's RuntimeOptions fields as JSON (inductor's pairs as a mapping)."""
+    return {key: dict(value) if key == "inductor" else value
+            for key, value in overrides.items()}
 
 
 def paired_passes(model: Any, reference: Any, window: Any, sizes: list[int], repeats: int
@@ -131,8 +143,8 @@ def report_lines(tuning: dict[str, Any] | None) -> list[str]:
     if not tuning or not (tuning.get("variants") or tuning.get("skipped")):
         return []
     sizes = sorted({int(k) for v in tuning["variants"].values() for k in v["ms_per_pass"]})
-    lines = [f"## The decoding step under other inductor settings ({tuning['step_rows']}-row "
-             "exact runtime)", "",
+    lines = [f"## The decoding step under other settings: attention, inductor "
+             f"({tuning['step_rows']}-row exact runtime)", "",
              f"Kit runtime: {tuning.get('kit_runtime')}. Rounds alternate the kit's runtime "
              f"and each variant pass size by pass size ({tuning.get('rounds')} rounds of "
              f"{tuning.get('repeats')} passes; medians)."

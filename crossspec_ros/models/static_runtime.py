@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from crossspec_ros.models import split_kv
 from crossspec_ros.models.base import CaptionModel, ModelSession, PrefillTiming
 from crossspec_ros.models.compile_gate import COMPILE_GATE, refused_by_compiled_graphs
 from crossspec_ros.models.device_turns import turn_of
@@ -87,6 +88,11 @@ class RuntimeOptions:
     # kit's tuning stage measures such settings against the default (issue 55). Exactness is
     # unchanged: every step of the runtime compiles under the same settings
     inductor: tuple[tuple[str, Any], ...] = ()
+    # how every step attends over its cache: "sdpa" (PyTorch's fused kernels, through
+    # transformers) or "split_kv" (models/split_kv.py: the cache split along its length, for
+    # the bandwidth of a decoding step; issue 55). Exact either way; the captions are each
+    # runtime's own
+    attention: str = "sdpa"
 
     def __post_init__(self) -> None:
         rows = tuple(self.step_rows)
@@ -97,12 +103,19 @@ class RuntimeOptions:
         if self.lanes < 1 or (self.lanes > 1 and len(rows) != 1):
             raise ValueError(f"lanes must be >= 1, and lanes > 1 needs one step shape, got "
                              f"lanes {self.lanes} with step_rows {rows}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got "
+                             f"{self.attention!r}")
+        if self.attention != "sdpa" and self.lanes > 1:
+            raise ValueError(f"attention {self.attention!r} is not built for lane steps "
+                             "(lanes > 1) yet: use attention 'sdpa' there")
 
     @property
     def exact(self) -> bool:
         return len(self.step_rows) == 1
 
 
+ATTENTIONS = ("sdpa", "split_kv")
 DRAFTER_STEP_ROWS = (1, 16)  # drafting one token, re-syncing to a confirmed correction
 # set (to anything but "" or 0): the steps run eager whatever the parameter compile says (the
 # test suite sets it: each compiled shape costs seconds the tests need not spend)
@@ -237,6 +250,15 @@ class StaticLM:
         self.max_rows = options.step_rows[-1]
         # room for any step's padding past the last real position
         self.max_len = int(max_len) + self.max_rows
+        split_kv.install()  # before anything compiles: graphs guard on the function traced
+        self._attention_kwargs: dict[str, Any] = {}
+        if options.attention == "split_kv":
+            implementation = getattr(lm.config, "_attn_implementation", None)
+            if implementation != "sdpa":
+                raise ValueError(f"{name}: attention 'split_kv' needs the model's attention "
+                                 f"implementation 'sdpa', it has {implementation!r}")
+            self.max_len = split_kv.padded_length(self.max_len)
+            self._attention_kwargs = {"kv_splits": split_kv.KV_SPLITS}
         self._config = config.get_text_config(decoder=True) if hasattr(
             config, "get_text_config") else config
         self._static_cache = StaticCache
@@ -313,7 +335,8 @@ class StaticLM:
         for layer in cache.layers:
             layer.cumulative_length.copy_(start)
         return self.lm(inputs_embeds=embeds, position_ids=positions, attention_mask=mask,
-                       past_key_values=cache, use_cache=True).last_hidden_state
+                       past_key_values=cache, use_cache=True,
+                       **self._attention_kwargs).last_hidden_state
 
     def _rows(self, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
               cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -461,6 +484,8 @@ class StaticLM:
             mode += ", " + ", ".join(f"{k}={v}" for k, v in self.options.inductor)
         if self.compiled and not self.options.compile_prefill:
             mode += ", prefill eager"
+        if self._attention_kwargs:
+            mode += f", attention split over {self._attention_kwargs['kv_splits']} blocks"
         if self.vision is not None and self.vision.compiled:
             mode += ", vision compiled"
         exact = ", exact" if self.options.exact else ""
