@@ -1,23 +1,20 @@
 """Attention split along the cache (models/split_kv.py, ``RuntimeOptions.attention``): the same
 attention as SDPA up to rounding, transformers' SDPA untouched for every call without
-``kv_splits``, and a split_kv runtime exact by construction: verification rows bit-identical
-to one-token decoding, a live prefill the one-shot prefill's cache, the engine's captions the
-runtime's own greedy decoding."""
+``kv_splits``, and a split_kv runtime exact by construction: the engine's captions the
+runtime's own greedy decoding (its verification rows and live prefill: the exactness tests of
+test_models_static_runtime.py, parametrized by attention)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from decoding_rows import teacher_forced_rows
-from test_models_static_runtime import static_twin
+from test_models_static_runtime import SPLIT_8, static_twin
 from torch.nn.functional import scaled_dot_product_attention
 
 from crossspec_ros.models import split_kv
 from crossspec_ros.models.split_kv import padded_length, split_kv_attention
 from crossspec_ros.models.static_runtime import RuntimeOptions
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
-
-SPLIT_8 = RuntimeOptions(compile=False, step_rows=(8,), attention="split_kv")
 
 
 def _inputs(dtype: torch.dtype, heads: int = 8, kv_heads: int = 2, rows: int = 5,
@@ -86,33 +83,16 @@ def test_without_kv_splits_a_models_attention_is_transformers_sdpa_bit_for_bit(b
     torch.testing.assert_close(split.float(), theirs.float(), atol=3e-2, rtol=2e-2)
 
 
-def test_a_split_kv_runtime_is_exact_and_its_engine_captions_are_its_own(bundled, windows):
+def test_a_split_kv_runtimes_engine_captions_are_its_own_greedy_decoding(bundled, windows):
+    """Its verification rows and its live prefill: test_models_static_runtime.py's exactness
+    tests, parametrized by attention."""
     verifier = static_twin(bundled[0], SPLIT_8, dtype=torch.bfloat16)
     runtime = verifier.runtime
     assert runtime.max_len % split_kv.KV_SPLITS == 0
     assert f"attention split over {split_kv.KV_SPLITS} blocks" in runtime.describe()
-    for k in (3, 7):  # with the pending token: 4 and 8 rows of the 8-row shape
-        single, chunked = teacher_forced_rows(verifier, windows[0], k)
-        for i, (a, b) in enumerate(zip(single, chunked, strict=True)):
-            assert torch.equal(a, b), (k, i, float((a - b).abs().max()))
     engine = SpeculativeEngine(verifier, None, EngineConfig())
     for window in windows:
         assert engine.run_window(window).tokens == engine.verifier_only(window)
-
-
-def test_a_split_kv_runtimes_live_prefill_gives_the_one_shot_cache_bit_for_bit(bundled,
-                                                                              windows):
-    from crossspec_ros.models.live_prefill import LivePrefill
-
-    verifier = static_twin(bundled[0], SPLIT_8, dtype=torch.bfloat16)
-    one_shot = verifier.prefill(verifier.prepare(windows[1]))
-    live = LivePrefill(verifier)
-    for frame in windows[1].frames:
-        live.add_frame(frame.image, frame.stamp_ns)
-    session, _ = live.finish(())
-    assert torch.equal(one_shot.last_logits, session.last_logits)
-    token = int(one_shot.last_logits.argmax())
-    assert torch.equal(one_shot.feed([token]), session.feed([token]))
 
 
 def test_split_kv_in_float32_decodes_what_the_sdpa_runtime_decodes(bundled, windows):

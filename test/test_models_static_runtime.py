@@ -17,6 +17,9 @@ from crossspec_ros.models.tiny import tiny_verifier
 from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
 EAGER_8 = RuntimeOptions(compile=False, step_rows=(8,))
+# attention split along the cache (models/split_kv.py): exact by the same construction
+SPLIT_8 = RuntimeOptions(compile=False, step_rows=(8,), attention="split_kv")
+ATTENTIONS = pytest.mark.parametrize("options", [EAGER_8, SPLIT_8], ids=["sdpa", "split_kv"])
 
 
 def static_twin(verifier, options=EAGER_8, dtype=None):
@@ -30,9 +33,11 @@ def static_twin(verifier, options=EAGER_8, dtype=None):
     return twin
 
 
+@ATTENTIONS
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_verification_rows_are_bit_identical_to_one_token_decoding(bundled, windows, dtype):
-    verifier = static_twin(bundled[0], dtype=dtype)
+def test_verification_rows_are_bit_identical_to_one_token_decoding(bundled, windows, dtype,
+                                                                   options):
+    verifier = static_twin(bundled[0], options, dtype=dtype)
     for window in windows:
         for k in (3, 7):  # with the pending token: 4 and 8 rows of the 8-row shape
             single, chunked = teacher_forced_rows(verifier, window, k)
@@ -41,10 +46,12 @@ def test_verification_rows_are_bit_identical_to_one_token_decoding(bundled, wind
                 assert torch.equal(a, b), (window.id, k, i, float((a - b).abs().max()))
 
 
-def test_a_live_prefill_and_a_one_shot_prefill_give_the_same_cache_bit_for_bit(bundled, windows):
+@ATTENTIONS
+def test_a_live_prefill_and_a_one_shot_prefill_give_the_same_cache_bit_for_bit(bundled, windows,
+                                                                               options):
     from crossspec_ros.models.live_prefill import LivePrefill
 
-    verifier = static_twin(bundled[0], dtype=torch.bfloat16)
+    verifier = static_twin(bundled[0], options, dtype=torch.bfloat16)
     window = windows[1]
     one_shot = verifier.prefill(verifier.prepare(window))
     live = LivePrefill(verifier)
