@@ -81,6 +81,21 @@ fi
 # venv's activate script: what `ros2 launch crossspec ...` needs where launch is installed
 bash "$ROOT/scripts/install_ros_layout.sh" "$VENV"
 
+# Byte-compile the venv once per set of packages: uv installs no .pyc, and where
+# PYTHONDONTWRITEBYTECODE is set (this machine sets it) none is ever written, so every process
+# compiled torch, transformers and sympy from source on import: 15 s for torch + transformers
+# + a Llama model here against 7 s compiled (2026-11-29), paid by every node, drive and test
+# process. Whichever installer ran, the same step; ~35 s on 2 cores.
+PYC_HASH=$(hash_of requirements.txt requirements-ros.txt scripts/install_torch.sh \
+  <(ls "$VENV"/lib/python3*/site-packages))
+if [ "$(cat "$VENV/.crossspec-bytecode" 2>/dev/null)" != "$PYC_HASH" ]; then
+  say "byte-compiling the venv's packages (once)"
+  # rc 1 for a file this Python cannot compile (torch's py312_intrinsics.py on 3.11): left out
+  "$VENV/bin/python" -m compileall -q -j 0 "$VENV"/lib/python3*/site-packages > /dev/null \
+    2>&1 || true
+  echo "$PYC_HASH" > "$VENV/.crossspec-bytecode"
+fi
+
 "$VENV/bin/python" - <<'PY'
 import crossspec.action, crossspec.msg, event_camera_msgs.msg, rclpy  # noqa: F401  (the build works)
 PY
