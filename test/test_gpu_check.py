@@ -411,3 +411,22 @@ def test_a_report_of_two_calls_counts_a_stage_the_second_ran_as_done(tmp_path):
     assert "4bit (skipped)" in not_done and "streams" not in not_done
     assert "budget, call 1 of 2)" in text and "budget, call 2 of 2)" in text
     assert "| streams | done | 209.4 |" in text
+
+
+def test_a_second_call_on_a_warm_machine_plans_the_verifiers_compile_from_its_cache(
+        tmp_path, monkeypatch):
+    # the second H200 lease: a call with a 270 s budget ran nothing, the verifier planned at
+    # 300 s cold; it took 20 s with the first call's kernels in inductor's cache
+    from types import SimpleNamespace
+
+    from crossspec_ros.bench.gpu_kit import WARM_VERIFIER_S, _verifier_s
+
+    kit = SimpleNamespace(full_size=True)
+    cache = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    assert _verifier_s(kit) == 300  # no cache yet
+    cache.mkdir()
+    assert _verifier_s(kit) == 300  # an empty one
+    (cache / "fxgraph").mkdir()
+    assert _verifier_s(kit) == WARM_VERIFIER_S < 270
+    assert _verifier_s(SimpleNamespace(full_size=False)) == 10  # the tiny pair's prior
