@@ -27,18 +27,19 @@ order against a time budget (``--budget``, default 480 s):
                   a prompt chunk, the drafter's step and prefill (``bench/kit_trace.py``):
                   top kernels, the device's busy share, achieved bandwidth and FLOP rate,
                   the distance from the bound (issue 55)
-  prefill-compiled, sharing, tuning, exactness-float32, 4bit, tests
-                  what the budget leaves: the prompt's chunks compiled as well (the first
-                  stages run prefill eager, so that their compile is the decoding steps'
-                  alone); the verifier's pass beside the drafter (its steps on their own CUDA
-                  stream in this process, and in a process of its own: the cost of sharing
-                  the device; before the stages that free the drafter, after those that
-                  matter more, as a CUDA fault there ends the process's GPU work); the
-                  exact decoding step compiled under other settings (attention split along
-                  the cache, inductor's GEMM autotuning), each timed against the kit's and
-                  checked for exactness (``bench/kit_tuning.py``); fp32
-                  exactness; the verifier in 4-bit NF4 (exactness and passes); the CUDA
-                  tests (test/test_models_gpu.py, a process of their own)
+  tuning, sharing, prefill-compiled, exactness-float32, 4bit, tests
+                  what the budget leaves: the exact decoding step compiled under other
+                  settings (attention split along the cache, inductor's GEMM autotuning),
+                  each timed against the kit's and checked for exactness
+                  (``bench/kit_tuning.py``); the verifier's pass beside the drafter (its
+                  steps on their own CUDA stream in this process, and in a process of its
+                  own: the cost of sharing the device; before the stages that free the
+                  drafter, after those that matter more, as a CUDA fault there ends the
+                  process's GPU work); the prompt's chunks compiled as well (the first stages
+                  run prefill eager, so that their compile is the decoding steps' alone;
+                  measured once, 2026-11-29, so after what was not); fp32 exactness; the
+                  verifier in 4-bit NF4 (exactness and passes); the CUDA tests
+                  (test/test_models_gpu.py, a process of their own)
 
 Each stage writes its JSON into OUT as soon as it is done, and ``stages.json`` lists every stage
 with its status (done, skipped, failed; running while it runs) and seconds, so a call killed at
@@ -830,17 +831,19 @@ STAGES: tuple[Stage, ...] = (
     Stage("trace", stage_trace,
           lambda kit: (2 * kit.repeats + 2) * 6 * _decode_window_s(kit) / kit.max_new_tokens
           + _prior(kit, 20, 3), ("verifier",)),
-    Stage("prefill-compiled", stage_prefill_compiled,
-          lambda kit: kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 10, 2),
-          ("verifier",)),
+    # the decoding step under other settings (issue 55 §3: split attention first, the largest
+    # share of a step on the H200); before the stages that free models
+    Stage("tuning", stage_tuning, _tuning_s, ("verifier",)),
     # both models stepping on one device (issue 55 puts it before fp32 and 4-bit, which free
-    # the drafter for their memory): a CUDA fault here ends only the stages after it
+    # the drafter for their memory): a CUDA fault here ends only the stages after it; never
+    # reached on a GPU yet (2026-11-29: skipped for time), so before prefill-compiled
     Stage("sharing", stage_sharing,
           lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
           ("verifier", "drafter")),
-    # the decoding step under other settings (issue 55 §3): new measurements, after
-    # the re-runs of what the first lease found broken; before the stages that free models
-    Stage("tuning", stage_tuning, _tuning_s, ("verifier",)),
+    # measured on the second H200 lease (2026-11-29): after what was not
+    Stage("prefill-compiled", stage_prefill_compiled,
+          lambda kit: kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 10, 2),
+          ("verifier",)),
     Stage("exactness-float32", stage_exactness_float32,
           lambda kit: 1.5 * kit.seconds("verifier", _prior(kit, 300, 10))
           + 1.5 * kit.seconds("exactness", _prior(kit, 60, 4))),
