@@ -754,10 +754,8 @@ def _verifier_s(kit: Kit) -> float:
     """The verifier stage's seconds: a prior, smaller where inductor's cache already holds an
     earlier call's kernels (a second call on a warm machine, docs/gpu.md), so that a second
     call's smaller budget is not refused on the cold compile's estimate."""
-    if not kit.full_size:
-        return _prior(kit, 300, 10)
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    warm = bool(cache) and Path(cache).is_dir() and any(Path(cache).iterdir())
+    warm = kit.full_size and bool(cache) and Path(cache).is_dir() and any(Path(cache).iterdir())
     return WARM_VERIFIER_S if warm else _prior(kit, 300, 10)
 
 
@@ -808,7 +806,7 @@ def _streams_s(kit: Kit) -> float:
 
 STAGES: tuple[Stage, ...] = (
     Stage("env", stage_env, lambda kit: 5),
-    Stage("verifier", stage_verifier, lambda kit: _verifier_s(kit)),
+    Stage("verifier", stage_verifier, _verifier_s),
     Stage("exactness", stage_exactness, lambda kit: _prior(kit, 60, 4), ("verifier",),
           file="exactness-{dtype}"),
     Stage("passes", stage_passes,

@@ -38,8 +38,8 @@ def measured_profile(stages: dict[str, Any], name: str, report: str) -> dict[str
         return None
     verifier.update(lane_costs(stages.get("streams") or {}))
     compiled = stages.get("verifier", {}).get("runtimes", {}).get("exact", {}).get("compiled")
-    prompt = ("the prompt's chunks and vision compiled" if verifier["prompt"]["from"]
-              .startswith("prefill-compiled") else "the prompt's chunks eager")
+    prompt = ("the prompt's chunks and vision compiled" if _compiled_prompt(stages)
+              else "the prompt's chunks eager")
     return {
         "name": name, "kind": "measured", "device": stages.get("env", {}).get("gpu", "?"),
         "dtype": dtype, "runtime": "crossspec's static runtime (" + (
@@ -64,9 +64,8 @@ def verifier_costs(stages: dict[str, Any], compiled_prefill: bool = True
     exact = next((r for key, r in passes.get("runtimes", {}).items()
                   if key.startswith("static_") and "_exact_" in key), None)
     stage, prefill = f"passes-{dtype}", passes.get("prefill", {})
-    compiled = stages.get("prefill-compiled", {}).get("prefill", {})
-    if compiled_prefill and compiled.get("per_frame_chunk"):
-        stage, prefill = "prefill-compiled", compiled
+    if compiled_prefill and _compiled_prompt(stages):
+        stage, prefill = "prefill-compiled", _compiled_prompt(stages)
     chunks = prefill.get("per_frame_chunk", [])
     if not (exact and chunks):
         return dtype, None
@@ -84,6 +83,12 @@ def verifier_costs(stages: dict[str, Any], compiled_prefill: bool = True
         "prompt": {"tokens": prefill["prompt_tokens"],
                    "chunks": [c["tokens"] for c in chunks],
                    "from": f"{stage}.prefill.prompt_tokens and per_frame_chunk[].tokens"}}
+
+
+def _compiled_prompt(stages: dict[str, Any]) -> dict[str, Any]:
+    """The prefill-compiled stage's prompt costs, or {} when it did not measure them."""
+    prefill = stages.get("prefill-compiled", {}).get("prefill", {})
+    return prefill if prefill.get("per_frame_chunk") else {}
 
 
 def lane_costs(streams: dict[str, Any]) -> dict[str, Any]:

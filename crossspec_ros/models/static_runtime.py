@@ -64,6 +64,9 @@ logger = logging.getLogger(__name__)
 CUDA_GRAPH_REPLAY = threading.Lock()
 
 
+ATTENTIONS = ("sdpa", "split_kv")  # RuntimeOptions.attention
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     """How a model's language model runs (node parameters ``runtime``, ``compile``,
@@ -115,7 +118,6 @@ class RuntimeOptions:
         return len(self.step_rows) == 1
 
 
-ATTENTIONS = ("sdpa", "split_kv")
 DRAFTER_STEP_ROWS = (1, 16)  # drafting one token, re-syncing to a confirmed correction
 # set (to anything but "" or 0): the steps run eager whatever the parameter compile says (the
 # test suite sets it: each compiled shape costs seconds the tests need not spend)
