@@ -82,6 +82,12 @@ def graphs_named(names: Iterable[str]) -> tuple[ComparedGraph, ...]:
     return tuple(graph for graph in COMPARED if graph.name in wanted)
 
 
+def summary_graph(graphs: Sequence[ComparedGraph]) -> ComparedGraph:
+    """The graph whose passes carry a run's lossless check and summary: crossspec, or where
+    a comparison leaves it out (``--graphs text_only,live_alone``), the last graph named."""
+    return CROSSSPEC if CROSSSPEC in graphs or not graphs else graphs[-1]
+
+
 def pass_order(rounds: int, graphs: Sequence[ComparedGraph] = COMPARED
                ) -> list[tuple[int, ComparedGraph]]:
     """(round, graph) in the order they run: every other round reversed, so a machine whose

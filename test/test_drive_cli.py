@@ -544,6 +544,35 @@ def test_a_pass_a_signal_ended_writes_its_rows_and_an_interrupted_summary(tmp_pa
     assert summary["interrupted"] is True and (summary["final"], summary["unfinished"]) == (1, 1)
 
 
+def test_a_comparison_without_crossspec_checks_and_sums_up_its_last_graph(tmp_path, monkeypatch):
+    """`--compare --graphs live_alone,text_only` once ended in an AttributeError after its
+    passes: only a crossspec pass carried the lossless check and the summary."""
+    import argparse
+
+    from crossspec_ros.cli import drive_cmd
+    from crossspec_ros.comparison import LIVE_ALONE, TEXT_ONLY
+
+    rows = [{"window": w, "epoch": 0, "status": "FINAL", "confirmed_text": "a car turns",
+             "draft_first_token_ms": None, "confirmed_done_ms": 3.0} for w in (1, 2)]
+    checked = []
+
+    def check_lossless(engine, window_rows, pass_rows):
+        checked.append(pass_rows)
+        for row in pass_rows:
+            row.update(lossless=True, verifier_only_ms=1.0)
+
+    monkeypatch.setattr(drive_cmd, "run_pass", _finished_pass(rows))
+    monkeypatch.setattr(drive_cmd, "check_held_windows", check_lossless)
+    out = tmp_path / "rows.jsonl"
+    args = argparse.Namespace(compare=True, rounds=1, graphs=(LIVE_ALONE, TEXT_ONLY), json=out,
+                              check_lossless=True, loop=False)
+    assert drive_cmd._drive(args) == 0
+    assert checked == [rows]  # once: the last graph named (text_only) carries the check
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert (last["summary"]["lossless"], last["summary"]["lossless_checked"]) == (2, 2)
+    assert set(last["compare"]["passes"]) == {"live_alone", "text_only"}
+
+
 def test_a_stop_signal_while_a_pass_shuts_down_lets_the_shutdown_finish(signal_handlers):
     from crossspec_ros.streaming import signals_deferred, sigterm_as_interrupt
 

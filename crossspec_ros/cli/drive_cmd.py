@@ -42,7 +42,7 @@ from crossspec_ros.comparison import (
     pass_order,
     print_comparison,
 )
-from crossspec_ros.nodes.drive_pass import PassResult, run_pass
+from crossspec_ros.nodes.drive_pass import PassResult, run_pass, summarized_graph
 from crossspec_ros.paths import sample_bag
 from crossspec_ros.run_rows import check_held_windows
 from crossspec_ros.run_summary import DroppedWindows, add_drafter_decisions, summarize
@@ -272,6 +272,7 @@ def _drive(args: argparse.Namespace) -> int:
     run ends (its passes done, a stop signal at any moment, a node that died), the JSON holds
     the rows so far and a summary that says how it ended."""
     order = pass_order(args.rounds, args.graphs) if args.compare else [(0, CROSSSPEC)]
+    summarized = summarized_graph(args)
     results: dict[tuple[str, int], list[dict]] = {}
     models: dict[str, Any] = {}
     stream = JsonLinesFile(args.json) if args.json else None
@@ -295,7 +296,7 @@ def _drive(args: argparse.Namespace) -> int:
                 if outcome.interrupted or outcome.died:  # what finished is kept
                     with signals_deferred(caught):
                         return _end_run(args, stream, results, outcome, tag, caught, foreign)
-                if graph is CROSSSPEC:
+                if graph is summarized:
                     last = outcome
             if args.check_lossless and not getattr(args, "loop", False):
                 check_held_windows(last.engine, last.window_rows, last.rows)
@@ -304,7 +305,8 @@ def _drive(args: argparse.Namespace) -> int:
             if last is None:  # no crossspec pass finished: a summary of none
                 last = PassResult([], None, None, DroppedWindows(), interrupted=True)
             last.interrupted = True
-        # the crossspec pass of the last round carries the lossless check and the summary
+        # the last round's crossspec pass (or summary_graph's) carries the lossless check and
+        # the summary
         with signals_deferred(caught):
             return _end_run(args, stream, results, last, {}, caught, foreign)
 

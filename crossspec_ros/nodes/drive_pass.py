@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossspec_ros.comparison import CROSSSPEC, ComparedGraph
+from crossspec_ros.comparison import CROSSSPEC, ComparedGraph, summary_graph
 from crossspec_ros.run_rows import WindowRows, add_draft_timings, checker_as_they_finish
 from crossspec_ros.run_summary import DroppedWindows
 from crossspec_ros.streaming import signals_deferred
@@ -60,6 +60,12 @@ class _RunningGraph:
     foreign: dict[str, list[str]] = field(default_factory=dict)  # ForeignPublishers.seen
 
 
+def summarized_graph(args: argparse.Namespace) -> ComparedGraph:
+    """The graph of drive's passes whose windows are checked and summed up: crossspec's
+    without --compare, else ``summary_graph`` of the compared ones."""
+    return summary_graph(args.graphs) if getattr(args, "compare", False) else CROSSSPEC
+
+
 def run_pass(args: argparse.Namespace, graph: ComparedGraph, models: dict[str, Any],
              on_row: Callable[[dict], None] | None = None, label: str = "",
              caught: dict[str, int] | None = None) -> int | PassResult:
@@ -85,7 +91,7 @@ def run_pass(args: argparse.Namespace, graph: ComparedGraph, models: dict[str, A
     # --loop writes each row out as it finishes and keeps none
     window_rows = WindowRows(on_row=on_row, label=label, keep_rows=not loop,
                          hold_windows=args.check_lossless and not loop and
-                         graph is CROSSSPEC)
+                         graph is summarized_graph(args))
     # Ctrl-C stays Python's KeyboardInterrupt: drive shuts the graph down itself, in order
     # the run's graph in its own namespace: another graph on this domain cannot mix in
     rclpy.init(args=run_ros_args(args.namespace), signal_handler_options=SignalHandlerOptions.NO)
