@@ -174,7 +174,9 @@ def _pass_summary(graph: ComparedGraph, rounds: list[list[dict]], changes: set[i
         "confirmed_ms_median_rounds": [median_ms(d.values()) for d in values],
         "changes": {"windows": sum(len(changes & set(d)) for d in values),
                     "confirmed_ms_median": median_ms(v for d in values for w, v in d.items()
-                                                   if w in changes)},
+                                                   if w in changes),
+                    **_passes(r for r in finals if r["window"] in changes)},
+        **_passes(finals),
         # early start: how long before the close the captions complete before it were (one
         # that started early and completed after the close is not among them)
         "ready_before_close_ms_median": median_ms(
@@ -189,6 +191,14 @@ def _pass_summary(graph: ComparedGraph, rounds: list[list[dict]], changes: set[i
         summary["draft"] = draft_summary(rows)
         summary["changes"]["draft"] = draft_summary(r for r in rows if r["window"] in changes)
     return summary
+
+
+def _passes(finals: Iterable[dict]) -> dict[str, int]:
+    """How the verifier's passes went over the FINAL rows ``finals``: the windows whose caption
+    was confirmed whole in the prefill's own pass (its first proposal right to the end), and
+    the decoding rounds the others took after it, in all (what a wrong proposal costs)."""
+    rounds = [r["rounds"] for r in finals if r.get("rounds") is not None]
+    return {"one_pass": sum(n == 0 for n in rounds), "decoding_rounds": sum(rounds)}
 
 
 def draft_summary(rows: Iterable[dict]) -> dict[str, Any]:

@@ -339,8 +339,10 @@ def test_compare_splits_out_the_scene_changes_and_says_first_when_the_draft_was_
              ) -> list[dict]:
         out = []
         for w, v in ms.items():
+            # the repeated captions confirmed in the prefill's pass, the others in 2 rounds
             row = {"window": w, "status": "FINAL", "confirmed_done_ms": v,
-                   "confirmed_text": captions[w], "draft_first_token_ms": None}
+                   "confirmed_text": captions[w], "draft_first_token_ms": None,
+                   "rounds": 0 if captions[w] == captions.get(w - 1) else 2}
             if draft and w in draft:
                 complete, first = draft[w]
                 row.update(draft_text="d", draft_complete_ms=complete,
@@ -360,8 +362,9 @@ def test_compare_splits_out_the_scene_changes_and_says_first_when_the_draft_was_
     assert compare["graphs"] == ["alone", "live_alone", "text_only", "crossspec"]
     assert compare["scene_changes"] == [3, 5]
     ours = compare["passes"]["crossspec"]
-    assert ours["changes"] == {"windows": 2, "confirmed_ms_median": 25.0,
-                               "draft": ours["changes"]["draft"]}
+    assert ours["changes"] == {"windows": 2, "confirmed_ms_median": 25.0, "one_pass": 0,
+                               "decoding_rounds": 4, "draft": ours["changes"]["draft"]}
+    assert (ours["one_pass"], ours["decoding_rounds"]) == (2, 6)  # windows 2 and 4 repeat
     assert ours["draft"]["windows"] == 5 and ours["draft"]["complete_ms_median"] == -20.0
     assert ours["draft"]["before_confirmed"] == 4
     assert ours["draft"]["complete_before_close"] == 4

@@ -191,25 +191,39 @@ def test_each_change_level_keeps_its_own_measured_acceptance():
     assert policy.trackers["history_ngram"].rate < 0.1
 
 
-def test_where_the_last_caption_and_the_draft_part_the_first_proposal_takes_the_one_that_won():
+def test_where_the_last_caption_and_the_draft_part_the_first_proposal_follows_who_won_there():
     history = SuffixIndex()
-    last = [5, 6, 7, 8, 9, 2]       # the last window's caption
-    draft = [5, 6, 7, 11, 12, 2]    # this window's draft: parts at position 3
+    last = [10, 11, 12, 20, 13, 14, 30, 15, 99]        # ... speeds up ... . A grey car ...
+    draft = [10, 11, 12, 21, 22, 13, 14, 31, 15, 99]   # ... turns left ... . A blue car ...
     history.add_source(last)
-    policy = ProposalPolicy(("draft_stream", "history_ngram"), max_depth=8, max_nodes=16)
+    policy = ProposalPolicy(("draft_stream", "history_ngram"), max_depth=16, max_nodes=16)
     first = policy.propose_first(draft, 0, history, 16, 100)
-    assert first.tokens == last and set(first.sources) == {"history_ngram"}  # a tie: history
-    for _ in range(2):  # the verifier twice confirmed the draft's word where they parted
-        policy.propose_first(draft, 0, history, 16, 100)
-        policy.observe_first([5, 6, 7, 11, 30])
+    assert first.tokens == last and set(first.sources) == {"history_ngram"}  # ties: history
+    # the verifier took the draft's action and the last caption's colour
+    caption = [10, 11, 12, 21, 22, 13, 14, 30, 15, 99]
+    policy.observe_caption(caption)
     first = policy.propose_first(draft, 0, history, 16, 100)
-    assert first.tokens == draft and set(first.sources) == {"draft_stream"}
-    policy.observe_first([5, 6])  # the verifier stopped before the parting: nothing learnt
-    policy.propose_first(draft, 0, history, 16, 100)
-    for _ in range(3):  # then the last caption's word three times
+    assert first.tokens == caption  # merged: each part from the one right there
+    assert [s for t, s in zip(first.tokens, first.sources, strict=True) if t in (21, 22, 30)] \
+        == ["draft_stream", "draft_stream", "history_ngram"]
+    assert first.is_chain()
+    # a caption that went elsewhere at the first parting teaches nothing about the second
+    policy.observe_caption([10, 11, 12, 40, 41])
+    for _ in range(2):  # but twice the last caption's action: it is followed there again
         policy.propose_first(draft, 0, history, 16, 100)
-        policy.observe_first([5, 6, 7, 8])
+        policy.observe_caption(last)
     assert policy.propose_first(draft, 0, history, 16, 100).tokens == last
+
+
+def test_a_parting_after_a_token_never_seen_there_follows_the_levels_favourite():
+    history = SuffixIndex()
+    history.add_source([10, 11, 20, 99])
+    policy = ProposalPolicy(("draft_stream", "history_ngram"), max_depth=16, max_nodes=16)
+    for _ in range(2):  # the draft won twice after token 11
+        policy.propose_first([10, 11, 21, 99], 0, history, 16, 100)
+        policy.observe_caption([10, 11, 21, 99])
+    history.add_source([50, 20, 99])  # another caption, parting after a new token (50)
+    assert policy.propose_first([50, 21, 99], 0, history, 16, 100).tokens == [50, 21, 99]
 
 
 def test_a_draft_that_agrees_with_the_last_caption_as_far_as_it_goes_is_no_parting():
@@ -218,5 +232,5 @@ def test_a_draft_that_agrees_with_the_last_caption_as_far_as_it_goes_is_no_parti
     policy = ProposalPolicy(("draft_stream", "history_ngram"), max_depth=8, max_nodes=16)
     first = policy.propose_first([5, 6, 7], 0, history, 16, 100)  # a draft still streaming
     assert first.tokens == [5, 6, 7, 8, 9, 2]
-    policy.observe_first([5, 6, 7, 8, 9, 2])
-    assert policy._divergence == {}  # nothing to learn where nothing parted
+    policy.observe_caption([5, 6, 7, 8, 9, 2])
+    assert policy._divergence == {} and policy._divergence_after == {}  # nothing parted

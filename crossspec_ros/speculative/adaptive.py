@@ -16,12 +16,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crossspec_ros.speculative.merge import Parting, merge, partings_decided
 from crossspec_ros.speculative.proposers import (
     CorpusNgram,
     DraftStream,
     HistoryNgram,
     ProposalContext,
-    add_chain,
     make_proposers,
 )
 from crossspec_ros.speculative.splice import substitution_branches
@@ -69,12 +69,13 @@ class AcceptanceTracker:
 class DivergenceTracker:
     """Which of the two whole-caption proposals, the last caption and this window's draft,
     the verifier followed where they part: decayed counts of each one's token confirmed at
-    the first position where they differ (``prior``: each starts with one). The prefill's
-    pass checks one chain (the static runtime verifies chains only), and a per-token
-    acceptance averaged over every round does not say who is right where the two disagree:
-    on the emulated H200 (sample bag, 2026-11-29) taking the draft there when the last
-    caption was right cost an extra round in 6 of 24 windows, crossspec 3.8 ms later than
-    the same graph without the drafter."""
+    such partings (``prior``: each starts with one; the policy keeps one per level and one
+    per level and preceding token, ``merge.py``). The prefill's pass checks one chain (the
+    static runtime verifies chains only), and a per-token acceptance averaged over every
+    round does not say who is right where the two disagree: on the emulated H200 (sample
+    bag, 2026-11-29) taking the draft whole there when the last caption was right cost an
+    extra round in 6 of 24 windows, crossspec 3.8 ms later than the same graph without the
+    drafter."""
 
     decay: float = 0.9
     prior: float = 1.0
@@ -180,9 +181,11 @@ class ProposalPolicy:
         self.branch_calibration = BranchCalibration()
         self._branch_mass = 0.0  # the offered branches' summed probability, this window
         self._offered: dict[str, list[int]] = {}  # each proposer's best chain this round
-        # the first proposal's choice where the last caption and the draft part, per level
+        # the first proposal's choices where the last caption and the draft part (merge.py):
+        # per level, and per level and the token before the parting
         self._divergence: dict[str | None, DivergenceTracker] = {}
-        self._parting: tuple[int, dict[str, int]] | None = None  # (position, token by name)
+        self._divergence_after: dict[tuple[str | None, int | None], DivergenceTracker] = {}
+        self._first_chains: dict[str, list[int]] | None = None  # merged this window
 
     @property
     def trackers(self) -> dict[str, AcceptanceTracker]:
@@ -241,36 +244,42 @@ class ProposalPolicy:
 
     def _arbitrated(self, depth: int) -> DraftTree | None:
         """Where the last caption (history's chain) and this window's draft (the draft
-        stream's) both propose and part, the one that more often had the verifier's token
-        where they parted (``DivergenceTracker``), whole; None where they do not part."""
+        stream's) both propose and part, the two merged (``merge.py``): at each parting the
+        one the verifier followed more often after the same token (``DivergenceTracker``;
+        where that token never preceded a parting, after any token), the other taken up
+        again where both go on alike; None where they do not part."""
         names = (HistoryNgram.name, DraftStream.name)
-        self._parting = None
+        self._first_chains = None
         chains = {n: self._offered.get(n) or [] for n in names}
         if not all(chains.values()):
             return None
-        history, draft = chains[names[0]], chains[names[1]]
-        at = next((i for i, (h, d) in enumerate(zip(history, draft, strict=False))
-                   if h != d), None)
-        if at is None:
+        merged = merge(chains, lambda parting: self._favourite(parting, names), depth)
+        if not merged.partings:
             return None
-        self._parting = (at, {n: chains[n][at] for n in names})
-        pick = self._divergence.setdefault(self.level, DivergenceTracker()).favourite(names)
-        path = DraftTree()
-        add_chain(path, chains[pick][:depth], pick, self.trackers[pick].rate)
+        self._first_chains = chains
+        path, parent, prob = DraftTree(), ROOT, 1.0
+        for token, source in zip(merged.tokens, merged.sources, strict=True):
+            prob *= self.trackers[source].rate
+            parent = path.add(parent, token, source, prob)
         return path
 
-    def observe_first(self, confirmed: Sequence[int]) -> None:
-        """After the prefill's pass: whose token the verifier confirmed where the last caption
-        and the draft parted (when it got that far)."""
-        if self._parting is None:
+    def _favourite(self, parting: Parting, names: tuple[str, ...]) -> str:
+        after = self._divergence_after.get((self.level, parting.after))
+        if after is not None:
+            return after.favourite(names)
+        return self._divergence.setdefault(self.level, DivergenceTracker()).favourite(names)
+
+    def observe_caption(self, caption: Sequence[int]) -> None:
+        """The window's whole caption, once known: whose token the verifier took at each
+        parting of the two chains its first proposal merged (as far as it followed one)."""
+        chains, self._first_chains = self._first_chains, None
+        if chains is None:
             return
-        at, tokens = self._parting
-        self._parting = None
-        if len(confirmed) <= at:
-            return
-        winner = next((n for n, t in tokens.items() if t == confirmed[at]), None)
-        self._divergence.setdefault(self.level, DivergenceTracker()).observe(winner,
-                                                                          list(tokens))
+        names = list(chains)
+        for parting, winner in partings_decided(chains, caption):
+            self._divergence.setdefault(self.level, DivergenceTracker()).observe(winner, names)
+            self._divergence_after.setdefault((self.level, parting.after),
+                                              DivergenceTracker()).observe(winner, names)
 
     def _with_branches(self, spine: DraftTree, history: SuffixIndex, room: int,
                        proposable: int) -> DraftTree:

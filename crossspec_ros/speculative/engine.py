@@ -293,6 +293,7 @@ class SpeculativeEngine:
                 sessions: dict[str, ModelSession], emit: Callable[..., Any]) -> WindowResult:
         """The window's result, kept as ``last_result`` before its FINAL event leaves."""
         text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
+        self.policy.observe_caption(tokens)  # before it becomes the last caption
         self.history.add_source(tokens)  # with its EOS: a proposal may end the caption
         draft_tokens, _ = channel.snapshot()
         draft_text = self.bridge.draft_tokenizer.decode(draft_tokens, skip_special_tokens=True)
@@ -441,7 +442,6 @@ class SpeculativeEngine:
                                              for n in accepted))
         confirmed = _strip_after_eos(tokens, self.verifier.info.eos_token_id)
         self.policy.observe_acceptance(confirmed)
-        self.policy.observe_first(confirmed)
         stats.record_proposals(first.sources, accepted)
         stats.prefill_accepted = len(accepted)
         self._confirm(confirmed, 0, list(confirmed), channel, emit, stats)
