@@ -284,7 +284,8 @@ def _result_fields(result: Any) -> dict[str, Any]:
     s = result.stats
     return {"confirmed_text": result.text, "confirmed_done_ms": rounded(s.confirmed_done_ms),
             "accepted": s.total_accepted, "proposed": s.total_proposed, "rounds": s.rounds,
-            "prefill_accepted": s.prefill_accepted,  # of the first proposal, in its own pass
+            # of the first proposal, accepted in its own pass
+            "prefill_accepted": getattr(s, "prefill_accepted", None),
             "verifier_prefill_ms": rounded(s.verifier_prefill_ms),
             "confirmed_first_ms": rounded(s.confirmed_first_ms),
             "final_draft_text": result.draft_text,
