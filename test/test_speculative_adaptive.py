@@ -234,3 +234,18 @@ def test_a_draft_that_agrees_with_the_last_caption_as_far_as_it_goes_is_no_parti
     assert first.tokens == [5, 6, 7, 8, 9, 2]
     policy.observe_caption([5, 6, 7, 8, 9, 2])
     assert policy._divergence == {} and policy._divergence_after == {}  # nothing parted
+
+
+def test_the_first_proposal_leaves_the_drafts_trie_to_later_rounds():
+    # at the caption's start the draft's trie would propose the draft the stream proposes
+    history = SuffixIndex()
+    history.add_source([5, 6, 7, 2])
+    policy = ProposalPolicy(("draft_stream", "draft_ngram", "history_ngram"), max_depth=8,
+                            max_nodes=16)
+    policy.propose_first([5, 8, 9, 2], 0, history, 16, 100)
+    assert "draft_ngram" not in policy._offered and "draft_stream" in policy._offered
+    trie_only = ProposalPolicy(("draft_ngram", "history_ngram"), max_depth=8, max_nodes=16)
+    trie_only.propose_first([5, 8, 9, 2], 0, history, 16, 100)
+    assert trie_only._offered["draft_ngram"] == [5, 8, 9, 2]  # no stream: the trie proposes
+    tree = policy.propose([5, 8], [5, 8, 9, 2], 0, history, room=16)
+    assert "draft_ngram" in policy._offered and len(tree) > 0  # later rounds ask it
