@@ -302,11 +302,11 @@ def _drive(args: argparse.Namespace) -> int:
                 check_held_windows(last.engine, last.window_rows, last.rows)
         except KeyboardInterrupt:  # between passes or in the lossless check after them
             print("interrupted: writing the windows so far", file=sys.stderr)
-            if last is None:  # no crossspec pass finished: a summary of none
+            if last is None:  # no summed-up pass finished: a summary of none
                 last = PassResult([], None, None, DroppedWindows(), interrupted=True)
             last.interrupted = True
-        # the last round's crossspec pass (or summary_graph's) carries the lossless check and
-        # the summary
+        # the last round's pass of the summed-up graph (crossspec's, or summary_graph's)
+        # carries the lossless check and the summary
         with signals_deferred(caught):
             return _end_run(args, stream, results, last, {}, caught, foreign)
 

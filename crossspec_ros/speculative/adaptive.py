@@ -271,9 +271,10 @@ class ProposalPolicy:
 
     def _favourite(self, parting: Parting, names: tuple[str, ...]) -> str:
         after = self._divergence_after.get((self.level, parting.after))
-        if after is not None:
-            return after.favourite(names)
-        return self._divergence.setdefault(self.level, DivergenceTracker()).favourite(names)
+        return (after or self._level_divergence()).favourite(names)
+
+    def _level_divergence(self) -> DivergenceTracker:
+        return self._divergence.setdefault(self.level, DivergenceTracker())
 
     def observe_caption(self, caption: Sequence[int]) -> None:
         """The window's whole caption, once known: whose token the verifier took at each
@@ -283,7 +284,7 @@ class ProposalPolicy:
             return
         names = list(chains)
         for parting, winner in partings_decided(chains, caption):
-            self._divergence.setdefault(self.level, DivergenceTracker()).observe(winner, names)
+            self._level_divergence().observe(winner, names)
             self._divergence_after.setdefault((self.level, parting.after),
                                               DivergenceTracker()).observe(winner, names)
 

@@ -3,12 +3,12 @@
 The prefill's pass checks one chain. The last caption knows what the event camera cannot see
 (colours, a road user that did not change) and the draft what moved (the ego car's action,
 the road, a road user that came): where the scene changed, each is right in a different part
-of the caption. Taking one of them whole loses the other's part. Measured on the emulated H200
-(sample bag, 2026-11-29, `crossspec drive --compare`): the draft's first tokens were right
-further than the last caption's in 7 of 13 scene changes, in 6 of them from the ego car's
-action on, while the last caption was right further in the other 6 (where the second sentence,
-what another road user is and does, had changed) and in every repeated caption the two parted
-on.
+of the caption. Taking one of them whole loses the other's part. Measured on the EMULATED
+H200 (profile h200-bf16-static-2026-11-29, sample bag, `crossspec drive --compare`): the
+draft's first tokens were right further than the last caption's in 7 of 13 scene changes, in
+6 of them from the ego car's action on, while the last caption was right further in the other
+6 (where the second sentence, what another road user is and does, had changed) and in every
+repeated caption the two parted on.
 
 ``merge`` walks both chains together. Where they part, ``pick`` names the one to follow (the
 policy asks which of the two the verifier followed more often after the same token); the
