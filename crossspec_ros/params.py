@@ -228,8 +228,9 @@ MODEL_PARAMS = [
     Param("verifier_model", "", "Video-LLaVA: local directory or hub id in the local cache "
           "(empty: the bundled tiny verifier)"),
     Param("drafter_model", "", "EventGPT: local directory in the released layout (empty: the "
-          "bundled tiny drafter distilled on the verifier's captions, "
-          "crossspec_ros/data/tiny_pair/distilled/drafter)"),
+          "bundled tiny drafter distilled on the verifier's captions from windows cut before "
+          "their close, as it drafts them, crossspec_ros/data/tiny_pair/distilled_leads/"
+          "drafter)"),
     Param("draft_head", "", "a draft head directory (crossspec distill --method head; empty: "
           "none): the verifier node adds the proposer draft_head, fed by the window state the "
           "draft node publishes, and the draft node runs the drafter the head reads unless "

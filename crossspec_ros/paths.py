@@ -9,10 +9,13 @@ from pathlib import Path
 # The bundled tiny model pair (crossspec train-tiny) and what was distilled from it.
 BUNDLED_PAIR = Path(__file__).resolve().parent / "data" / "tiny_pair"
 # The drafter the nodes run when drafter_model is empty: the bundled one distilled on the
-# verifier's captions. Its drafts read like the final captions (make drive, 2026-11-25: token
-# agreement median 0.88-0.95 against 0.55, word error rate 0.06-0.19 against 0.65) at the same
-# size and speed. "" elsewhere (load_drafter, adapters' bases) is the undistilled bundled one.
-DEFAULT_DRAFTER = BUNDLED_PAIR / "distilled" / "drafter"
+# verifier's captions from each window's events cut 0, 300 and 600 ms before its close, as the
+# draft node drafts a window before it closes (crossspec distill --leads; docs/drafters.md:
+# acceptance at a 600 ms lead 0.735 against 0.631 for the one distilled on whole windows,
+# "distilled/drafter", on the sample drive). Distilled drafts read like the final captions
+# (make drive, 2026-11-25: token agreement median 0.88-0.95 against 0.55) at the same size and
+# speed. "" elsewhere (load_drafter, adapters' bases) is the undistilled bundled one.
+DEFAULT_DRAFTER = BUNDLED_PAIR / "distilled_leads" / "drafter"
 
 # The bundled sample bag (a rosbag2 directory; see rosbags/README.md): in the source tree, or
 # in share/crossspec/rosbags of a colcon install.

@@ -4,6 +4,7 @@ input, and a distilled drafter that never changes a confirmed caption."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -43,6 +44,46 @@ def test_labels_are_the_verifiers_greedy_captions_and_unusable_windows_are_count
         assert caption == to_drafter_ids(verifier, drafter, own)
     assert got.drafter_pixels.dtype == torch.float16
     assert got.drafter_pixels.shape[0] == 2
+
+
+def test_labels_at_leads_are_each_window_cut_before_its_close_with_the_whole_windows_caption(
+        distill_pair):
+    from crossspec_ros.train.evaluate import events_before_lead
+
+    verifier, drafter = distill_pair
+    windows = [random_window(0), random_window(1)]
+    whole = label_windows(verifier, drafter, windows, max_new_tokens=6)
+    # a lead of the window's whole length (1 s) leaves no event: counted, not an example
+    got = label_windows(verifier, drafter, windows, max_new_tokens=6,
+                        leads_ms=(0.0, 400.0, 1000.0))
+    assert len(got) == 4 and got.labelled_windows == 2
+    assert got.skipped == {"no events before a lead": 2}
+    assert got.captions == [whole.captions[0]] * 2 + [whole.captions[1]] * 2
+    assert got.verifier_tokens == [whole.verifier_tokens[0]] * 2 + \
+        [whole.verifier_tokens[1]] * 2
+    for i, window in enumerate(windows):
+        assert torch.equal(got.drafter_pixels[2 * i], whole.drafter_pixels[i])
+        cut = drafter.prepare(events_before_lead(window, 400.0)).pixel_values.half()
+        assert torch.equal(got.drafter_pixels[2 * i + 1], cut)
+        assert not torch.equal(got.drafter_pixels[2 * i + 1], whole.drafter_pixels[i])
+
+
+def test_the_label_cache_key_names_the_leads_and_whole_windows_keep_their_key(tmp_path):
+    from crossspec_ros.train.distill import labels_key
+
+    args = (["sim:16:0"], str(tmp_path), str(tmp_path), 8)
+    assert labels_key(*args) == labels_key(*args, leads_ms=(0,))
+    assert labels_key(*args, leads_ms=(0.0, 300.0)) != labels_key(*args)
+    assert labels_key(*args, leads_ms=(0.0, 300.0)) != labels_key(*args, leads_ms=(0.0, 600.0))
+
+
+def test_labels_at_leads_round_trip_the_cache_with_their_window_count(distill_pair, tmp_path):
+    verifier, drafter = distill_pair
+    labels = label_windows(verifier, drafter, [random_window(0), random_window(1)],
+                           max_new_tokens=6, leads_ms=(0.0, 300.0))
+    save_labels(labels, tmp_path / "labels.safetensors", key="k")
+    back = load_labels(tmp_path / "labels.safetensors", "k")
+    assert back is not None and len(back) == 4 and back.labelled_windows == 2
 
 
 def test_the_label_cache_round_trips_and_another_key_misses(distill_labels, tmp_path):
@@ -161,12 +202,14 @@ def test_distill_without_input_or_with_a_missing_bag_exits_with_one_line(tmp_pat
                  str(tmp_path / "d")]) == 2  # an exception would have escaped main
     err = capsys.readouterr().err
     assert "no such bag" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert main(["distill", "--sim-windows", "16", "--leads", "0,-300", "--out",
+                 str(tmp_path / "d")]) == 2  # refused before anything is simulated
+    err = capsys.readouterr().err
+    assert "--leads" in err and "-300" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "d").exists()
 
 
 def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_one_run(capsys):
-    import json
-
     from crossspec_ros.cli.main import main
 
     # the held-out windows simulated in this process (--workers 1): the same windows as
@@ -179,15 +222,17 @@ def test_eval_draft_compares_the_default_undistilled_and_distilled_drafters_in_o
         assert report[name]["accepted_per_pass"] >= 0.0
     # the bundled distilled drafter learnt the verifier's phrasing (held out: 0.79 vs 0.08)
     assert report["distilled"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
+    assert report["default"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
     assert report["head"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
     assert report["lora"]["acceptance"] > report["undistilled"]["acceptance"] + 0.3
 
 
-def test_the_bundled_distilled_drafter_loads_with_the_question_it_learnt():
+def test_the_bundled_distilled_drafters_load_with_the_question_they_learnt():
     from crossspec_ros.models.pair import BUNDLED_PAIR, load_drafter
 
-    drafter = load_drafter(str(BUNDLED_PAIR / "distilled" / "drafter"))
-    assert drafter.query == "Describe the driving scene."
+    for name in ("distilled", "distilled_leads"):
+        drafter = load_drafter(str(BUNDLED_PAIR / name / "drafter"))
+        assert drafter.query == "Describe the driving scene."
 
 
 def test_the_bundled_head_finds_the_drafter_it_reads_inside_the_package():
@@ -219,12 +264,14 @@ def test_distill_head_writes_a_head_and_a_second_run_reuses_the_labels(tmp_path,
     assert "16 windows from the cache" in capsys.readouterr().err
 
 
-def test_the_nodes_default_drafter_is_the_distilled_one_and_adapters_keep_their_base():
+def test_the_nodes_default_drafter_is_the_one_distilled_at_leads_and_adapters_keep_their_base():
     from crossspec_ros.models.lora import adapter_base
     from crossspec_ros.models.pair import BUNDLED_PAIR, drafter_source
     from crossspec_ros.paths import DEFAULT_DRAFTER
 
-    assert DEFAULT_DRAFTER == BUNDLED_PAIR / "distilled" / "drafter"
+    assert DEFAULT_DRAFTER == BUNDLED_PAIR / "distilled_leads" / "drafter"
+    card = json.loads((DEFAULT_DRAFTER.parent / "distill.json").read_text())
+    assert card["leads_ms"] == [0.0, 300.0, 600.0] and card["examples"] == 3 * card["windows"]
     assert drafter_source({"drafter_model": "", "draft_head": ""}) == str(DEFAULT_DRAFTER)
     assert drafter_source({"drafter_model": "/x", "draft_head": ""}) == "/x"
     # "" inside a result still names the undistilled bundled drafter (the LoRA's base)

@@ -14,6 +14,7 @@ from crossspec_ros.train.pipeline import RESULT, compare, head_report, heldout, 
 DISTILLED = "distilled/drafter"      # the bundled drafter distilled on simulated drives
 HEAD = "distilled_head/head"         # a draft head over the distilled drafter's window state
 LORA = "distilled_lora/adapter"      # LoRA adapters over the undistilled drafter
+DEFAULT_LEADS = "0,300,600"  # ms: the leads distill trains at (--leads; draft_lead_ms)
 METHOD_DEFAULTS = {"finetune": {"steps": 600, "batch_size": 16, "lr": 1e-3},
                    "lora": {"steps": 600, "batch_size": 16, "lr": 3e-3},
                    "head": {"steps": 3000, "batch_size": 64, "lr": 3e-3}}
@@ -83,6 +84,12 @@ def _add_training_options(distill: argparse.ArgumentParser) -> None:
     distill.add_argument("--lr", type=float,
                          help=f"peak learning rate (default: {_per_method('lr')})")
     distill.add_argument("--max-new-tokens", type=int, default=48)
+    distill.add_argument("--leads", default=DEFAULT_LEADS, metavar="MS,MS,...",
+                         help="train on each window once per lead: its events before the "
+                         "close minus the lead (ms), labelled with the verifier's caption of "
+                         "the whole window, as the draft node drafts a window before it "
+                         f"closes (draft_lead_ms; default {DEFAULT_LEADS}; 0: whole windows "
+                         "only)")
     distill.add_argument("--device", default="cpu", help="where the models run and train "
                          "(cpu or cuda; --method head trains on cpu)")
 
@@ -162,6 +169,10 @@ def run_distill(args: argparse.Namespace) -> int:
                      "--device")
     if args.lora_alpha is None:
         args.lora_alpha = 2.0 * args.lora_rank
+    try:
+        leads = parse_leads(args.leads)
+    except ValueError as err:
+        return _fail("distill", str(err))
     if args.steps < 1 or args.batch_size < 1 or args.lr <= 0 or args.max_new_tokens < 1 \
             or args.lora_rank < 1 or args.lora_alpha <= 0:
         return _fail("distill", "need --steps >= 1, --batch-size >= 1, --lr > 0, "
@@ -186,7 +197,7 @@ def run_distill(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, device=args.device,
         verifier_model=args.verifier_model, drafter_model=args.drafter_model,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, eval_windows=args.eval_windows,
-        workers=args.workers)
+        workers=args.workers, leads_ms=tuple(float(lead) for lead in leads))
     try:
         card = distill_drafter(settings, windows)
     except DistillError as err:

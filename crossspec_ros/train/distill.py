@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from crossspec_ros.files import follow_umask
 from crossspec_ros.models.draft_head import DraftHead
 from crossspec_ros.speculative.vocab import same_vocabulary
+from crossspec_ros.train.evaluate import events_before_lead
 from crossspec_ros.train.tiny_pair import drafter_loss, warmup_cosine
 
 MIN_WINDOWS = 16  # fewer labelled windows cannot fill one batch: nothing worth learning
@@ -62,9 +63,15 @@ class Labels:
     captions: list[list[int]]            # the verifier's greedy caption, drafter ids
     skipped: dict[str, int] = field(default_factory=dict)  # why windows were left out
     verifier_tokens: list[list[int]] = field(default_factory=list)  # the same, verifier ids
+    windows: int = -1  # the windows labelled (-1: one example each, as many as captions)
 
     def __len__(self) -> int:
+        """The examples: a window once per lead it was labelled at."""
         return len(self.captions)
+
+    @property
+    def labelled_windows(self) -> int:
+        return len(self.captions) if self.windows < 0 else self.windows
 
 
 def to_drafter_ids(verifier: Any, drafter: Any, tokens: list[int]) -> list[int]:
@@ -82,13 +89,18 @@ def to_drafter_ids(verifier: Any, drafter: Any, tokens: list[int]) -> list[int]:
 
 
 def label_windows(verifier: Any, drafter: Any, windows: Iterable[Any], max_new_tokens: int,
-                  progress: Callable[[int], None] | None = None) -> Labels:
+                  progress: Callable[[int], None] | None = None,
+                  leads_ms: Sequence[float] = (0.0,)) -> Labels:
     """Caption each window with the verifier (greedy) and preprocess its events for the
-    drafter. Windows without RGB frames or without events are counted and left out."""
+    drafter, once per lead in ``leads_ms``: the events before ``t1 - lead``, what the draft
+    node reads of a window it drafts that long before the close (``draft_lead_ms``), each
+    labelled with the caption of the whole window. Windows without RGB frames or without
+    events are counted and left out, and so is a lead that leaves a window no event."""
     pixels: list[torch.Tensor] = []
     captions: list[list[int]] = []
     own: list[list[int]] = []
     skipped: dict[str, int] = {}
+    labelled = 0
     for window in windows:
         events = getattr(window, "events", None)
         if not getattr(window, "frames", None):
@@ -97,24 +109,35 @@ def label_windows(verifier: Any, drafter: Any, windows: Iterable[Any], max_new_t
             skipped["no events"] = skipped.get("no events", 0) + 1
         else:
             tokens = verifier.generate_greedy(verifier.prepare(window), max_new_tokens)
-            pixels.append(drafter.prepare(window).pixel_values.half())
-            captions.append(to_drafter_ids(verifier, drafter, tokens))
-            own.append(list(tokens))
+            caption = to_drafter_ids(verifier, drafter, tokens)
+            labelled += 1
+            for lead in leads_ms:
+                seen = events_before_lead(window, lead)
+                if len(seen.events) == 0:
+                    skipped["no events before a lead"] = \
+                        skipped.get("no events before a lead", 0) + 1
+                    continue
+                pixels.append(drafter.prepare(seen).pixel_values.half())
+                captions.append(caption)
+                own.append(list(tokens))
         if progress:
             progress(1)
     if not captions:
-        return Labels(torch.zeros((0,)), [], skipped)
-    return Labels(torch.stack(pixels), captions, skipped, own)
+        return Labels(torch.zeros((0,)), [], skipped, windows=labelled)
+    return Labels(torch.stack(pixels), captions, skipped, own, windows=labelled)
 
 
 # -- the label cache ------------------------------------------------------------------------
 def labels_key(sources: list[str], verifier_dir: str, drafter_dir: str,
-               max_new_tokens: int) -> str:
+               max_new_tokens: int, leads_ms: Sequence[float] = (0.0,)) -> str:
     """What the labels depend on: the inputs (paths with size and mtime), both models' files
-    (not a verifier's caption corpus: it changes no caption) and the caption length limit."""
+    (not a verifier's caption corpus: it changes no caption), the caption length limit and
+    the leads the drafter's input was cut at."""
     from crossspec_ros.speculative.corpus import CORPUS_FILE
 
     parts = [f"max_new_tokens={max_new_tokens}"]
+    if tuple(leads_ms) != (0.0,):  # labels made before leads existed keep their key
+        parts.append("leads_ms=" + ",".join(f"{float(lead):g}" for lead in leads_ms))
     for source in [*sources, verifier_dir, drafter_dir]:
         path = Path(source)
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != CORPUS_FILE) \
@@ -143,7 +166,8 @@ def save_labels(labels: Labels, path: Path, key: str) -> None:
                "captions": _padded(labels.captions),
                "verifier_tokens": _padded(labels.verifier_tokens)}
     _atomic(path, lambda tmp: save_file(
-        tensors, tmp, metadata={"key": key, "skipped": json.dumps(labels.skipped)}))
+        tensors, tmp, metadata={"key": key, "skipped": json.dumps(labels.skipped),
+                                "windows": str(labels.labelled_windows)}))
 
 
 def load_labels(path: Path, key: str) -> Labels | None:
@@ -160,7 +184,8 @@ def load_labels(path: Path, key: str) -> Labels | None:
     if "verifier_tokens" not in tensors:  # written before heads were trained: label again
         return None
     return Labels(tensors["drafter_pixels"], _unpadded(tensors["captions"]),
-                  json.loads(metadata["skipped"]), _unpadded(tensors["verifier_tokens"]))
+                  json.loads(metadata["skipped"]), _unpadded(tensors["verifier_tokens"]),
+                  windows=int(metadata.get("windows", -1)))
 
 
 # -- training -------------------------------------------------------------------------------

@@ -45,6 +45,9 @@ class DistillSettings:
     lora_alpha: float = 32.0
     eval_windows: int = 100         # held-out windows compared after (0: none)
     workers: int = 2                # simulation processes
+    # each window's events cut this long before its close, one example per lead: what the
+    # draft node reads of a window it drafts early (draft_lead_ms); (0,): whole windows
+    leads_ms: tuple[float, ...] = (0.0,)
 
 
 def _stderr(line: str) -> None:
@@ -239,15 +242,16 @@ def _verifier_labels(s: DistillSettings, verifier: Any, drafter: Any, drafter_so
     if s.sim_windows > 0:
         sources.append(f"sim:{s.sim_windows}:{s.seed}")
     key = labels_key(sources, s.verifier_model or str(BUNDLED_PAIR / "verifier"),
-                     drafter_source, s.max_new_tokens)
+                     drafter_source, s.max_new_tokens, s.leads_ms)
     labels = load_labels(cache / "labels.safetensors", key)
     if labels is None:
         with progress(len(windows), "verifier labelling windows") as bar:
-            labels = label_windows(verifier, drafter, windows, s.max_new_tokens, bar.update)
+            labels = label_windows(verifier, drafter, windows, s.max_new_tokens, bar.update,
+                                   s.leads_ms)
         if len(labels) >= MIN_WINDOWS:
             save_labels(labels, cache / "labels.safetensors", key)
     else:
-        note(f"labels: {len(labels)} windows from the cache {cache}")
+        note(f"labels: {labels.labelled_windows} windows from the cache {cache}")
     skipped = ", ".join(f"{n} {why}" for why, n in labels.skipped.items())
     if skipped:
         note(f"left out: {skipped}")
@@ -319,7 +323,8 @@ def _card(s: DistillSettings, sources: list[str], labels: Any, drafter: Any,
     config, losses = training.config, training.losses
     card: dict[str, Any] = {
         "method": s.method, "seed": s.seed, "bags": sources,
-        "windows": len(labels), "left_out": labels.skipped,
+        "windows": labels.labelled_windows, "left_out": labels.skipped,
+        "leads_ms": list(s.leads_ms), "examples": len(labels),
         "config": {"steps": config.steps, "batch_size": config.batch_size, "lr": config.lr},
         "started_from": s.drafter_model or "bundled (undistilled)",
         "verifier": s.verifier_model or "bundled",
