@@ -258,10 +258,31 @@ def test_distill_head_writes_a_head_and_a_second_run_reuses_the_labels(tmp_path,
     assert (out / "head" / "head.safetensors").is_file() and (out / "distill.json").is_file()
     assert (out / "loss.png").is_file()
     # a summary on stdout, the whole card in the file
-    assert first.out.startswith("distilled (head) on 16 windows, 3 steps")
+    assert first.out.startswith("distilled (head) on 16 windows at leads 0, 300, 600 ms (48 "
+                                "examples), 3 steps")
     assert f"{out}/distill.json" in first.err and "{" not in first.out
     assert main(args) == 0  # again: the labels come from the cache on disk
     assert "16 windows from the cache" in capsys.readouterr().err
+
+
+def test_distill_at_leads_reports_both_drafters_drafting_before_the_close(tmp_path, capsys):
+    from crossspec_ros.cli.main import main
+
+    out = tmp_path / "leads_out"
+    assert main(["distill", "--sim-windows", "16", "--steps", "2", "--max-new-tokens", "8",
+                 "--eval-windows", "3", "--workers", "1", "--leads", "0,300", "--out",
+                 str(out)]) == 0
+    card = json.loads((out / "distill.json").read_text())
+    assert card["leads_ms"] == [0.0, 300.0] and card["windows"] == 16
+    assert card["examples"] == 32 - card["left_out"].get("no events before a lead", 0)
+    at_leads = card["heldout"]["at_leads"]
+    assert set(at_leads) == {"distilled", "undistilled"}
+    for rows in at_leads.values():
+        assert [row["lead_ms"] for row in rows] == [300.0]
+        assert rows[0]["windows"] == 3 and 0.0 <= rows[0]["acceptance"] <= 1.0
+    printed = capsys.readouterr().out
+    assert printed.startswith("distilled (finetune) on 16 windows at leads 0, 300 ms")
+    assert "distilled drafting before the close: 300 ms" in printed
 
 
 def test_the_nodes_default_drafter_is_the_one_distilled_at_leads_and_adapters_keep_their_base():

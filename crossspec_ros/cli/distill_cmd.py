@@ -210,7 +210,10 @@ def run_distill(args: argparse.Namespace) -> int:
 
 def card_summary(card: dict[str, Any]) -> str:
     """The distillation card in a few lines (the whole card is OUT/distill.json)."""
-    lines = [f"distilled ({card.get('method')}) on {card.get('windows')} windows, "
+    leads = card.get("leads_ms") or [0.0]
+    at = "" if list(leads) == [0.0] else \
+        f" at leads {', '.join(f'{lead:g}' for lead in leads)} ms ({card.get('examples')} examples)"
+    lines = [f"distilled ({card.get('method')}) on {card.get('windows')} windows{at}, "
              f"{card.get('config', {}).get('steps')} steps, final loss {card.get('final_loss')}, "
              f"{card.get('total_s')} s (labelling {card.get('labelling_s')} s, training "
              f"{card.get('training_s')} s)"]
@@ -225,6 +228,9 @@ def card_summary(card: dict[str, Any]) -> str:
                          f"{r.get('accepted_per_pass', float('nan')):>13.2f} "
                          f"{r.get('token_agreement', float('nan')):>15.3f} "
                          f"{r.get('exact_caption_rate', float('nan')):>6.2f}")
+    for name, sweep in (held.get("at_leads") or {}).items():
+        lines.append(f"  {name} drafting before the close: " + ", ".join(
+            f"{row['lead_ms']:g} ms {row['acceptance']:.3f}" for row in sweep))
     return "\n".join(lines)
 
 

@@ -342,15 +342,22 @@ def _card(s: DistillSettings, sources: list[str], labels: Any, drafter: Any,
 def _heldout_report(s: DistillSettings, verifier: Any, drafter: Any, head: Any,
                     drafter_source: str, progress: Progress) -> dict[str, Any]:
     """Draft quality on ``s.eval_windows`` held-out windows: the distilled drafter against
-    the undistilled one, or (method head) the drafter and its head."""
+    the undistilled one, or (method head) the drafter and its head. Trained at leads, both
+    drafters again per lead past 0 (``at_leads``: each window's events before ``t1 - lead``
+    against the verifier's caption of the whole window, as ``eval-draft --leads``)."""
     from crossspec_ros.models.pair import load_drafter
 
     held = heldout(s.eval_windows, s.workers, progress)
     refs = references(verifier, drafter, held, s.max_new_tokens, progress)
     if head is None:
-        return compare({"distilled": drafter,
-                        "undistilled": load_drafter(drafter_source, device=s.device)},
-                       held, refs, 8, progress)
+        drafters = {"distilled": drafter,
+                    "undistilled": load_drafter(drafter_source, device=s.device)}
+        report = compare(drafters, held, refs, 8, progress)
+        leads = [lead for lead in s.leads_ms if lead > 0]
+        if leads:
+            report["at_leads"] = {name: lead_sweep(model, held, refs, leads, 8, None, progress)
+                                  for name, model in drafters.items()}
+        return report
     report = compare({"drafter": drafter}, held, refs, 8, progress)
     report["head"] = head_report(head, drafter, held, refs, progress=progress)
     return report
