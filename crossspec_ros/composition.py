@@ -179,8 +179,8 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
         if options is None:
             raise ParameterError(f"{where}: batched streams need the static runtime "
                                  "(runtime: static), got the transformers runtime")
-        models = use_lanes(verifier, options, streams, max_new_tokens=p["max_new_tokens"],
-                           batch_prompts=prompts)
+        models = use_lanes(verifier, _lane_attention(options, p, where), streams,
+                           max_new_tokens=p["max_new_tokens"], batch_prompts=prompts)
         batcher, prompt_batcher = models[0].runtime.batcher, models[0].runtime.prompt_batcher
         say(models[0].runtime.describe())
     if corpus is None:  # read once for every stream's engine
@@ -193,3 +193,17 @@ def verifier_streams(p: Mapping[str, Any], verifier: Any, streams: int, *, graph
     due = StreamDue(budget_s=p["stream_budget_ms"] / 1e3, open_s=p["window_length_s"],
                     shed_s=p["shed_late_ms"] / 1e3)
     return VerifierStreams(graph, engines, models, due, batcher, prompt_batcher)
+
+
+def _lane_attention(options: Any, p: Mapping[str, Any], where: str) -> Any:
+    """``options`` for lane steps, which attend through SDPA only (RuntimeOptions): "auto"
+    falls back to it; split_kv asked for by name is refused, saying what to do."""
+    if options.attention == "sdpa":
+        return options
+    if p.get("attention") == "split_kv":
+        from crossspec_ros.param_files import ParameterError
+
+        raise ParameterError(f"{where}: attention split_kv is not built for batched streams "
+                             "(lane steps) yet: set attention to auto or sdpa, or "
+                             "stream_steps to separate")
+    return replace(options, attention="sdpa")

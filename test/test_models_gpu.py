@@ -72,18 +72,21 @@ def test_drafter_and_verifier_on_two_streams_give_their_sequential_results():
 
 @CUDA
 @pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["sdpa", "split_kv"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_the_static_runtime_on_cuda_is_bit_exact_and_the_engine_equals_its_plain_decoding(
-        compiled, monkeypatch):
+        compiled, attention, monkeypatch):
     """On a GPU too (CUDA graphs when compiled): verification rows bit-identical to one-token
-    decoding in bfloat16, and the engine's caption the runtime's own greedy caption."""
+    decoding in bfloat16, and the engine's caption the runtime's own greedy caption; with
+    either attention (split_kv: the default of a compiled verifier on a GPU)."""
     from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
     from crossspec_ros.speculative.engine import EngineConfig, SpeculativeEngine
 
     monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)
     verifier = tiny_verifier(seed=4, init_range=0.3).to("cuda")
     verifier.model.to(torch.bfloat16)
-    use_static_runtime(verifier, RuntimeOptions(compile=compiled, step_rows=(8,)), 16)
+    use_static_runtime(verifier, RuntimeOptions(compile=compiled, step_rows=(8,),
+                                                attention=attention), 16)
     inputs = verifier.prepare_frames(_frames())
     session = verifier.prefill(inputs)
     single, tokens = [session.last_logits.clone()], []

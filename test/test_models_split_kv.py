@@ -123,3 +123,49 @@ def test_split_kv_on_a_model_without_sdpa_attention_is_refused(bundled):
             static_twin(verifier, SPLIT_8)
     finally:
         lm.config._attn_implementation = before
+
+
+def _node_params(**given):
+    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS, validate
+
+    return validate(given, [*MODEL_PARAMS, *RUNTIME_PARAMS])
+
+
+@pytest.mark.parametrize(("given", "role", "expected"), [
+    # auto: split_kv where the H200 measured it (a compiled verifier on a GPU), sdpa elsewhere
+    ({"device": "cuda"}, "verifier", "split_kv"),
+    ({"device": "cuda:1"}, "verifier", "split_kv"),
+    ({"device": "cuda"}, "drafter", "sdpa"),
+    ({"device": "cpu"}, "verifier", "sdpa"),
+    ({"device": "cuda", "compile": False}, "verifier", "sdpa"),
+    ({"device": "cuda", "emulate": "h100-bf16-limit"}, "verifier", "sdpa"),
+    # by name: what was asked, on any device
+    ({"device": "cpu", "attention": "split_kv"}, "verifier", "split_kv"),
+    ({"device": "cuda", "attention": "sdpa"}, "verifier", "sdpa"),
+])
+def test_the_attention_parameter_picks_split_kv_for_a_compiled_verifier_on_a_gpu_only(
+        given, role, expected, monkeypatch):
+    from crossspec_ros.models.runtime_setup import runtime_options
+
+    monkeypatch.delenv("CROSSSPEC_NO_COMPILE", raising=False)  # the suite's eager default
+    assert runtime_options(_node_params(**given), role).attention == expected
+
+
+def test_an_unknown_attention_parameter_is_refused_with_the_choices():
+    from crossspec_ros.params import ParameterError
+
+    with pytest.raises(ParameterError, match="auto, sdpa or split_kv"):
+        _node_params(attention="flash")
+
+
+def test_batched_streams_fall_back_to_sdpa_under_auto_and_refuse_split_kv_by_name():
+    from crossspec_ros.composition import _lane_attention
+    from crossspec_ros.param_files import ParameterError
+
+    split = RuntimeOptions(step_rows=(32,), attention="split_kv")
+    assert _lane_attention(split, {"attention": "auto"}, "verifier").attention == "sdpa"
+    plain = RuntimeOptions(step_rows=(32,))
+    assert _lane_attention(plain, {"attention": "sdpa"}, "verifier") is plain
+    with pytest.raises(ParameterError, match=r"verifier: attention split_kv is not built for "
+                                             r"batched streams.*auto or sdpa"):
+        _lane_attention(split, {"attention": "split_kv"}, "verifier")

@@ -89,9 +89,9 @@ def bench_runtimes(verifier: CaptionModel, drafter: CaptionModel | None,
         static_drafter = drafter.with_runtime(None)
         use_static_runtime(static_drafter, RuntimeOptions(
             compile=options.compile, step_rows=DRAFTER_STEP_ROWS), max_new_tokens)
-    plain = verifier.with_runtime(None)
-    use_static_runtime(plain, RuntimeOptions(compile=options.compile, step_rows=(1,)),
-                       max_new_tokens)
+    plain = verifier.with_runtime(None)  # the fastest plain decoder: the same attention
+    use_static_runtime(plain, RuntimeOptions(compile=options.compile, step_rows=(1,),
+                                             attention=options.attention), max_new_tokens)
     log(f"runtimes ready in {time.perf_counter() - t0:.1f} s: {static.runtime.describe()}; "
         f"{plain.runtime.describe()}")
     return BenchRuntimes(static, static_drafter, eager_verifier, eager_drafter, plain,

@@ -133,6 +133,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         "says emulated and whether the emulation held")
     parser.add_argument("--no-compile", action="store_true",
                         help="static runtime: eager steps (no verifier_alone_compiled)")
+    parser.add_argument("--attention", choices=("auto", "sdpa", "split_kv"), default="auto",
+                        help="static runtime, verifier: attention over the cache (the node "
+                        "parameter attention; auto: split_kv compiled on a GPU, else sdpa)")
     parser.add_argument("--step-rows", type=int, default=32,
                         help="static runtime: rows of every verifier pass (node parameter "
                         "step_rows; default 32)")
@@ -386,8 +389,8 @@ def _runtime_options(args: argparse.Namespace, role: str = "verifier") -> Any:
 
     # with --emulate the steps run eager, as runtime_options decides for the nodes
     return runtime_options({"runtime": args.runtime, "compile": not args.no_compile,
-                            "emulate": args.emulate or "",
-                            "step_rows": args.step_rows}, role)
+                            "emulate": args.emulate or "", "device": args.device,
+                            "attention": args.attention, "step_rows": args.step_rows}, role)
 
 
 def _corpus(setting: str, verifier: Any) -> Any:

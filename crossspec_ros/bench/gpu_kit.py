@@ -66,6 +66,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -137,6 +138,9 @@ class Kit:
     compile: bool
     repeats: int
     compile_prefill: bool = False
+    # the verifier's attention in every runtime the kit builds of it (RuntimeOptions), as a
+    # node resolves its parameter attention: split_kv compiled on a GPU, sdpa elsewhere
+    attention: str = "sdpa"
     rehearse_failure: str = ""
     pack: Path | None = None  # OUT's files packed here after every stage (--pack)
     t0: float = field(default_factory=time.monotonic)
@@ -256,14 +260,16 @@ def _load_pair_member(kit: Kit, role: str, dtype: str) -> Any:
 
 
 def _static_twin(model: Any, rows: tuple[int, ...], compile: bool, max_new: int,
-                 compile_prefill: bool = True) -> tuple[Any, dict[str, float]]:
+                 compile_prefill: bool = True, attention: str = "sdpa"
+                 ) -> tuple[Any, dict[str, float]]:
     """``model`` on a static runtime of ``rows`` (sharing its weights) and each shape's
     warm-up (compile and first run) seconds."""
     from crossspec_ros.models.static_runtime import RuntimeOptions, use_static_runtime
 
     twin = model.with_runtime(None)
     timings = use_static_runtime(twin, RuntimeOptions(compile=compile, step_rows=rows,
-                                                     compile_prefill=compile_prefill), max_new)
+                                                     compile_prefill=compile_prefill,
+                                                     attention=attention), max_new)
     return twin, timings
 
 
@@ -285,6 +291,16 @@ def _pass_ms(model: Any, window: Any, tokens: int, repeats: int) -> float:
     from crossspec_ros.bench.passes import pass_cost_ms
 
     return round(pass_cost_ms(model, window, tokens, repeats), 3)
+
+
+def _pass_spread(model: Any, window: Any, tokens: int, repeats: int) -> dict[str, float]:
+    """A pass's median, mean and worst ms over ``repeats``: beside another model the median
+    alone can miss passes that met its work (the 2026-11-30 lease's sharing stage)."""
+    from crossspec_ros.bench.passes import pass_times_ms
+
+    times = pass_times_ms(model, window, tokens, repeats)
+    return {"median": round(statistics.median(times), 3),
+            "mean": round(statistics.fmean(times), 3), "worst": round(max(times), 3)}
 
 
 @contextlib.contextmanager
@@ -351,7 +367,8 @@ def stage_verifier(kit: Kit) -> dict[str, Any]:
     weights = _allocated()
     kit.log(f"verifier loaded in {load_s:.1f} s")
     kit.exact, exact_timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
-                                            kit.max_new_tokens, kit.compile_prefill)
+                                            kit.max_new_tokens, kit.compile_prefill,
+                                            kit.attention)
     kit.log(f"exact runtime ready: {exact_timings}")
     result: dict[str, Any] = {
         "model": kit.verifier.info.name, "dtype": kit.dtype, "load_s": load_s,
@@ -367,7 +384,7 @@ def stage_verifier(kit: Kit) -> dict[str, Any]:
     # from the exact runtime's, as long as the rest of the kit's first stages need
     if kit.compile and sum(exact_timings.values()) * 1.5 + 120 < kit.left():
         kit.plain, plain_timings = _static_twin(kit.verifier, (1,), True, kit.max_new_tokens,
-                                                kit.compile_prefill)
+                                                kit.compile_prefill, kit.attention)
         result["runtimes"]["one_row"] = _runtime_json(kit.plain, plain_timings)
         kit.log(f"one-row runtime ready: {plain_timings}")
     else:
@@ -582,7 +599,9 @@ def _sharing(kit: Kit, result: dict[str, Any]) -> None:
     from crossspec_ros.speculative.drafter_process import DrafterProcess
 
     window = kit.windows[0]
-    alone = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+    spread = _pass_spread(kit.exact, window, 1, SHARING_PASSES)
+    alone = spread["median"]
+    result["verifier_pass_ms_alone_spread"] = spread
     _sharing_beside_stream(kit, window, alone, result)
     # in a process of its own: as the graph's draft node runs it (on a CPU the bundled
     # drafter stands in for the tiny random one, which has no directory to load from)
@@ -596,7 +615,7 @@ def _sharing(kit: Kit, result: dict[str, Any]) -> None:
         result["process"] = f"failed to start: {type(err).__name__}: {err}"
         return
     busy = threading.Event()
-    windows_drafted = [0]
+    tokens_drafted: list[int] = []  # a window's draft tokens, window by window
 
     def keep_drafting_there() -> None:
         while not busy.is_set():
@@ -608,21 +627,28 @@ def _sharing(kit: Kit, result: dict[str, Any]) -> None:
                 time.sleep(0.005)
             channel.stop()  # the child holds a window until it is stopped, as the engine does
             process.wait_idle(timeout=30)
-            windows_drafted[0] += 1
+            tokens_drafted.append(len(channel.snapshot()[0]))
 
     try:
         thread = threading.Thread(target=keep_drafting_there, name="kit-drafter-process",
                                   daemon=True)
         thread.start()
-        beside_process = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+        spread = _pass_spread(kit.exact, window, 1, SHARING_PASSES)
         busy.set()
         thread.join(timeout=120)
     finally:
         process.close()
+    beside_process = spread["median"]
     result.update({
         "verifier_pass_ms_beside_drafter_process": beside_process,
+        "verifier_pass_ms_beside_drafter_process_spread": spread,
         "slowdown_beside_drafter_process": round(beside_process / alone, 3) if alone else None,
-        "drafter_process_windows_meanwhile": windows_drafted[0],
+        "drafter_process_windows_meanwhile": len(tokens_drafted),
+        # a drafter that stops at once (random weights can draft EOS first) barely used the
+        # device: the slowdown then says little (docs/gpu-h200-2026-11-30.md)
+        "drafter_process_tokens_per_window": (statistics.median(tokens_drafted)
+                                              if tokens_drafted else None),
+        "drafter_process_error": process.error,
         "drafter_process_model": source or "the bundled drafter (stands in on a CPU)"})
 
 
@@ -659,7 +685,9 @@ def _sharing_beside_stream(kit: Kit, window: Any, alone: float, result: dict[str
     else:
         thread = threading.Thread(target=drafting, name="kit-drafter", daemon=True)
         thread.start()
-        beside_thread = _pass_ms(kit.exact, window, 1, SHARING_PASSES)
+        spread = _pass_spread(kit.exact, window, 1, SHARING_PASSES)
+        beside_thread = spread["median"]
+        result["verifier_pass_ms_beside_drafter_stream_spread"] = spread
         stop.set()
         thread.join(timeout=60)
     result.update({"verifier_pass_ms_alone": alone, "drafter_steps_meanwhile": steps[0]})
@@ -678,7 +706,7 @@ def stage_prefill_compiled(kit: Kit) -> dict[str, Any]:
     """The prompt's chunks compiled too (what a node compiles at configure): each shape's
     compile seconds and the prefill costs then (the first stages ran prefill eager)."""
     twin, timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
-                                 kit.max_new_tokens)
+                                 kit.max_new_tokens, attention=kit.attention)
     report = {"runtime": _runtime_json(twin, timings),
               "prefill": _prefill_costs(twin, kit.windows[0])}
     del twin
@@ -699,7 +727,8 @@ def _free_models(kit: Kit) -> None:
 def stage_exactness_float32(kit: Kit) -> dict[str, Any]:
     _free_models(kit)
     model = _load_pair_member(kit, "verifier", "float32")
-    twin, timings = _static_twin(model, (kit.step_rows,), kit.compile, kit.max_new_tokens)
+    twin, timings = _static_twin(model, (kit.step_rows,), kit.compile, kit.max_new_tokens,
+                                 attention=kit.attention)
     report = _exactness(kit, twin, "float32", "none")
     report["warm_up_s_per_shape"] = timings
     del model, twin
@@ -716,7 +745,7 @@ def stage_4bit(kit: Kit) -> dict[str, Any]:
     kit.exact = kit.plain = None
     quantize_caption_model_4bit(kit.verifier)
     kit.exact, timings = _static_twin(kit.verifier, (kit.step_rows,), kit.compile,
-                                      kit.max_new_tokens)
+                                      kit.max_new_tokens, attention=kit.attention)
     exactness = _exactness(kit, kit.exact, kit.dtype, "4bit")
     passes = _passes(kit, "4-bit NF4")
     _write_json(kit.out / "exactness-4bit.json", exactness)
@@ -785,11 +814,11 @@ def stage_tuning(kit: Kit) -> dict[str, Any]:
 
 def _tuning_s(kit: Kit) -> float:
     """The first variant (a later one that does not fit is skipped inside the stage)."""
-    from crossspec_ros.bench.kit_tuning import TUNING_VARIANTS, variant_s
+    from crossspec_ros.bench.kit_tuning import tuning_variants, variant_s
 
     if kit.exact is None:
         return _prior(kit, 120, 4)
-    return variant_s(kit, next(iter(TUNING_VARIANTS)))
+    return variant_s(kit, next(iter(tuning_variants(kit.attention))))
 
 
 def _streams_s(kit: Kit) -> float:
@@ -947,6 +976,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="rows of every verifier pass on the exact runtime (default 32)")
     parser.add_argument("--repeats", type=int, default=10, help="timed passes per cost")
     parser.add_argument("--no-compile", action="store_true", help="eager static steps")
+    parser.add_argument("--attention", choices=("auto", "sdpa", "split_kv"), default="auto",
+                        help="the verifier's attention in the kit's runtimes (the node "
+                        "parameter attention; auto: split_kv compiled on a GPU, else sdpa); "
+                        "the tuning stage measures the other one beside it")
     parser.add_argument("--compile-prefill", action="store_true",
                         help="compile the prompt's chunks in the verifier stage too (default: "
                         "they run eager until the prefill-compiled stage, so that the first "
@@ -976,6 +1009,7 @@ def run(args: argparse.Namespace) -> int:
     from crossspec_ros.bench import engine as bench
     from crossspec_ros.events.errors import EventSourceError
     from crossspec_ros.models.loading import resolve_device
+    from crossspec_ros.models.runtime_setup import resolve_attention
     from crossspec_ros.models.static_runtime import compile_allowed
     from crossspec_ros.process_tuning import tune_process_for_models
 
@@ -995,10 +1029,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     device = str(resolve_device(args.device))
     tune_process_for_models(device)
+    compiled = not args.no_compile and compile_allowed()
     kit = Kit(out=args.out, device=device, models=args.models, dtype=args.dtype,
               budget_s=args.budget, windows=windows, max_new_tokens=args.max_new_tokens,
-              step_rows=args.step_rows, compile=not args.no_compile and compile_allowed(),
+              step_rows=args.step_rows, compile=compiled,
               repeats=args.repeats, compile_prefill=args.compile_prefill,
+              attention=resolve_attention(args.attention, "verifier", device, compiled),
               rehearse_failure=args.rehearse_failure, pack=args.pack)
     records = run_kit(kit, only)
     counts = Counter(r.status for r in records)

@@ -199,22 +199,43 @@ def _load_table(stages: dict[str, Any]) -> list[str]:
     lines = ["## Loading and compiling", "", f"{verifier.get('compile', '')}", "",
              "| model | load s | runtime | warm-up per shape (compile + first run) |",
              "|---|---:|---|---|", *rows, ""]
-    sharing = stages.get("sharing") or drafter.get("sharing") or {}  # drafter's before 11-27
-    if sharing:
-        lines += ["## Two models on one device", "",
-                  "The verifier's one-token pass (its exact runtime) alone and while the "
-                  "drafter steps without a pause:", "",
-                  "| where the drafter runs | verifier pass ms | x alone |", "|---|---:|---:|",
-                  f"| not running | {_f(sharing.get('verifier_pass_ms_alone'), places=2)} | 1 |"]
-        for where, key in (("this process, its own CUDA stream", "drafter_stream"),
-                           ("a process of its own", "drafter_process")):
-            beside = sharing.get(f"verifier_pass_ms_beside_{key}")
-            why_not = sharing.get(f"beside_{key}_not_measured")
-            lines.append(f"| {where} | {_f(beside, places=2)} | "
-                         f"{_f(sharing.get(f'slowdown_beside_{key}'), 'x', 2)}"
-                         + (f" (not measured: {why_not})" if why_not else "") + " |")
-        lines.append("")
-    return lines
+    return lines + _sharing_table(stages.get("sharing") or drafter.get("sharing") or {})
+
+
+def _sharing_table(sharing: dict[str, Any]) -> list[str]:
+    """The verifier's pass alone and beside the drafter (the drafter stage's dict before
+    2026-11-27); the mean, the worst and what the drafter did meanwhile since 2026-11-30."""
+    if not sharing:
+        return []
+
+    def spread(key: str) -> str:
+        numbers = sharing.get(f"verifier_pass_ms_{key}_spread") or {}
+        return f"{_f(numbers.get('mean'), places=2)} | {_f(numbers.get('worst'), places=2)}"
+
+    steps = sharing.get("drafter_steps_meanwhile")
+    windows = sharing.get("drafter_process_windows_meanwhile")
+    tokens = sharing.get("drafter_process_tokens_per_window")
+    meanwhile = {"drafter_stream": f"{steps} steps" if steps is not None else "-",
+                 "drafter_process": (f"{windows} windows" if windows is not None else "-")
+                 + (f", {_f(tokens)} tokens a window" if tokens is not None else "")
+                 + (f", failed: {sharing['drafter_process_error']}"
+                    if sharing.get("drafter_process_error") else "")}
+    lines = ["## Two models on one device", "",
+             "The verifier's one-token pass (its exact runtime) alone and while the "
+             "drafter steps without a pause (pass ms: the median, the mean and the worst):", "",
+             "| where the drafter runs | verifier pass ms | x alone | mean | worst | the drafter "
+             "meanwhile |", "|---|---:|---:|---:|---:|---|",
+             f"| not running | {_f(sharing.get('verifier_pass_ms_alone'), places=2)} | 1 | "
+             f"{spread('alone')} | - |"]
+    for where, key in (("this process, its own CUDA stream", "drafter_stream"),
+                       ("a process of its own", "drafter_process")):
+        beside = sharing.get(f"verifier_pass_ms_beside_{key}")
+        why_not = sharing.get(f"beside_{key}_not_measured")
+        lines.append(f"| {where} | {_f(beside, places=2)} | "
+                     f"{_f(sharing.get(f'slowdown_beside_{key}'), 'x', 2)}"
+                     + (f" (not measured: {why_not})" if why_not else "")
+                     + f" | {spread('beside_' + key)} | {meanwhile[key]} |")
+    return [*lines, ""]
 
 
 def _verifier_table(stages: dict[str, Any]) -> list[str]:

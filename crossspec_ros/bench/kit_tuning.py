@@ -6,7 +6,7 @@ The H200 runs measured 9.2-9.4 ms a step against a bound of ~2.8 ms (the weights
 3.25 ms of it in SDPA's memory-efficient attention kernel (docs/gpu-h200-2026-11-29.md).
 Which setting closes some of that gap is a question for the GPU: here the verifier's exact
 runtime (one step shape of ``step_rows`` rows, prefill eager, sharing the kit's weights) is
-built again under each variant of ``TUNING_VARIANTS`` (``RuntimeOptions`` fields), and for
+built again under each variant of ``tuning_variants`` (``RuntimeOptions`` fields), and for
 each the stage reports
 
   compile_s          the variant's warm-up (compile and first run) of its step shape
@@ -34,18 +34,23 @@ from typing import Any
 from crossspec_ros.bench.gpu_kit import _exactness, _pass_ms, _prior
 
 # the variants tried, as RuntimeOptions fields over the kit's exact runtime, the likeliest gain
-# first: attention split along the cache (models/split_kv.py) against SDPA's kernel that gives
-# each head one thread block; max-autotune's GEMM search (Triton templates against cuBLAS for
-# the step's skinny matrices, with coordinate descent tuning the generated kernels).
+# first: the attention the kit does not run (attention split along the cache,
+# models/split_kv.py, against SDPA's kernel that gives each head one thread block: x0.75 on
+# the H200 on 2026-11-30, so a GPU kit runs split_kv and measures SDPA beside it); then
+# max-autotune's GEMM search (Triton templates against cuBLAS for the step's skinny matrices,
+# with coordinate descent tuning the generated kernels) over the kit's attention.
 # coordinate_descent_tuning alone was measured on the H200 (2026-11-29): x0.96-1.05, no gain
-TUNING_VARIANTS: dict[str, dict[str, Any]] = {
-    "split_kv": {"attention": "split_kv"},
-    "autotune_gemm": {"inductor": (("coordinate_descent_tuning", True),
-                                   ("max_autotune_gemm", True))},
-}
+AUTOTUNE_GEMM = (("coordinate_descent_tuning", True), ("max_autotune_gemm", True))
 # a variant's compile against the kit's own compile of the same shape (autotuning benchmarks
 # each GEMM's candidates: several times longer)
-COMPILE_FACTOR = {"split_kv": 1.3, "autotune_gemm": 5.0}
+COMPILE_FACTOR = {"split_kv": 1.3, "sdpa": 1.0, "autotune_gemm": 5.0}
+
+
+def tuning_variants(kit_attention: str) -> dict[str, dict[str, Any]]:
+    """The variants over a kit whose runtimes attend with ``kit_attention``, by name."""
+    other = "sdpa" if kit_attention == "split_kv" else "split_kv"
+    return {other: {"attention": other},
+            "autotune_gemm": {"inductor": AUTOTUNE_GEMM, "attention": kit_attention}}
 ROUNDS = 2
 
 
@@ -63,7 +68,7 @@ def stage_tuning(kit: Any) -> dict[str, Any]:
         report["note"] = ("The kit runs eager (--no-compile): inductor's settings change "
                           "nothing, the split attention runs as eager operators; the numbers "
                           "rehearse the stage's code path")
-    for name, overrides in TUNING_VARIANTS.items():
+    for name, overrides in tuning_variants(kit.attention).items():
         needed = variant_s(kit, name)
         if needed > kit.left():
             report["skipped"][name] = (f"needs about {needed:.0f} s, {kit.left():.0f} s "

@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def pass_cost_ms(verifier: Any, window: Any, tokens: int, repeats: int) -> float:
     """Median ms of a pass feeding ``tokens`` tokens after the prefill (then rolled back)."""
+    return statistics.median(pass_times_ms(verifier, window, tokens, repeats))
+
+
+def pass_times_ms(verifier: Any, window: Any, tokens: int, repeats: int) -> list[float]:
+    """The ms of ``repeats`` passes feeding ``tokens`` tokens after the prefill, each rolled
+    back, after two warm-up passes (caches and allocators)."""
     from crossspec_ros.models.streams import synchronize
 
     session = verifier.prefill(verifier.prepare(window))
@@ -60,7 +66,7 @@ def pass_cost_ms(verifier: Any, window: Any, tokens: int, repeats: int) -> float
         synchronize(verifier.device, verifier.stream)
         times.append((time.perf_counter() - t0) * 1e3)
         session.rollback(0)
-    return statistics.median(times[2:])
+    return times[2:]
 
 
 def runtimes_for_passes(verifier: Any, step_rows: int, compile: bool, max_new: int

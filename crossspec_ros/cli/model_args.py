@@ -27,11 +27,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        "(node parameter compile: false)")
     group.add_argument("--step-rows", dest="step_rows", type=int, default=None,
                        help=docs["step_rows"])
+    group.add_argument("--attention", dest="attention", default=None,
+                       choices=("auto", "sdpa", "split_kv"), help=docs["attention"])
     group.add_argument("--emulate", dest="emulate", default=None, metavar="PROFILE",
                        help=docs["emulate"])
 
 
-RUNTIME_FLAG_PARAMS = ("runtime", "compile", "step_rows", "emulate")
+RUNTIME_FLAG_PARAMS = ("runtime", "compile", "step_rows", "attention", "emulate")
 
 # the parameters that name a model directory (or a hub id, checked when it loads)
 MODEL_DIRECTORY_PARAMS = ("verifier_model", "drafter_model", "draft_head")

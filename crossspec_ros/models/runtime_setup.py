@@ -28,7 +28,20 @@ def runtime_options(params: dict[str, Any], role: str) -> RuntimeOptions | None:
     rows = (int(params["step_rows"]),) if role == "verifier" else DRAFTER_STEP_ROWS
     # an emulated target times each forward from outside it: compiled graphs cannot carry that
     compiled = bool(params["compile"]) and compile_allowed() and not params.get("emulate")
-    return RuntimeOptions(compile=compiled, step_rows=rows)
+    attention = resolve_attention(params.get("attention", "auto"), role,
+                                  str(params.get("device", "cpu")), compiled)
+    return RuntimeOptions(compile=compiled, step_rows=rows, attention=attention)
+
+
+def resolve_attention(choice: str, role: str, device: str, compiled: bool) -> str:
+    """The attention (``RuntimeOptions.attention``) the parameter ``attention`` asks for.
+    "auto": split_kv for a compiled verifier on a GPU, where it was measured (an H200, bf16:
+    x0.75 a decoding step, exact; docs/gpu-h200-2026-11-30.md), SDPA elsewhere: the drafter
+    and the CPU were not measured with it, and their captions stay what they were."""
+    if choice != "auto":
+        return choice
+    on_gpu = device.startswith("cuda")
+    return "split_kv" if role == "verifier" and compiled and on_gpu else "sdpa"
 
 
 def prepare_runtime(model: Any, params: dict[str, Any], role: str,
