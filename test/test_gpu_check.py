@@ -457,3 +457,24 @@ def test_a_kit_attending_split_kv_measures_sdpa_beside_it_and_autotunes_its_own_
     assert variants == {"sdpa": {"attention": "sdpa"},
                         "autotune_gemm": {"inductor": variants["autotune_gemm"]["inductor"],
                                           "attention": "split_kv"}}
+
+
+@pytest.mark.slow
+def test_the_engine_drafter_stage_runs_the_live_graph_with_its_event_drafter(rehearsal):
+    # issue 55: a drafter-backed engine run was never reached on a GPU; the kit now runs one
+    # after loading the drafter, offline and through the live graph's loops
+    from crossspec_ros.bench.gpu_kit import ENGINE_DRAFTER_MODES
+
+    out, _ = rehearsal
+    engine = json.loads((out / "engine-drafter-bfloat16.json").read_text())
+    assert list(engine["modes"]) == list(ENGINE_DRAFTER_MODES)
+    assert engine["baseline"] == "verifier_alone_exact"
+    for mode, run in engine["modes"].items():
+        done, of = run["lossless_windows"].split("/")
+        assert done == of and int(of) > 0, mode
+    live = engine["live"]["graphs"]["crossspec_live"]
+    assert live["drafter"]["windows_drafted"] > 0 and not live["errors"]
+    assert live["lossless_windows"].split("/")[0] == live["lossless_windows"].split("/")[1]
+    assert "event drafter" in engine["models"]
+    [report] = (out / "docs").glob("gpu-*.md")
+    assert "with the tiny-random event drafter" in report.read_text()

@@ -87,6 +87,10 @@ ENGINE_MODES = ("verifier_alone_compiled", "verifier_alone_exact", "history_only
                 "oracle_free@a=0.5", "oracle_free@a=0.8", "after_close_alone", "live_alone",
                 "text_only", "crossspec_live")
 ORACLE_ACCEPTANCES = (0.5, 0.8)
+# the modes of the engine-drafter stage: crossspec with the event drafter, offline and in the
+# live graph, beside the same verifier without it (issue 55: never reached on a GPU before)
+ENGINE_DRAFTER_MODES = ("verifier_alone_exact", "history_only", "crossspec", "text_only",
+                        "crossspec_live")
 # the modes the fidelity stage traces: plain decoding, the history proposers, free drafts
 FIDELITY_MODES = ("verifier_alone_exact", "crossspec", "oracle_free@a=0.8")
 EXACTNESS_WINDOWS = 2
@@ -507,6 +511,28 @@ def stage_engine(kit: Kit) -> dict[str, Any]:
     return report
 
 
+def stage_engine_drafter(kit: Kit) -> dict[str, Any]:
+    """crossspec with the event drafter loaded (its static runtime, stepping on its own
+    stream beside the verifier's) against the same verifier with the text proposers only, on
+    the engine stage's windows, offline and through the live graph's loops. With the
+    full-size pair's random weights the drafts are accepted next to never: what this
+    measures is what running the drafter costs the verifier, not what it gains."""
+    from crossspec_ros.bench import engine as bench
+
+    runtimes = bench.BenchRuntimes(kit.exact, kit.drafter, kit.verifier, None, kit.plain,
+                                   compiled=kit.compile)
+    report = bench.run_engine_bench(
+        kit.verifier, kit.drafter, kit.windows, max_new_tokens=kit.max_new_tokens,
+        prompt_lookup=False, warmup=1 if len(kit.windows) <= 4 else 2, live=True,
+        live_rounds=1, settle=True, runtimes=runtimes, modes=ENGINE_DRAFTER_MODES,
+        log=kit.log)
+    report.update({"models": f"{kit.models} verifier ({kit.dtype}) with the {kit.models} "
+                   "event drafter" + (" (random weights: what it costs, not what it gains)"
+                                      if kit.full_size else ""),
+                   "device": kit.device, "modes_run": list(report["modes"])})
+    return report
+
+
 def stage_fidelity(kit: Kit) -> dict[str, Any]:
     """Each window's latency and the trace of its device calls (``models/call_trace.py``) on
     the exact runtime, FIDELITY_MODES alternating their order window by window: what the
@@ -851,6 +877,11 @@ STAGES: tuple[Stage, ...] = (
           ("verifier",), file="fidelity-{dtype}"),
     Stage("drafter", stage_drafter,
           lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
+    # the engine with the event drafter: five modes against the engine stage's ten
+    Stage("engine-drafter", stage_engine_drafter,
+          lambda kit: 0.6 * kit.seconds("engine", len(kit.windows) * len(ENGINE_MODES)
+                                        * _decode_window_s(kit)),
+          ("verifier", "drafter"), file="engine-drafter-{dtype}"),
     # after the verifier's and the drafter's stages (the lease is short, and the profile its
     # lane costs go into needs the drafter's): a compile per lane count, a few steps each
     Stage("streams", stage_streams, _streams_s, ("verifier",)),

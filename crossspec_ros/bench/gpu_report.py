@@ -35,7 +35,8 @@ from crossspec_ros.models.emulated import PROFILE_DIR
 
 STAGE_FILES = ("stages", "env", "verifier", "tests", "exactness-bfloat16", "exactness-float32",
                "exactness-4bit", "passes-bfloat16", "passes-4bit", "engine-bfloat16",
-               "engine-4bit", "fidelity-bfloat16", "fidelity-float32", "drafter",
+               "engine-4bit", "engine-drafter-bfloat16", "engine-drafter-float32",
+               "fidelity-bfloat16", "fidelity-float32", "drafter",
                "prefill-compiled", "sharing", "streams", "trace", "tuning", PROFILE_STAGE)
 # the verifier's physical limits on one H100 SXM (FACTS.md: arithmetic from public specs)
 LIMITS_H100 = {"prefill_ms": 30.0, "decode_ms_bf16": 4.4, "decode_ms_4bit": 1.5}
@@ -327,12 +328,13 @@ def _exactness_table(stages: dict[str, Any]) -> list[str]:
 
 def _engine_table(stages: dict[str, Any]) -> list[str]:
     lines = []
-    for quant in ("bfloat16", "4bit"):
-        engine = stages.get(f"engine-{quant}")
+    for key in ("engine-bfloat16", "engine-4bit", "engine-drafter-bfloat16",
+                "engine-drafter-float32"):
+        engine = stages.get(key)
         if not engine:
             continue
         base = engine.get("baseline", "verifier_alone")
-        lines += [f"## bench engine, {engine.get('models', quant)}, {engine['windows']} windows",
+        lines += [f"## bench engine, {engine.get('models', key)}, {engine['windows']} windows",
                   "", f"Runtime: {engine.get('runtime', '?')}.", "",
                   f"| mode | median ms | paired speedup vs {base} (IQR) | passes/window "
                   "| accepted/pass | lossless |", "|---|---:|---|---:|---:|---|"]
