@@ -260,12 +260,12 @@ RUNTIME_PARAMS = [
           "proposal rides in the question's pass, so it holds the question's tail and most "
           "of a caption (1: the fastest plain decoder, nothing to verify)", positive, ">= 1",
           bounds=(1, 512)),
-    Param("attention", "auto", "static runtime, verifier: how each decoding step attends "
-          "over its cache: split_kv (the cache cut along its length into blocks, each block "
-          "its own work; on an H200 x0.75 a step in bf16), sdpa (PyTorch's fused kernels) or "
-          "auto (split_kv for a compiled verifier on a GPU, sdpa elsewhere and for the "
-          "drafter). Exact either way: the confirmed caption is the chosen runtime's own "
-          "greedy output, and may differ between the two at a near-tie",
+    Param("attention", "auto", "static runtime: how each decoding step attends over its "
+          "cache: split_kv (the cache cut along its length into blocks, each block its own "
+          "work; the verifier's step on an H200 x0.75 in bf16) or sdpa (PyTorch's fused "
+          "kernels), for both models; auto: split_kv for a compiled verifier on a GPU, sdpa "
+          "elsewhere and for the drafter. Exact either way: the confirmed caption is the "
+          "chosen runtime's own greedy output, and may differ between the two at a near-tie",
           one_of("auto", "sdpa", "split_kv"), "auto, sdpa or split_kv"),
     Param("emulate", "", "the target's costs on this machine (opt-in): every model call lasts "
           "what this cost profile says it costs there (h100-bf16-eager-2026-11-24, "

@@ -134,8 +134,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile", action="store_true",
                         help="static runtime: eager steps (no verifier_alone_compiled)")
     parser.add_argument("--attention", choices=("auto", "sdpa", "split_kv"), default="auto",
-                        help="static runtime, verifier: attention over the cache (the node "
-                        "parameter attention; auto: split_kv compiled on a GPU, else sdpa)")
+                        help="static runtime: attention over the cache (the node parameter "
+                        "attention; auto: split_kv for a compiled verifier on a GPU, else sdpa)")
     parser.add_argument("--step-rows", type=int, default=32,
                         help="static runtime: rows of every verifier pass (node parameter "
                         "step_rows; default 32)")
