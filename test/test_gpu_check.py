@@ -389,6 +389,25 @@ def test_an_unknown_stage_is_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "stages.json").exists()
 
 
+def test_an_unknown_tuning_variant_is_refused_in_one_line_with_the_choices(tmp_path, capsys):
+    assert main(_kit_args(tmp_path, "--tuning-variants", "autotune")) == 2
+    err = capsys.readouterr().err
+    assert "--tuning-variants autotune" in err and "autotune_gemm" in err
+    assert not (tmp_path / "stages.json").exists()
+
+
+@pytest.mark.slow
+def test_the_tuning_stage_runs_only_the_variants_asked_for_and_names_the_rest(tmp_path):
+    # a second call on a warm machine can spend its time on the variant no lease reached
+    result = subprocess.run([sys.executable, "-m", "crossspec_ros.cli.main", *_kit_args(
+        tmp_path, "--stages", "tuning", "--tuning-variants", "autotune_gemm")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tuning = json.loads((tmp_path / "tuning.json").read_text())
+    assert list(tuning["variants"]) == ["autotune_gemm"]
+    assert tuning["skipped"] == {"split_kv": "not asked for (--tuning-variants)"}
+
+
 def test_the_working_tree_and_the_carried_packages_fit_one_device_call():
     result = subprocess.run([str(SCRIPT), "check"], capture_output=True, text=True,
                             timeout=60, cwd=ROOT)

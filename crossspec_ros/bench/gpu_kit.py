@@ -145,6 +145,7 @@ class Kit:
     # the verifier's attention in every runtime the kit builds of it (RuntimeOptions), as a
     # node resolves its parameter attention: split_kv compiled on a GPU, sdpa elsewhere
     attention: str = "sdpa"
+    tuning_only: tuple[str, ...] = ()  # the tuning stage's variants asked for (empty: all)
     rehearse_failure: str = ""
     pack: Path | None = None  # OUT's files packed here after every stage (--pack)
     t0: float = field(default_factory=time.monotonic)
@@ -844,7 +845,9 @@ def _tuning_s(kit: Kit) -> float:
 
     if kit.exact is None:
         return _prior(kit, 120, 4)
-    return variant_s(kit, next(iter(tuning_variants(kit.attention))))
+    asked = [name for name in tuning_variants(kit.attention)
+             if not kit.tuning_only or name in kit.tuning_only]
+    return variant_s(kit, asked[0]) if asked else 0.0
 
 
 def _streams_s(kit: Kit) -> float:
@@ -1011,6 +1014,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the verifier's attention in the kit's runtimes (the node "
                         "parameter attention; auto: split_kv compiled on a GPU, else sdpa); "
                         "the tuning stage measures the other one beside it")
+    parser.add_argument("--tuning-variants", default="", metavar="A,B",
+                        help="the tuning stage's variants to run (default: all, the likeliest "
+                        "gain first): split_kv or sdpa (the attention the kit does not run), "
+                        "autotune_gemm")
     parser.add_argument("--compile-prefill", action="store_true",
                         help="compile the prompt's chunks in the verifier stage too (default: "
                         "they run eager until the prefill-compiled stage, so that the first "
@@ -1030,6 +1037,11 @@ def run(args: argparse.Namespace) -> int:
     only = tuple(s for s in args.stages.split(",") if s)
     unknown = [s for s in (*only, *([args.rehearse_failure] if args.rehearse_failure else []))
                if s not in STAGE_NAMES]
+    variants = tuple(v for v in args.tuning_variants.split(",") if v)
+    if any(v not in ("split_kv", "sdpa", "autotune_gemm") for v in variants):
+        print(f"crossspec bench gpu-kit: --tuning-variants {args.tuning_variants}: the "
+              "variants are split_kv, sdpa and autotune_gemm", file=sys.stderr)
+        return 2
     if unknown or args.budget <= 0 or args.windows < 2 or args.max_new_tokens < 1 \
             or args.step_rows < 2 or args.repeats < 1:
         print("crossspec bench gpu-kit: " + (f"unknown stage {', '.join(unknown)} (stages: "
@@ -1066,6 +1078,7 @@ def run(args: argparse.Namespace) -> int:
               step_rows=args.step_rows, compile=compiled,
               repeats=args.repeats, compile_prefill=args.compile_prefill,
               attention=resolve_attention(args.attention, "verifier", device, compiled),
+              tuning_only=variants,
               rehearse_failure=args.rehearse_failure, pack=args.pack)
     records = run_kit(kit, only)
     counts = Counter(r.status for r in records)

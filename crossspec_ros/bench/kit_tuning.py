@@ -69,6 +69,9 @@ def stage_tuning(kit: Any) -> dict[str, Any]:
                           "nothing, the split attention runs as eager operators; the numbers "
                           "rehearse the stage's code path")
     for name, overrides in tuning_variants(kit.attention).items():
+        if kit.tuning_only and name not in kit.tuning_only:
+            report["skipped"][name] = "not asked for (--tuning-variants)"
+            continue
         needed = variant_s(kit, name)
         if needed > kit.left():
             report["skipped"][name] = (f"needs about {needed:.0f} s, {kit.left():.0f} s "
