@@ -9,9 +9,10 @@
 #   on the device:           scripts/gpu_check.sh run all [OUT] [--budget SECONDS]
 #       crossspec bench gpu-kit: one process loads each model once and runs, in priority order
 #       against the budget (default 480 s), env, verifier (load, compile: seconds per shape),
-#       exactness, passes, engine, fidelity, drafter, streams, trace (where each step's time
-#       goes), then prefill-compiled, sharing (the drafter beside the verifier),
-#       exactness-float32, 4bit and tests as the budget allows. Each
+#       exactness, passes, engine, fidelity, drafter, engine-drafter (the engine with the
+#       event drafter), streams, trace (where each step's time goes), then tuning, sharing
+#       (the drafter beside the verifier), prefill-compiled, exactness-float32, 4bit and
+#       tests as the budget allows. Each
 #       stage's JSON and stages.json are written as it goes (under build/gpu_kit) and packed
 #       into OUT/kit.tar.gz after every stage (a call returns at most 8 files): a call cut at
 #       its limit still brings back every finished stage.
@@ -20,7 +21,8 @@
 #   here:                    scripts/gpu_check.sh report DIR... (stage JSONs or kit.tar.gz)
 #       docs/gpu-<device>-<date>.{md,json} from whatever stages came back (crossspec bench
 #       gpu-report): skipped and failed stages named; and the run's emulation profile
-#       (crossspec_ros/data/cost_profiles/<device>-<dtype>-static-<date>.json)
+#       (crossspec_ros/data/cost_profiles/<device>-<dtype>-static-<date>.json; beside the
+#       report when the streams stage did not run: a bundled profile prices lanes too)
 #   anywhere:                scripts/gpu_check.sh smoke [OUT] [--budget SECONDS]
 #       the same kit on the CPU with the tiny random pair (eager steps), then the report: the
 #       rehearsal that fails here, not there (test/test_gpu_check.py runs it; CI has no GPU)
@@ -131,5 +133,5 @@ case "${1:-}" in
       --no-compile --repeats 2 --pack "$out/kit.tar.gz" "$@" || say "the kit finished no stage"
     crossspec bench gpu-report "$out" --out "$out/docs" --profiles "$out/profiles"
     ;;
-  *) sed -n '2,25p' "$0"; exit 2 ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
 esac

@@ -497,3 +497,21 @@ def test_the_engine_drafter_stage_runs_the_live_graph_with_its_event_drafter(reh
     assert "event drafter" in engine["models"]
     [report] = (out / "docs").glob("gpu-*.md")
     assert "with the tiny-random event drafter" in report.read_text()
+
+
+@pytest.mark.slow
+def test_a_profile_without_lane_costs_is_written_beside_the_report_not_bundled(rehearsal,
+                                                                               tmp_path):
+    # the 2026-11-30 lease did not reach the streams stage: its profile, bundled, broke the
+    # bundled profiles' promise that every one prices batched streams
+    out, _ = rehearsal
+    call = tmp_path / "call"
+    call.mkdir()
+    for path in out.glob("*.json"):
+        if path.name != "streams.json":
+            shutil.copy(path, call)
+    assert main(["bench", "gpu-report", str(call), "--out", str(tmp_path / "docs"),
+                 "--profiles", str(tmp_path / "profiles"), "--date", "2026-11-30"]) == 0
+    assert not list((tmp_path / "profiles").glob("*.json"))
+    [profile] = (tmp_path / "docs").glob("*-static-2026-11-30.json")
+    assert "lane_pass_ms_by_lanes" not in json.loads(profile.read_text())["verifier"]

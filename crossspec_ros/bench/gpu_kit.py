@@ -19,6 +19,8 @@ order against a time budget (``--budget``, default 480 s):
                   drafts of acceptance 0.5 and 0.8; the live graphs after_close_alone,
                   live_alone, text_only and crossspec_live through the product's loops)
   drafter         the drafter: load, compile, prefill and step
+  engine-drafter  crossspec with the event drafter loaded, offline and through the live
+                  graph, beside the same verifier without it (random weights: its cost)
   streams         lane steps (issue 57, ``bench/kit_streams.py``): a compiled ``[S, step-rows]``
                   step for S = 1, 2, 4, 8 on the exact runtime, a lane's adoption copy, and
                   T1 (a lane's rows whatever the other lanes hold); after the stages above:

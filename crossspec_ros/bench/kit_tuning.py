@@ -44,6 +44,7 @@ AUTOTUNE_GEMM = (("coordinate_descent_tuning", True), ("max_autotune_gemm", True
 # a variant's compile against the kit's own compile of the same shape (autotuning benchmarks
 # each GEMM's candidates: several times longer)
 COMPILE_FACTOR = {"split_kv": 1.3, "sdpa": 1.0, "autotune_gemm": 5.0}
+ROUNDS = 2
 
 
 def tuning_variants(kit_attention: str) -> dict[str, dict[str, Any]]:
@@ -51,7 +52,6 @@ def tuning_variants(kit_attention: str) -> dict[str, dict[str, Any]]:
     other = "sdpa" if kit_attention == "split_kv" else "split_kv"
     return {other: {"attention": other},
             "autotune_gemm": {"inductor": AUTOTUNE_GEMM, "attention": kit_attention}}
-ROUNDS = 2
 
 
 def stage_tuning(kit: Any) -> dict[str, Any]:
