@@ -9,9 +9,9 @@
 #   on the device:           scripts/gpu_check.sh run all [OUT] [--budget SECONDS]
 #       crossspec bench gpu-kit: one process loads each model once and runs, in priority order
 #       against the budget (default 480 s), env, verifier (load, compile: seconds per shape),
-#       exactness, passes, engine, fidelity, drafter, engine-drafter (the engine with the
-#       event drafter), streams, trace (where each step's time goes), then tuning, sharing
-#       (the drafter beside the verifier), prefill-compiled, exactness-float32, 4bit and
+#       exactness, passes, engine, fidelity, drafter, streams, trace (where each step's
+#       time goes), then tuning, sharing (the drafter beside the verifier), engine-drafter
+#       (the engine with the event drafter), prefill-compiled, exactness-float32, 4bit and
 #       tests as the budget allows. Each
 #       stage's JSON and stages.json are written as it goes (under build/gpu_kit) and packed
 #       into OUT/kit.tar.gz after every stage (a call returns at most 8 files): a call cut at

@@ -19,8 +19,6 @@ order against a time budget (``--budget``, default 480 s):
                   drafts of acceptance 0.5 and 0.8; the live graphs after_close_alone,
                   live_alone, text_only and crossspec_live through the product's loops)
   drafter         the drafter: load, compile, prefill and step
-  engine-drafter  crossspec with the event drafter loaded, offline and through the live
-                  graph, beside the same verifier without it (random weights: its cost)
   streams         lane steps (issue 57, ``bench/kit_streams.py``): a compiled ``[S, step-rows]``
                   step for S = 1, 2, 4, 8 on the exact runtime, a lane's adoption copy, and
                   T1 (a lane's rows whatever the other lanes hold); after the stages above:
@@ -29,17 +27,19 @@ order against a time budget (``--budget``, default 480 s):
                   a prompt chunk, the drafter's step and prefill (``bench/kit_trace.py``):
                   top kernels, the device's busy share, achieved bandwidth and FLOP rate,
                   the distance from the bound (issue 55)
-  tuning, sharing, prefill-compiled, exactness-float32, 4bit, tests
+  tuning, sharing, engine-drafter, prefill-compiled, exactness-float32, 4bit, tests
                   what the budget leaves: the exact decoding step compiled under other
-                  settings (attention split along the cache, inductor's GEMM autotuning),
-                  each timed against the kit's and checked for exactness
-                  (``bench/kit_tuning.py``); the verifier's pass beside the drafter (its
-                  steps on their own CUDA stream in this process, and in a process of its
-                  own: the cost of sharing the device; before the stages that free the
-                  drafter, after those that matter more, as a CUDA fault there ends the
-                  process's GPU work); the prompt's chunks compiled as well (the first stages
-                  run prefill eager, so that their compile is the decoding steps' alone;
-                  measured once, 2026-11-29, so after what was not); fp32 exactness; the
+                  settings (the other attention, inductor's GEMM autotuning), each timed
+                  against the kit's and checked for exactness (``bench/kit_tuning.py``);
+                  the verifier's pass beside the drafter (its steps on their own CUDA
+                  stream in this process, and in a process of its own: the cost of sharing
+                  the device; before the stages that free the drafter, after those that
+                  matter more, as a CUDA fault there ends the process's GPU work); the
+                  engine with the event drafter, offline and through the live graph, beside
+                  the same verifier without it (random weights: its cost); the prompt's
+                  chunks compiled as well (the first stages run prefill eager, so that
+                  their compile is the decoding steps' alone; measured once, 2026-11-29,
+                  so after what was not); fp32 exactness; the
                   verifier in 4-bit NF4 (exactness and passes); the CUDA tests
                   (test/test_models_gpu.py, a process of their own)
 
@@ -882,11 +882,6 @@ STAGES: tuple[Stage, ...] = (
           ("verifier",), file="fidelity-{dtype}"),
     Stage("drafter", stage_drafter,
           lambda kit: 0.9 * kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 60, 8)),
-    # the engine with the event drafter: five modes against the engine stage's ten
-    Stage("engine-drafter", stage_engine_drafter,
-          lambda kit: 0.6 * kit.seconds("engine", len(kit.windows) * len(ENGINE_MODES)
-                                        * _decode_window_s(kit)),
-          ("verifier", "drafter"), file="engine-drafter-{dtype}"),
     # after the verifier's and the drafter's stages (the lease is short, and the profile its
     # lane costs go into needs the drafter's): a compile per lane count, a few steps each
     Stage("streams", stage_streams, _streams_s, ("verifier",)),
@@ -903,6 +898,14 @@ STAGES: tuple[Stage, ...] = (
     Stage("sharing", stage_sharing,
           lambda kit: 0.5 * kit.seconds("drafter", _prior(kit, 120, 10)) + _prior(kit, 30, 10),
           ("verifier", "drafter")),
+    # the engine with the event drafter (five modes against the engine stage's ten), after
+    # sharing as issue 55 orders them: the drafter's prefill, vision and steps beside the
+    # verifier's through the live loops, which no lease has run (a CUDA fault would end the
+    # stages after it, as in sharing)
+    Stage("engine-drafter", stage_engine_drafter,
+          lambda kit: 0.6 * kit.seconds("engine", len(kit.windows) * len(ENGINE_MODES)
+                                        * _decode_window_s(kit)),
+          ("verifier", "drafter"), file="engine-drafter-{dtype}"),
     # measured on the second H200 lease (2026-11-29): after what was not
     Stage("prefill-compiled", stage_prefill_compiled,
           lambda kit: kit.seconds("verifier", _prior(kit, 300, 10)) + _prior(kit, 10, 2),
