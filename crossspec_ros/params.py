@@ -244,6 +244,10 @@ MODEL_PARAMS = [
           "none, 4bit or 8bit"),
 ]
 
+# the parameter attention's values: static_runtime.ATTENTIONS and "auto", which
+# runtime_setup.resolve_attention picks from
+ATTENTION_CHOICES = ("auto", "sdpa", "split_kv")
+
 RUNTIME_PARAMS = [
     Param("runtime", "static", "how the language models step: static (KV caches allocated "
           "once, fixed-shape steps, compiled with the parameter compile; rollback is a "
@@ -266,7 +270,7 @@ RUNTIME_PARAMS = [
           "kernels), for both models; auto: split_kv for a compiled verifier on a GPU, sdpa "
           "elsewhere and for the drafter. Exact either way: the confirmed caption is the "
           "chosen runtime's own greedy output, and may differ between the two at a near-tie",
-          one_of("auto", "sdpa", "split_kv"), "auto, sdpa or split_kv"),
+          one_of(*ATTENTION_CHOICES), "auto, sdpa or split_kv"),
     Param("emulate", "", "the target's costs on this machine (opt-in): every model call lasts "
           "what this cost profile says it costs there (h100-bf16-eager-2026-11-24, "
           "h100-bf16-limit or a profile file; models/emulated.py), the tokens still computed "

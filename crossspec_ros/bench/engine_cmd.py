@@ -69,6 +69,7 @@ from typing import Any
 
 from crossspec_ros.bench.arguments import bench_float_type
 from crossspec_ros.cli.arg_types import whole_number
+from crossspec_ros.params import ATTENTION_CHOICES
 from crossspec_ros.paths import sample_bag
 
 
@@ -133,7 +134,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         "says emulated and whether the emulation held")
     parser.add_argument("--no-compile", action="store_true",
                         help="static runtime: eager steps (no verifier_alone_compiled)")
-    parser.add_argument("--attention", choices=("auto", "sdpa", "split_kv"), default="auto",
+    parser.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
                         help="static runtime: attention over the cache (the node parameter "
                         "attention; auto: split_kv for a compiled verifier on a GPU, else sdpa)")
     parser.add_argument("--step-rows", type=int, default=32,

@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crossspec_ros.params import ATTENTION_CHOICES
 from crossspec_ros.paths import sample_bag
 
 DEFAULT_BUDGET_S = 480.0
@@ -1015,7 +1016,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="rows of every verifier pass on the exact runtime (default 32)")
     parser.add_argument("--repeats", type=int, default=10, help="timed passes per cost")
     parser.add_argument("--no-compile", action="store_true", help="eager static steps")
-    parser.add_argument("--attention", choices=("auto", "sdpa", "split_kv"), default="auto",
+    parser.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
                         help="the verifier's attention in the kit's runtimes (the node "
                         "parameter attention; auto: split_kv compiled on a GPU, else sdpa); "
                         "the tuning stage measures the other one beside it")
@@ -1043,7 +1044,9 @@ def run(args: argparse.Namespace) -> int:
     unknown = [s for s in (*only, *([args.rehearse_failure] if args.rehearse_failure else []))
                if s not in STAGE_NAMES]
     variants = tuple(v for v in args.tuning_variants.split(",") if v)
-    if any(v not in ("split_kv", "sdpa", "autotune_gemm") for v in variants):
+    from crossspec_ros.bench.kit_tuning import VARIANT_NAMES
+
+    if any(v not in VARIANT_NAMES for v in variants):
         print(f"crossspec bench gpu-kit: --tuning-variants {args.tuning_variants}: the "
               "variants are split_kv, sdpa and autotune_gemm", file=sys.stderr)
         return 2

@@ -44,6 +44,7 @@ AUTOTUNE_GEMM = (("coordinate_descent_tuning", True), ("max_autotune_gemm", True
 # a variant's compile against the kit's own compile of the same shape (autotuning benchmarks
 # each GEMM's candidates: several times longer)
 COMPILE_FACTOR = {"split_kv": 1.3, "sdpa": 1.0, "autotune_gemm": 5.0}
+VARIANT_NAMES = tuple(COMPILE_FACTOR)  # what tuning_variants may name (--tuning-variants)
 ROUNDS = 2
 
 

@@ -14,7 +14,7 @@ MODEL_FLAGS = {"--verifier-model": "verifier_model", "--drafter-model": "drafter
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    from crossspec_ros.params import MODEL_PARAMS, RUNTIME_PARAMS
+    from crossspec_ros.params import ATTENTION_CHOICES, MODEL_PARAMS, RUNTIME_PARAMS
 
     docs = {p.name: p.doc for p in [*MODEL_PARAMS, *RUNTIME_PARAMS]}
     group = parser.add_argument_group("models (as the node parameters of the same names)")
@@ -28,7 +28,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--step-rows", dest="step_rows", type=int, default=None,
                        help=docs["step_rows"])
     group.add_argument("--attention", dest="attention", default=None,
-                       choices=("auto", "sdpa", "split_kv"), help=docs["attention"])
+                       choices=ATTENTION_CHOICES, help=docs["attention"])
     group.add_argument("--emulate", dest="emulate", default=None, metavar="PROFILE",
                        help=docs["emulate"])
 
